@@ -1,0 +1,293 @@
+"""The `hotline` command line (contract in DESIGN.md, "CLI").
+
+Bad input exits 2 with one line ``hotline: error: ...`` naming the file, line or field; no
+traceback and no partial output file.
+"""
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from . import commands
+from .data import FORMATS
+from .errors import HotlineError
+from .report import plot_stream, table, write_json
+
+EPILOG_DATA = """DATA is a Criteo Kaggle CSV, raw Criteo TSV, Weka ARFF, index-stream .npz,
+RecBole .inter, Alimama DMR CSV or 'user item item ...' list (optionally .gz), or
+synth:criteo-kaggle:SAMPLES[:SEED] for the built-in calibrated generator."""
+
+
+def _positive_int(text):
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {v}")
+    return v
+
+
+def _fraction(text):
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 < v <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], not {v}")
+    return v
+
+
+def _data_args(p):
+    p.add_argument("data", metavar="DATA", help="input data (see below)")
+    p.add_argument("--format", dest="fmt", choices=FORMATS,
+                   help="force the input format (default: detect from the content)")
+    p.add_argument("--max-ind-range", type=_positive_int, metavar="M",
+                   help="hash categorical values to int(hex) %% M instead of a vocabulary "
+                        "(DLRM reference behaviour)")
+    p.add_argument("--limit", type=_positive_int, metavar="N", help="read only the first N samples")
+
+
+def _hot_args(p, required_json=True):
+    p.add_argument("--hot-rows", type=_positive_int, metavar="K", help="hot-set size in rows")
+    p.add_argument("--hot-bytes", type=_positive_int, metavar="B",
+                   help="hot-set budget in bytes; K = B // (4 * dim) (FAE's rule)")
+    p.add_argument("--dim", type=_positive_int, metavar="D", help="embedding dimension for --hot-bytes")
+    p.add_argument("--profile-fraction", type=_fraction, default=1.0, metavar="F",
+                   help="profile the first ceil(F * N) samples (default 1.0; FAE used 0.05)")
+    p.add_argument("--json", metavar="OUT", required=required_json, help="write the JSON report here")
+
+
+def build_parser():
+    top = argparse.ArgumentParser(
+        prog="hotline",
+        description="Hotline: learn the popular embedding rows, split mini-batches into popular "
+                    "and non-popular micro-batches, and model/simulate the accelerator that does it.",
+        epilog="Run 'hotline COMMAND --help' for each command's options and an example.")
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("profile", help="plan the hot set (exact top-K) and report its coverage",
+                       epilog=EPILOG_DATA + "\n\nexample:\n  hotline profile "
+                       "../shared/data/criteo_kaggle/train_random4584.csv.gz --hot-rows 2048 "
+                       "--json profile.json", formatter_class=argparse.RawDescriptionHelpFormatter)
+    _data_args(p)
+    _hot_args(p)
+    p.add_argument("--learner", choices=("exact", "hw"), default="exact",
+                   help="exact: software top-K; hw: the AccessLearner RTL (issue #3)")
+    p.set_defaults(func=cmd_profile)
+
+    p = sub.add_parser("fragment", help="split every mini-batch into popular / non-popular "
+                       "micro-batches and cold rows",
+                       epilog=EPILOG_DATA + "\n\nexample:\n  hotline fragment synth:criteo-kaggle:"
+                       "100000 --hot-rows 16384 --batch-size 1024 --json frag.json",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    _data_args(p)
+    _hot_args(p)
+    p.add_argument("--batch-size", type=_positive_int, required=True, metavar="B")
+    p.add_argument("--backend", choices=commands.BACKENDS, default="model",
+                   help="model: bit-accurate numpy model (default); RTL backends: issue #4")
+    p.set_defaults(func=cmd_fragment)
+
+    p = sub.add_parser("sim", help="run the accelerator on the built-in stream (and files) and "
+                       "write a report (what `make sim` runs)",
+                       epilog="example:\n  hotline sim --samples 100000 --hot-rows 16384 "
+                       "--batch-size 1024 --out build/sim",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--backend", choices=("auto",) + commands.BACKENDS, default="auto",
+                   help="auto: the fastest RTL simulator available, else the model")
+    p.add_argument("--data", action="append", default=[], metavar="DATA",
+                   help="also run this data file (repeatable)")
+    p.add_argument("--samples", type=_positive_int, default=100_000,
+                   help="samples of the built-in calibrated Criteo stream (default 100000)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=_positive_int, default=1024)
+    p.add_argument("--hot-rows", type=_positive_int, default=16384)
+    p.add_argument("--profile-fraction", type=_fraction, default=1.0)
+    p.add_argument("--waves", action="store_true", help="write a waveform (RTL backends)")
+    p.add_argument("--out", default="build/sim", help="directory for JSON and PNG (default build/sim)")
+    p.set_defaults(func=cmd_sim)
+
+    d = sub.add_parser("data", help="generate, convert and inspect index streams")
+    dsub = d.add_subparsers(dest="data_command", required=True, metavar="ACTION")
+    p = dsub.add_parser("synth", help="draw a calibrated synthetic stream",
+                        epilog="example:\n  hotline data synth --like criteo-kaggle --samples "
+                        "1000000 --out criteo1m.npz",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--like", default="criteo-kaggle", help="shape to imitate (criteo-kaggle)")
+    p.add_argument("--samples", type=_positive_int, required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="output .npz")
+    p.set_defaults(func=cmd_synth)
+    p = dsub.add_parser("convert", help="read any supported DATA and write an index-stream .npz",
+                        epilog=EPILOG_DATA, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _data_args(p)
+    p.add_argument("--out", required=True, help="output .npz")
+    p.set_defaults(func=cmd_convert)
+    p = dsub.add_parser("stats", help="per-table distinct keys and top-1%%/top-10%% coverage",
+                        epilog=EPILOG_DATA, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _data_args(p)
+    p.add_argument("--json", metavar="OUT")
+    p.set_defaults(func=cmd_stats)
+    p = dsub.add_parser("calibrate", help="fit the generator's per-table skew to a real Criteo "
+                        "Kaggle CSV and print the parameters")
+    p.add_argument("data", metavar="CSV")
+    p.add_argument("--json", metavar="OUT")
+    p.set_defaults(func=cmd_calibrate)
+    return top
+
+
+def _say(msg):
+    print(msg, file=sys.stderr)
+
+
+def _load(args):
+    return commands.open_data(args.data, args.fmt, args.max_ind_range, args.limit)
+
+
+def _check_out(path):
+    """Fail before any work if the output's directory cannot exist."""
+    parent = Path(path).resolve().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise HotlineError(f"{path}: cannot create the output file here")
+
+
+def _progress(total, desc):
+    from tqdm import tqdm
+    bar = tqdm(total=total, desc=desc, unit="sample", unit_scale=True, disable=None, leave=False)
+    return bar
+
+
+def cmd_profile(args):
+    _check_out(args.json)
+    k = commands.resolve_hot_rows(args.hot_rows, args.hot_bytes, args.dim)
+    ds = _load(args)
+    res = commands.profile(ds, k, args.profile_fraction, args.learner)
+    for n in res["notes"]:
+        _say(f"hotline: note: {n}")
+    write_json(args.json, res)
+    print(table([("data", res["data"]), ("samples", res["samples"]),
+                 ("profile samples", res["profile_samples"]),
+                 ("distinct keys", res["distinct_keys"]), ("hot rows", res["hot_rows"]),
+                 ("coverage (profile window)", res["coverage"]),
+                 ("hot-lookup fraction (all)", res["hot_lookup_fraction"])], ["", "value"]))
+    return 0
+
+
+def cmd_fragment(args):
+    _check_out(args.json)
+    k = commands.resolve_hot_rows(args.hot_rows, args.hot_bytes, args.dim)
+    ds = _load(args)
+    with _progress(ds.num_samples, "fragment") as bar:
+        res, _ = commands.fragment(ds, k, args.batch_size, args.profile_fraction, args.backend,
+                                   progress=bar.update)
+    for n in res["notes"]:
+        _say(f"hotline: note: {n}")
+    write_json(args.json, res)
+    print(table(commands.fragment_table_rows(res), ["", "value"]))
+    return 0
+
+
+def cmd_sim(args):
+    backend = args.backend
+    if backend == "auto":
+        _say("hotline sim: no RTL backend is available yet (the fragmenter RTL is issue #4); "
+             "running the bit-accurate model backend")
+        backend = commands.MODEL_BACKEND
+    out = Path(args.out)
+    _check_out(out / "sim.json")
+    sources = [f"synth:criteo-kaggle:{args.samples}:{args.seed}"] + args.data
+    results, rows = [], []
+    for spec in sources:
+        ds = commands.open_data(spec)
+        with _progress(ds.num_samples, ds.name) as bar:
+            res, run = commands.fragment(ds, args.hot_rows, args.batch_size, args.profile_fraction,
+                                         backend, progress=bar.update)
+        for n in res["notes"]:
+            _say(f"hotline: note ({ds.name}): {n}")
+        counts = np.sort(np.unique(ds.keys, return_counts=True)[1])[::-1]
+        png = out / f"{Path(ds.name).name.split('.')[0]}.png"
+        plot_stream(png, f"{ds.name}: {backend}, B={args.batch_size}, K={res['hot_rows']:,}",
+                    counts, res["batches"], res["hot_rows"])
+        res["plot"] = str(png)
+        results.append(res)
+        cold = np.array([b["unique_cold_rows"] for b in res["batches"]])
+        rows.append([ds.name, res["samples"], 100 * res["popular_fraction"],
+                     100 * res["hot_lookup_fraction"], float(cold.mean()),
+                     res["samples"] / res["wall_seconds"] if res["wall_seconds"] else 0.0])
+    write_json(out / "sim.json", {"backend": backend, "runs": results})
+    print(table(rows, ["data", "samples", "popular %", "hot-lookup %", "cold rows/batch",
+                       "samples/s"]))
+    print(f"\nJSON: {out / 'sim.json'}; plots: {', '.join(r['plot'] for r in results)}")
+    return 0
+
+
+def cmd_synth(args):
+    _check_out(args.out)
+    ds = commands.synth(args.like, args.samples, args.seed)
+    ds.save(args.out)
+    print(f"wrote {args.out}: {ds.num_samples:,} samples, {ds.num_features} tables, "
+          f"{int(ds.table_sizes.sum()):,} rows in all")
+    return 0
+
+
+def cmd_convert(args):
+    _check_out(args.out)
+    ds = _load(args)
+    ds.save(args.out)
+    print(f"wrote {args.out}: {ds.num_samples:,} samples, {ds.num_features} tables, "
+          f"{ds.num_lookups:,} lookups")
+    return 0
+
+
+def cmd_stats(args):
+    from .synth import table_stats
+    if args.json:
+        _check_out(args.json)
+    ds = _load(args)
+    keys = ds.keys
+    tables = ds.tables
+    rows, per = [], []
+    for t in range(ds.num_features):
+        distinct, top1, top10 = table_stats(keys[tables == t]) if (tables == t).any() else (0, 0.0, 0.0)
+        per.append({"table": t, "rows": int(ds.table_sizes[t]), "lookups": int((tables == t).sum()),
+                    "distinct": distinct, "top1": top1, "top10": top10})
+        rows.append([t, int(ds.table_sizes[t]), per[-1]["lookups"], distinct, top1, top10])
+    pooled = table_stats(keys)
+    print(table(rows + [["all", int(ds.table_sizes.sum()), ds.num_lookups, *pooled]],
+                ["table", "rows", "lookups", "distinct", "top 1%", "top 10%"]))
+    if args.json:
+        write_json(args.json, {"data": ds.name, "samples": ds.num_samples, "lookups": ds.num_lookups,
+                               "distinct": pooled[0], "top1": pooled[1], "top10": pooled[2],
+                               "tables": per})
+    return 0
+
+
+def cmd_calibrate(args):
+    from .synth import calibrate
+    if args.json:
+        _check_out(args.json)
+    res = calibrate(args.data)
+    if args.json:
+        write_json(args.json, res)
+    print(table([[f"C{i + 1}", *p] for i, p in enumerate(res["skew"])],
+                ["table", "empty", "head", "alpha", "q"]))
+    return 0
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except HotlineError as e:
+        print(f"hotline: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("hotline: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+import os
+from pathlib import Path
+
+import pytest
+
+DATA = Path(os.environ.get("HOTLINE_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+
+
+def real_file(rel):
+    """Path of a file under ../shared/data, or skip the test when it is absent."""
+    p = DATA / rel
+    if not p.exists():
+        pytest.skip(f"real data not present: {p}")
+    return p
+
+
+CRITEO_CSV = [
+    "criteo_kaggle/train_random4584.csv.gz",
+    "criteo_kaggle/train_head1999.csv.gz",
+    "criteo_kaggle/test_head1999.csv.gz",
+    "criteo_kaggle/train_rows0-206k_sub1pct.csv.gz",
+    "criteo_kaggle/train_rows39.80M-39.99M_sub1pct.csv.gz",
+]
+ALL_REAL = CRITEO_CSV + [
+    "criteo_kaggle/train_random45840_7cat.arff.gz",
+    "movielens/ml-100k.inter.gz",
+    "alimama/dmr_alimama_sampled_train500.csv.gz",
+    "amazon_book/ngcf_test.txt.gz",
+]

@@ -1,0 +1,123 @@
+"""The CLI contract: JSON keys, one-line errors, non-zero exit, no partial output."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import real_file
+from hotline.cli import main
+import reference
+
+HOTLINE = [sys.executable, "-m", "hotline.cli"]
+
+
+def run(*args):
+    return subprocess.run(HOTLINE + [str(a) for a in args], capture_output=True, text=True)
+
+
+def test_fragment_json_contract(tmp_path):
+    path = real_file("criteo_kaggle/train_head1999.csv.gz")
+    out = tmp_path / "f.json"
+    assert main(["fragment", str(path), "--hot-rows", "1000", "--batch-size", "256",
+                 "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    for key in ("samples", "lookups", "hot_rows", "popular_samples", "hot_lookup_fraction", "batches"):
+        assert key in res
+    assert res["samples"] == 1999 and res["lookups"] == 1999 * 26 and res["hot_rows"] == 1000
+    assert len(res["batches"]) == 8
+    assert sum(b["popular"] + b["non_popular"] for b in res["batches"]) == 1999
+    assert sum(b["popular"] for b in res["batches"]) == res["popular_samples"]
+    samples = reference.read_criteo_csv(path)
+    flat = [k for s in samples for k in s]
+    hot = reference.exact_top_k(flat, 1000)
+    assert res["hot_lookup_fraction"] == pytest.approx(reference.coverage(flat, hot))
+
+
+def test_profile_fraction_and_hot_bytes(tmp_path):
+    path = real_file("criteo_kaggle/train_random4584.csv.gz")
+    out = tmp_path / "p.json"
+    assert main(["profile", str(path), "--hot-bytes", str(64 * 512), "--dim", "16",
+                 "--profile-fraction", "0.05", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    samples = reference.read_criteo_csv(path)
+    n = reference.window(len(samples), 0.05)
+    window = [k for s in samples[:n] for k in s]
+    hot = reference.exact_top_k(window, 512)
+    assert res["hot_rows"] == 512 and res["profile_samples"] == n == 230
+    assert res["hot_keys"] == hot
+    assert res["coverage"] == pytest.approx(reference.coverage(window, hot))
+
+
+def test_clamped_hot_rows_says_so(tmp_path, capsys):
+    out = tmp_path / "p.json"
+    assert main(["profile", "synth:criteo-kaggle:50", "--hot-rows", "100000", "--json", str(out)]) == 0
+    assert "exceeds the" in capsys.readouterr().err
+    res = json.loads(out.read_text())
+    assert res["hot_rows"] == res["distinct_keys"] < 100000
+
+
+@pytest.mark.parametrize("content,args,message", [
+    ("Id,Label,I1,C1\n1,0,3,abc\n2,0,4\n", ["--batch-size", "4"], "bad.csv:3: 3 columns"),
+    ("Id,Label,I1,C1\n1,0,3,zz\n", ["--batch-size", "4"], "bad.csv:2: field C1 = 'zz'"),
+    ("Id,Label,I1,C1\n1,0,x,ab\n", ["--batch-size", "4"], "bad.csv:2: field I1 = 'x'"),
+    ("", ["--batch-size", "4"], "bad.csv: empty file"),
+    ("Id,Label,I1,C1\n1,0,3,ab\n", ["--batch-size", "0"], "--batch-size: must be a positive"),
+    ("Id,Label,I1,C1\n1,0,3,ab\n", ["--batch-size", "4", "--hot-rows", "0"], "--hot-rows: must be"),
+])
+def test_bad_input_one_line_error_no_output(tmp_path, content, args, message):
+    data = tmp_path / "bad.csv"
+    data.write_text(content)
+    out = tmp_path / "out.json"
+    base = ["fragment", data, "--json", out]
+    if "--hot-rows" not in args:
+        base += ["--hot-rows", "4"]
+    r = run(*base, *args)
+    assert r.returncode == 2
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not out.exists() and not list(tmp_path.glob(".*partial"))
+
+
+@pytest.mark.parametrize("arrays,message", [
+    ({"sparse": np.array([[0, 9]]), "table_sizes": np.array([4, 5])}, "row id 9 is outside table 1"),
+    ({"sparse": np.array([[-3, 0]]), "table_sizes": np.array([4, 5])}, "row id -3 is outside table 0"),
+])
+def test_bad_npz_one_line_error(tmp_path, arrays, message):
+    data = tmp_path / "bad.npz"
+    np.savez(data, **arrays)
+    out = tmp_path / "p.json"
+    r = run("profile", data, "--hot-rows", "2", "--json", out)
+    assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_missing_file_error(tmp_path):
+    r = run("profile", tmp_path / "nope.csv", "--hot-rows", "2", "--json", tmp_path / "p.json")
+    assert r.returncode == 2 and "nope.csv: no such file" in r.stderr
+    assert r.stderr.count("\n") == 1
+
+
+def test_synth_and_sim(tmp_path, capsys):
+    npz = tmp_path / "s.npz"
+    assert main(["data", "synth", "--samples", "2000", "--out", str(npz)]) == 0
+    assert main(["fragment", str(npz), "--hot-rows", "500", "--batch-size", "300",
+                 "--json", str(tmp_path / "f.json")]) == 0
+    capsys.readouterr()
+    assert main(["sim", "--samples", "3000", "--hot-rows", "800", "--batch-size", "512",
+                 "--data", str(npz), "--out", str(tmp_path / "sim")]) == 0
+    printed = capsys.readouterr()
+    assert "model" in printed.err and "synth-criteo-3000" in printed.out
+    res = json.loads((tmp_path / "sim" / "sim.json").read_text())
+    assert [r["samples"] for r in res["runs"]] == [3000, 2000]
+    assert all(Path(r["plot"]).stat().st_size > 10_000 for r in res["runs"])
+
+
+def test_help_explains_every_command():
+    for cmd in (["--help"], ["profile", "--help"], ["fragment", "--help"], ["sim", "--help"],
+                ["data", "synth", "--help"]):
+        r = run(*cmd)
+        assert r.returncode == 0 and "usage: hotline" in r.stdout
+    assert "example" in run("fragment", "--help").stdout
