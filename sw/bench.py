@@ -21,13 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .data import load_dataset
+from .data import load_dataset, shared_data_dir
 from .device_model import DeviceModel
 from .planner import exact_hot_set
 from .report import table, write_json
 from .synth import synth_criteo
 
-SHARED_DATA = Path(os.environ.get("HOTLINE_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
 
 def _best_of(fn, repeat):
@@ -61,7 +60,7 @@ def bench_fragment_model(samples, hot_rows=16384, batch_size=1024, repeat=3):
 
 def _criteo_csv_bytes(quick):
     """Uncompressed Criteo CSV text: the real files when present, else generated rows."""
-    files = sorted((SHARED_DATA / "criteo_kaggle").glob("*.csv.gz"))
+    files = sorted((shared_data_dir() / "criteo_kaggle").glob("*.csv.gz"))
     files = files[:1] if quick else files
     if files:
         texts = [gzip.open(f).read() for f in files]

@@ -40,6 +40,16 @@ _MAX_HEX_DIGITS = 15
 _EMPTY = np.uint64(1 << 63)  # the empty cell: above every value of at most 15 hex digits
 
 
+def shared_data_dir():
+    """The real data folder: $HOTLINE_DATA, else ../shared/data beside the checkout, else
+    /work/shared/data. It may not exist; callers skip real-data work then."""
+    import os
+    if os.environ.get("HOTLINE_DATA"):
+        return Path(os.environ["HOTLINE_DATA"])
+    beside = Path(__file__).resolve().parents[2] / "shared" / "data"
+    return beside if beside.exists() else Path("/work/shared/data")
+
+
 def make_keys(tables, rows):
     """Keys ``(table << ROW_BITS) | row`` as uint32."""
     return ((np.asarray(tables, np.uint32) << np.uint32(ROW_BITS))

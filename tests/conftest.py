@@ -1,9 +1,8 @@
-import os
-from pathlib import Path
-
 import pytest
 
-DATA = Path(os.environ.get("HOTLINE_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+from hotline.data import shared_data_dir
+
+DATA = shared_data_dir()
 
 
 def real_file(rel):
