@@ -12,7 +12,7 @@ HOT_ROWS   ?= 16384
 SAMPLES    ?= 100000
 WAVES      ?= 0
 
-.PHONY: all setup test test-full sim bench train fpga clean
+.PHONY: all setup test test-full sim bench bench-quick train fpga clean
 
 all: test
 
@@ -37,6 +37,9 @@ sim: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m hotline.bench --out bench/results.json
+
+bench-quick: $(STAMP)
+	$(BIN)/python -m hotline.bench --quick --out build/bench-quick.json
 
 train: $(STAMP)
 	@echo "make train: the PyTorch training runtime is not built yet (issue #6)" >&2; exit 2

@@ -48,7 +48,7 @@ def check_against_reference(ds, k, batch_size, dense_index=True, slots=None):
     return run
 
 
-@pytest.mark.parametrize("rel", ALL_REAL[:-1])
+@pytest.mark.parametrize("rel", ALL_REAL)
 @pytest.mark.parametrize("dense_index", [True, False])
 def test_real_streams_match_reference(rel, dense_index):
     ds = load_dataset(real_file(rel), limit=20_000)
