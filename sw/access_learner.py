@@ -1,0 +1,74 @@
+"""Bit-exact model of the AccessLearner (hashed, bucketized Space-Saving).
+
+Written from the algorithm, not from the RTL: a key hashes (H3) to a bucket of ``ways``
+(key, count) entries; a key in its bucket counts + 1, a new key replaces the minimum-count
+entry (lowest way on ties, empty = count 0) with count = minimum + 1; counts saturate.
+Entry address = bucket * ways + way, as in the hardware readout.
+"""
+import numpy as np
+
+from hotline.hw.hashing import h3_hash_np, h3_masks
+
+__all__ = ["AccessLearnerModel", "top_k"]
+
+
+def top_k(keys, counts, k):
+    """The ``k`` valid (count > 0) keys with the highest counts, ties by key ascending."""
+    keys = np.asarray(keys, dtype=np.uint32)
+    counts = np.asarray(counts, dtype=np.uint64)
+    valid = counts > 0
+    keys, counts = keys[valid], counts[valid]
+    order = np.lexsort((keys, -counts.astype(np.int64)))
+    return keys[order[:k]]
+
+
+class AccessLearnerModel:
+    """Same parameters and entry contents as ``hotline.hw.access_learner.AccessLearner``.
+
+    ``update(keys)`` counts keys (all of them inside the profiling window), ``clear()``
+    empties the table, ``entries()`` returns per-address ``(keys, counts)`` arrays (count 0 =
+    empty entry, key 0), ``top(k)`` the learned hot set, ``counted`` the keys counted since
+    the last clear (mod 2**32, like the hardware counter).
+    """
+
+    def __init__(self, *, buckets=2048, ways=8, key_bits=32, count_bits=32, seed=0):
+        if buckets & (buckets - 1) or ways & (ways - 1):
+            raise ValueError("buckets and ways must be powers of two")
+        self.buckets, self.ways = buckets, ways
+        self.key_bits, self.count_bits = key_bits, count_bits
+        self._masks = h3_masks(seed, key_bits, buckets.bit_length() - 1)
+        self._max = 2**count_bits - 1
+        self.clear()
+
+    def clear(self):
+        self._keys = [[0] * self.ways for _ in range(self.buckets)]
+        self._counts = [[0] * self.ways for _ in range(self.buckets)]
+        self.counted = 0
+
+    def update(self, keys):
+        keys = np.asarray(keys, dtype=np.uint64)
+        if keys.size and int(keys.max()) >> self.key_bits:
+            raise ValueError(f"keys must fit in {self.key_bits} bits")
+        buckets = h3_hash_np(keys, self._masks).tolist()
+        ways, cap = self.ways, self._max
+        table_keys, table_counts = self._keys, self._counts
+        # A sequential loop: each replacement depends on every earlier lookup in its bucket.
+        for key, b in zip(keys.tolist(), buckets):
+            bk, bc = table_keys[b], table_counts[b]
+            for way in range(ways):
+                if bc[way] and bk[way] == key:
+                    break
+            else:
+                way = bc.index(min(bc))
+                bk[way] = key
+            if bc[way] < cap:
+                bc[way] += 1
+        self.counted = (self.counted + keys.size) % 2**32
+
+    def entries(self):
+        keys = np.array(self._keys, dtype=np.uint32).reshape(-1)
+        counts = np.array(self._counts, dtype=np.uint64).reshape(-1)
+        return keys, counts
+
+    def top(self, k):
+        return top_k(*self.entries(), k)

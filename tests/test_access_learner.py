@@ -1,0 +1,250 @@
+"""AccessLearner: model semantics, RTL == model (Amaranth simulator), learned coverage on
+real Criteo files. The cocotb regressions are in test_access_learner_cocotb.py."""
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+from hotline.access_learner import AccessLearnerModel, top_k
+from hotline.hw.access_learner import AccessLearner
+from hotline.hw.hashing import h3_hash_np, h3_masks
+from hotline.sim.bench_access_learner import (cocotb_stream, coverage_ratio, criteo_files,
+                                             load_keys)
+
+READ_LATENCY = 2
+SMALL = dict(buckets=8, ways=4, count_bits=5, seed=3)
+
+
+def colliding_keys(n, rng, buckets, seed, bucket=0):
+    """``n`` distinct random keys that all hash to ``bucket``."""
+    keys = rng.integers(0, 2**32, 64 * n * buckets, dtype=np.uint64)
+    hit = keys[h3_hash_np(keys, h3_masks(seed, 32, buckets.bit_length() - 1)) == bucket]
+    return np.unique(hit)[:n].astype(np.uint32)
+
+
+def schedule(keys, rng, gap=0.0, ops=None):
+    """Per-cycle inputs (valid, key, start, stop, clear): the window opens in cycle 0, keys
+    follow with random idle cycles, ``ops`` maps a key index to extra pulses on its cycle."""
+    ops = ops or {}
+    cycles = [(0, 0, 1, 0, 0)]
+    for i, key in enumerate(keys):
+        while rng.random() < gap:
+            cycles.append((0, int(rng.integers(2**32)), 0, 0, 0))
+        start, stop, clear = (int(op in ops.get(i, ())) for op in ("start", "stop", "clear"))
+        cycles.append((1, int(key), start, stop, clear))
+    return cycles
+
+
+def simulate(params, cycles):
+    """Run ``cycles`` through the RTL, then read every entry back. Returns the per-address
+    (keys, counts), the model fed with the keys the RTL reported as counted, and the
+    hardware ``counted`` register."""
+    dut = AccessLearner(**params)
+    model = AccessLearnerModel(**params)
+    capacity = params["buckets"] * params["ways"]
+    out = {}
+
+    async def bench(ctx):
+        window = False
+        for valid, key, start, stop, clear in cycles:
+            ctx.set(dut.lookups.valid, valid)
+            ctx.set(dut.lookups.payload, key)
+            ctx.set(dut.start, start)
+            ctx.set(dut.stop, stop)
+            ctx.set(dut.clear, clear)
+            assert ctx.get(dut.lookups.ready) == 1
+            assert ctx.get(dut.active) == (window and not ctx.get(dut.clearing))
+            if valid and ctx.get(dut.active):
+                model.update([key])
+            if clear:
+                model.clear()
+            window = not stop and (start or window)
+            await ctx.tick()
+        ctx.set(dut.lookups.valid, 0)
+        ctx.set(dut.start, 0)
+        ctx.set(dut.clear, 0)
+        ctx.set(dut.stop, 1)
+        await ctx.tick()
+        ctx.set(dut.stop, 0)
+        for _ in range(params["buckets"] + 4):
+            if ctx.get(dut.idle):
+                break
+            await ctx.tick()
+        assert ctx.get(dut.idle)
+        rows = []
+        # After the tick that ends cycle t we observe cycle t + 1: the entry of cycle t - 1.
+        for addr in range(capacity + READ_LATENCY - 1):
+            ctx.set(dut.read_addr, addr % capacity)
+            await ctx.tick()
+            if addr >= READ_LATENCY - 1:
+                rows.append((ctx.get(dut.read_data.valid), ctx.get(dut.read_data.key),
+                             ctx.get(dut.read_data.count)))
+        out["rows"] = np.array(rows, dtype=np.uint64).reshape(-1, 3)
+        out["counted"] = ctx.get(dut.counted)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    rows = out["rows"]
+    assert np.array_equal(rows[:, 0], rows[:, 2] > 0), "valid must mean count != 0"
+    return rows[:, 1], rows[:, 2], model, out["counted"]
+
+
+def check_exact(params, cycles):
+    keys, counts, model, counted = simulate(params, cycles)
+    want_keys, want_counts = model.entries()
+    assert np.array_equal(keys, want_keys)
+    assert np.array_equal(counts, want_counts)
+    assert counted == model.counted
+    return model
+
+
+# --- model semantics, checked against first principles -----------------------------------
+
+def test_model_exact_when_everything_fits():
+    rng = np.random.default_rng(1)
+    keys = rng.choice(rng.integers(0, 2**32, 300, dtype=np.uint64), 5000)
+    model = AccessLearnerModel(buckets=256, ways=8)
+    model.update(keys)
+    stored, counts = model.entries()
+    uniq, true = np.unique(keys, return_counts=True)
+    got = dict(zip(stored[counts > 0].tolist(), counts[counts > 0].tolist()))
+    assert got == dict(zip(uniq.tolist(), true.tolist()))
+    assert model.counted == len(keys)
+
+
+def test_model_space_saving_bounds():
+    """Counts never underestimate; in each bucket they sum to the bucket's lookups."""
+    rng = np.random.default_rng(2)
+    keys = (rng.zipf(1.2, 20000) % 5000).astype(np.uint32)
+    model = AccessLearnerModel(buckets=16, ways=4)
+    model.update(keys)
+    stored, counts = model.entries()
+    uniq, true = np.unique(keys, return_counts=True)
+    truth = dict(zip(uniq.tolist(), true.tolist()))
+    for k, c in zip(stored[counts > 0].tolist(), counts[counts > 0].tolist()):
+        assert c >= truth[k]
+    buckets = h3_hash_np(keys, h3_masks(0, 32, 4))
+    per_bucket = np.bincount(buckets.astype(np.int64), minlength=16)
+    assert np.array_equal(counts.reshape(16, 4).sum(axis=1), per_bucket)
+
+
+def test_model_replaces_lowest_way_minimum_and_saturates():
+    model = AccessLearnerModel(buckets=1, ways=2, count_bits=2)
+    model.update([5, 5, 5, 5, 5, 9])        # 5 saturates at 3; 9 takes the empty way
+    assert model.entries()[0].tolist() == [5, 9] and model.entries()[1].tolist() == [3, 1]
+    model.update([7])                       # miss: replaces 9 (count 1) with count 2
+    assert model.entries()[0].tolist() == [5, 7] and model.entries()[1].tolist() == [3, 2]
+    model.update([8, 6])                    # 8 evicts 7 (2 + 1); 6 ties: way 0 goes
+    assert model.entries()[0].tolist() == [6, 8] and model.entries()[1].tolist() == [3, 3]
+    model = AccessLearnerModel(buckets=1, ways=2)
+    model.update([0, 0])                    # key 0 is a real key, not an empty entry
+    assert model.entries()[0].tolist() == [0, 0] and model.entries()[1].tolist() == [2, 0]
+
+def test_top_k_order():
+    keys = np.array([40, 10, 30, 20, 0], dtype=np.uint32)
+    counts = np.array([2, 5, 5, 1, 0], dtype=np.uint64)
+    assert top_k(keys, counts, 3).tolist() == [10, 30, 40]
+    assert top_k(keys, counts, 10).tolist() == [10, 30, 40, 20]
+
+
+# --- RTL == model on adversarial streams (Amaranth simulator) ----------------------------
+
+def test_repeated_key_back_to_back_saturates():
+    check_exact(SMALL, schedule([0xDEADBEEF] * 40 + [7] * 3 + [0xDEADBEEF] * 2,
+                                np.random.default_rng(0)))
+
+
+def test_all_distinct_keys():
+    rng = np.random.default_rng(3)
+    check_exact(SMALL, schedule(rng.integers(0, 2**32, 150, dtype=np.uint64), rng, gap=0.2))
+
+
+def test_one_bucket_collisions():
+    rng = np.random.default_rng(4)
+    pool = colliding_keys(7, rng, SMALL["buckets"], SMALL["seed"])
+    model = check_exact(SMALL, schedule(rng.choice(pool, 300), rng, gap=0.1))
+    assert np.count_nonzero(model.entries()[1]) == SMALL["ways"]
+
+
+def test_window_and_clear_mid_stream():
+    rng = np.random.default_rng(5)
+    keys = rng.choice(colliding_keys(6, rng, 8, 3).tolist() + list(range(40)), 400)
+    ops = {20: ("stop",), 45: ("start",), 60: ("clear",), 61: ("clear",), 90: ("stop", "start"),
+           130: ("clear", "start"), 200: ("stop",), 210: ("clear",), 230: ("start",)}
+    check_exact(SMALL, schedule(keys, rng, gap=0.3, ops=ops))
+
+
+def test_clear_wipes_every_bucket_and_counter():
+    rng = np.random.default_rng(6)
+    keys = rng.integers(0, 2**32, 120, dtype=np.uint64)
+    model = check_exact(SMALL, schedule(keys, rng, ops={119: ("clear",)}))
+    assert not model.entries()[1].any() and model.counted == 0
+
+
+def test_zipf_stream_with_gaps():
+    rng = np.random.default_rng(7)
+    keys = (rng.zipf(1.3, 1500) % 200).astype(np.uint32)
+    check_exact(dict(buckets=16, ways=8, count_bits=8, seed=0), schedule(keys, rng, gap=0.25))
+
+
+# --- learned hot set quality on the real Criteo samples ----------------------------------
+
+@pytest.mark.realdata
+@pytest.mark.parametrize("path", criteo_files(), ids=lambda p: p.name)
+def test_coverage_on_criteo(path):
+    keys = load_keys(path)
+    model = AccessLearnerModel()
+    model.update(keys)
+    for fraction in (0.05, 0.10):
+        assert coverage_ratio(keys, model, fraction) >= 0.98, fraction
+
+
+# --- cocotb regressions (default-size learner, Verilog) ----------------------------------
+
+def adversarial_stream(rng, buckets=2048, seed=0):
+    """Keys and ops: a repeated key, one overfull bucket, all-distinct keys, window and
+    clear pulses mid-stream, with a full readout check after each phase."""
+    parts = [np.full(64, 0x0BADCAFE, dtype=np.uint32),
+             rng.choice(colliding_keys(12, rng, buckets, seed), 600),
+             rng.integers(0, 2**32, 600, dtype=np.uint64).astype(np.uint32)]
+    keys = np.concatenate(parts)
+    a, b = len(parts[0]), len(parts[0]) + len(parts[1])
+    ops = {a: ["check"], a + 100: ["stop"], a + 150: ["start"], a + 300: ["clear"],
+           a + 301: ["clear"], b: ["check"], b + 200: ["stop", "start"], b + 400: ["clear"],
+           b + 450: ["stop"], b + 500: ["start"]}
+    return keys, ops
+
+
+def cocotb_simulator(name):
+    from hotline.sim.runner import simulator_available
+    if not simulator_available(name):
+        pytest.skip(f"{name} is not installed")
+    return name
+
+
+@pytest.mark.parametrize("simulator", ["verilator", "icarus"])
+def test_cocotb_adversarial(simulator, tmp_path):
+    keys, ops = adversarial_stream(np.random.default_rng(8))
+    report = cocotb_stream(keys, tmp_path, cocotb_simulator(simulator), gap=0.3, ops=ops)
+    assert report["lookups"] == len(keys)
+
+
+def real_file_cases():
+    files = criteo_files()
+    return [pytest.param(p, marks=() if i == 0 else pytest.mark.slow)
+            for i, p in enumerate(files)]
+
+
+@pytest.mark.realdata
+@pytest.mark.parametrize("path", real_file_cases(), ids=lambda p: p.name)
+def test_cocotb_real_stream(path, tmp_path):
+    keys = load_keys(path)
+    ops = {len(keys) // 2: ["check"]}
+    report = cocotb_stream(keys, tmp_path, cocotb_simulator("verilator"), gap=0.1, ops=ops)
+    assert report["lookups"] == len(keys)
+
+
+def test_rejects_table_a_clear_cannot_outlast_the_pipeline():
+    with pytest.raises(ValueError):
+        AccessLearner(buckets=2)
