@@ -12,7 +12,7 @@ HOT_ROWS   ?= 16384
 SAMPLES    ?= 100000
 WAVES      ?= 0
 
-.PHONY: all setup test test-full sim bench bench-quick train fpga clean
+.PHONY: all setup icarus test test-full sim bench bench-quick train fpga clean
 
 all: test
 
@@ -24,10 +24,16 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-test: $(STAMP)
+# Icarus Verilog (Debian package) for the cocotb regressions that run on both simulators;
+# without it those runs skip with a message.
+icarus:
+	@command -v iverilog >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] \
+	    && apt-get install -y -q iverilog >/dev/null 2>&1 || echo "note: Icarus Verilog not installed; its runs will skip" >&2; }
+
+test: $(STAMP) icarus
 	$(BIN)/python -m pytest -q -m "not slow"
 
-test-full: $(STAMP)
+test-full: $(STAMP) icarus
 	$(BIN)/python -m pytest -q
 
 sim: $(STAMP)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 SIMULATORS = ("verilator", "icarus")
+TIMESCALE = ("1ns", "1ps")  # Amaranth emits no `timescale; Icarus' default cannot express 10 ns clocks
 
 # Yosys writes `reg \x = 0;` initialisers; under Icarus -g2012 these create no event, so
 # combinational outputs stay X until an input changes (Yosys issue #2271).
@@ -84,11 +85,11 @@ def run_cocotb(component, toplevel, test_module, build_dir, simulator="verilator
     if module_dir:
         env["PYTHONPATH"] = module_dir + os.pathsep + os.environ.get("PYTHONPATH", "")
     runner.build(verilog_sources=[source], hdl_toplevel=toplevel, build_dir=build_dir,
-                 build_args=build_args, always=True, waves=waves,
+                 build_args=build_args, always=True, waves=waves, timescale=TIMESCALE,
                  log_file=build_dir / "build.log")
     results = runner.test(hdl_toplevel=toplevel, test_module=test_module, build_dir=build_dir,
                           test_dir=build_dir, testcase=testcase, extra_env=env, waves=waves,
-                          seed=seed, log_file=build_dir / "sim.log")
+                          seed=seed, log_file=build_dir / "sim.log", timescale=TIMESCALE)
     total, failed = get_results(results)
     if failed:
         raise CocotbFailure(f"{failed} of {total} cocotb tests failed in {test_module} "

@@ -11,8 +11,9 @@ from hotline.planner import exact_hot_set
 from hotline.sim import streams
 
 
-def expected(model, beats):
-    """Model outputs for beats [(key, insert, eob)], batch by batch."""
+def expected(model, beats, first_index=0):
+    """Model outputs for beats [(key, insert, eob)], batch by batch; the user bit is the beat's
+    index (counted from ``first_index``) mod 2."""
     out, batch = [], []
 
     def flush():
@@ -22,7 +23,7 @@ def expected(model, beats):
         for i, (key, insert, eob) in enumerate(batch):
             s, f, o = res.get(i, (0, False, False))
             out.append(dict(key=key, slot=s, first=f, insert=insert, eob=eob, overflow=o,
-                            user=len(out) & 1))
+                            user=(first_index + len(out)) & 1))
         batch.clear()
 
     for beat in beats:
@@ -171,3 +172,42 @@ def test_placement_is_observable_through_overflow():
         beats += [(int(k), True, n == len(seq) - 1) for n, k in enumerate(seq)]
     exp = check(dut, beats, busy_in=0.1, busy_out=0.1)
     assert 0 < sum(e["overflow"] for e in exp) < len(exp)
+
+
+def cocotb_simulator(name):
+    from hotline.sim.runner import simulator_available
+    if not simulator_available(name):
+        pytest.skip(f"{name} is not installed")
+    return name
+
+
+@pytest.mark.parametrize("simulator", ["verilator", "icarus"])
+def test_cocotb_adversarial_and_real(simulator, tmp_path):
+    from hotline.sim import stream_regression
+    dut = ColdKeySet(64, ways=4, stash=2, max_keys=48, epoch_bits=2, user_width=1)
+    model = ColdKeySetModel(64, ways=4, stash=2, max_keys=48)
+    rng = np.random.default_rng(6)
+    beats = []
+    for n in range(10):  # random batches, overflowing ones and one-beat ones, across epoch wraps
+        size = int(rng.choice([1, 2, 40, 90]))
+        keys = rng.integers(0, 70 if n % 2 else 1 << 32, size, dtype=np.uint64)
+        beats += [(int(k), bool(rng.random() < 0.8), i == size - 1) for i, k in enumerate(keys)]
+    colliding_keys = colliding(dut, 10, rng)
+    beats += [(int(k), True, i == 19) for i, k in enumerate(np.tile(colliding_keys, 2))]
+    path = "criteo_kaggle/train_head1999.csv.gz"
+    try:
+        keys = load_dataset(real_file(path), limit=60).keys
+        beats += batches_of(keys, 26 * 20, np.ones(len(keys), bool))
+    except pytest.skip.Exception:
+        pass
+    exp = expected(model, beats)
+    stim = [dict(key=k, insert=i, eob=e, user=n & 1) for n, (k, i, e) in enumerate(beats)]
+    res = stream_regression.run(dut, "cold_key_set", {"i": stim}, {"o": exp},
+                                tmp_path, cocotb_simulator(simulator), busy_in=0.2, busy_out=0.3)
+    assert res["beats"]["o"] == len(beats)
+    # Reset mid-stream: everything after the reset is a fresh batch sequence.
+    cut = len(beats) // 2
+    res = stream_regression.run(dut, "cold_key_set", {"i": stim}, {"o": expected(model, beats[cut:], cut)},
+                                tmp_path / "reset", simulator, busy_in=0.1, busy_out=0.1,
+                                resets=[cut])
+    assert res["beats"]["o"] == len(beats) - cut
