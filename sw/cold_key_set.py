@@ -52,9 +52,10 @@ class ColdKeySetModel:
             first = np.zeros(len(keys), bool)
             first[np.unique(rank, return_index=True)[1]] = True
             return rank, first, np.zeros(len(keys), bool)
-        return self._replay(keys)
+        return self.replay(keys)
 
-    def _replay(self, keys):
+    def replay(self, keys):
+        """The exact insertion sequence of one batch (what `batch` does when overflow is possible)."""
         h0, h1 = self.buckets_of(keys)
         fill = [np.zeros(self.buckets, np.int64), np.zeros(self.buckets, np.int64)]
         stored, stash_used, count = {}, 0, 0

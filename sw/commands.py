@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from .data import load_dataset, split_keys
-from .device_model import DeviceModel
+from .device_model import AcceleratorConfig, DeviceModel, place_hot_set
 from .errors import HotlineError
 from .planner import exact_hot_set, hit_fraction, hot_rows_from_bytes, profile_samples
 from .synth import synth
@@ -89,35 +89,89 @@ def profile(ds, hot_rows, profile_fraction=1.0, learner="exact"):
     }
 
 
-def fragment(ds, hot_rows, batch_size, profile_fraction=1.0, backend=MODEL_BACKEND, progress=None):
-    """`hotline fragment` JSON plus the `FragmentRun` itself."""
+def max_batch_lookups(sample_offsets, batch_size):
+    ends = np.r_[np.arange(0, len(sample_offsets) - 1, batch_size), len(sample_offsets) - 1]
+    return int(np.diff(np.asarray(sample_offsets)[ends]).max()) if len(ends) > 1 else 0
+
+
+def model_fragment(keys, sample_offsets, batch_size, hot_keys, config, table_sizes=None,
+                   progress=None):
+    """Place ``hot_keys`` (rank order) in the CAM model and fragment the stream with the
+    bit-accurate model of ``config``; returns (HotPlacement, FragmentRun)."""
+    placement = place_hot_set(hot_keys, config)
+    # A dense key -> slot index costs 8 bytes per table row: worth it for long streams only.
+    if table_sizes is not None and int(np.sum(table_sizes)) > 4 * len(keys):
+        table_sizes = None
+    model = DeviceModel.for_config(placement.keys, placement.slots, config, table_sizes)
+    return placement, model.fragment(keys, sample_offsets, batch_size, progress)
+
+
+def fragment(ds, hot_rows, batch_size, profile_fraction=1.0, backend=MODEL_BACKEND, progress=None,
+             build_dir="build/rtl"):
+    """`hotline fragment` JSON plus the model's `FragmentRun`.
+
+    RTL backends run the Fragmenter RTL on the same stream, check every output beat against
+    the model (a mismatch is an error) and add ``cycles`` and ``lookups_per_cycle``.
+    """
     if backend not in BACKENDS:
         raise HotlineError(f"--backend {backend!r} is not one of {', '.join(BACKENDS)}")
-    if backend != MODEL_BACKEND:
-        raise HotlineError(f"--backend {backend}: the fragmenter RTL is not built yet "
-                           f"(issue #4); use --backend model")
     if batch_size is None or batch_size <= 0:
         raise HotlineError(f"--batch-size must be a positive integer, not {batch_size}")
     hot, window, keys, notes = plan(ds, hot_rows, profile_fraction)
-    model = DeviceModel(hot.keys, table_sizes=ds.table_sizes)
+    offsets = ds.sample_offsets
+    config = AcceleratorConfig.for_workload(hot.size, batch_size, max_batch_lookups(offsets, batch_size))
     t0 = time.perf_counter()
-    run = model.fragment(keys, ds.sample_offsets, batch_size, progress)
+    placement, run = model_fragment(keys, offsets, batch_size, hot.keys, config, ds.table_sizes,
+                                    progress if backend == MODEL_BACKEND else None)
     wall = time.perf_counter() - t0
+    if placement.failed.size:
+        notes.append(f"the CAM refused {placement.failed.size} of {hot.size} hot keys "
+                     f"({config.cam_entries} entries); they are treated as cold")
+    if run.counters.overflows:
+        notes.append(f"the cold-key set overflowed {run.counters.overflows} times: those "
+                     f"batches have repeated cold rows")
     out = {
         "data": ds.name,
         "backend": backend,
         "batch_size": batch_size,
         "hot_rows_requested": hot.requested,
-        "hot_rows": hot.size,
+        "hot_rows": int(placement.keys.size),
         "profile_fraction": profile_fraction,
         "profile_samples": window,
         "coverage": hot.coverage,
         "distinct_keys": int(len(np.unique(keys))),
+        "accelerator": config.as_dict(),
     }
     out.update(run.summary())
     out["wall_seconds"] = wall
+    if backend in RTL_BACKENDS:
+        out.update(rtl_fragment(backend, config, hot.keys, keys, offsets, batch_size, run,
+                                placement, progress, build_dir))
     out["notes"] = notes
     return out, run
+
+
+def rtl_fragment(backend, config, insert_keys, keys, offsets, batch_size, run, placement,
+                 progress, build_dir):
+    """Run the Fragmenter RTL and check it against the model run; the RTL-only JSON fields."""
+    from hotline.sim.fragmenter_run import FragmenterSim, RTLMismatch, compare, expected_streams
+    from hotline.sim.harness import HarnessError
+
+    want = expected_streams(run, placement.responses)
+    try:
+        sim = FragmenterSim(config, backend, build_dir)
+        got, cycles, seconds = sim.run(insert_keys, keys, offsets, batch_size, progress=progress,
+                                       expect={n: len(next(iter(f.values()))) for n, f in want.items()})
+        compare(got, want)
+    except HarnessError as e:
+        raise HotlineError(str(e)) from None
+    except RTLMismatch as e:
+        raise HotlineError(f"RTL ({backend}) and model disagree: {e}") from None
+    lookups = int(run.counters.lookups)
+    return {"cycles": cycles, "lookups_per_cycle": lookups / cycles if cycles else 0.0,
+            "rtl_checked_against_model": True, "sim_seconds": seconds,
+            "simulated_cycles_per_second": cycles / seconds if seconds else 0.0,
+            "build_seconds": sim.build_seconds}
 
 
 def fragment_table_rows(result):

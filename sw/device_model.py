@@ -9,12 +9,15 @@ entry address for the hardware placement); `HotIndex` only caches key -> slot.
 
 Everything is vectorised per batch; the per-lookup work is a handful of numpy passes.
 """
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from .cold_key_set import ColdKeySetModel
 from .data import ROW_BITS, MAX_ROWS
 from .errors import HotlineError
+from .popularity_cam import PopularityCAMModel
 
 # A dense key -> slot array costs 4 bytes per table row; beyond this, binary search instead.
 DENSE_INDEX_LIMIT = 1 << 28
@@ -86,6 +89,70 @@ class HotIndex:
         return slot_of_first[first], keys[is_first]
 
 
+def _pow2_at_least(n):
+    return 1 << max(0, math.ceil(math.log2(max(1, n))))
+
+
+@dataclass(frozen=True)
+class AcceleratorConfig:
+    """Geometry of the accelerator's blocks, shared by the model and the RTL backends."""
+    cam_entries: int = 16384
+    cam_ways: int = 4
+    cam_stash: int = 4
+    cam_max_kicks: int = 64
+    cold_capacity: int = 65536
+    cold_ways: int = 4
+    cold_stash: int = 4
+    cold_max_keys: int = 32768
+    max_batch_samples: int = 4096
+
+    # The CAM holds the hot set at <= 90% occupancy; the cold set is sized at 2x the most
+    # distinct cold keys a batch can have, where overflow takes 5+ keys in both of a key's
+    # buckets and a full stash.
+    CAM_LOAD = 0.9
+
+    @classmethod
+    def for_workload(cls, hot_rows, batch_size, max_batch_lookups):
+        max_keys = max(16, int(max_batch_lookups))
+        return cls(cam_entries=max(64, _pow2_at_least(math.ceil(hot_rows / cls.CAM_LOAD))),
+                   cold_capacity=max(64, _pow2_at_least(2 * max_keys)), cold_max_keys=max_keys,
+                   max_batch_samples=max(2, _pow2_at_least(batch_size)))
+
+    def cam_kwargs(self):
+        return dict(entries=self.cam_entries, ways=self.cam_ways, stash=self.cam_stash,
+                    max_kicks=self.cam_max_kicks)
+
+    def cold_kwargs(self):
+        return dict(capacity=self.cold_capacity, ways=self.cold_ways, stash=self.cold_stash,
+                    max_keys=self.cold_max_keys)
+
+    def fragmenter_kwargs(self):
+        return dict(cam=self.cam_kwargs(), cold=self.cold_kwargs(),
+                    max_batch_samples=self.max_batch_samples)
+
+    def as_dict(self):
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass
+class HotPlacement:
+    """Where the CAM put a hot set: the keys it holds, their slots, the keys it refused, and
+    the response (status, slot, moves) of every insert, in order."""
+    keys: np.ndarray
+    slots: np.ndarray
+    failed: np.ndarray
+    responses: list
+
+
+def place_hot_set(hot_keys, config):
+    """Insert ``hot_keys`` (rank order) into the CAM model exactly as the host will."""
+    hot_keys = np.asarray(hot_keys, np.uint32)
+    cam = PopularityCAMModel(**config.cam_kwargs())
+    responses = [cam.insert(int(k)) for k in hot_keys]
+    hit, slot = cam.lookup(hot_keys)
+    return HotPlacement(hot_keys[hit], slot[hit], hot_keys[~hit], responses)
+
+
 @dataclass
 class Counters:
     """The accelerator's event counters (CSR block), accumulated over a run."""
@@ -95,6 +162,7 @@ class Counters:
     hits: int = 0
     popular_samples: int = 0
     cold_rows: int = 0
+    overflows: int = 0
 
     def as_dict(self):
         return dict(self.__dict__)
@@ -110,6 +178,7 @@ class FragmentRun:
     popular: np.ndarray          # bool  [N]
     cold_keys: np.ndarray        # uint32 [sum U_b], unique cold keys batch after batch
     cold_offsets: np.ndarray     # int64 [nb + 1]
+    overflow: np.ndarray         # bool [nb], the cold-key set overflowed in the batch
     counters: Counters = field(default_factory=Counters)
 
     @property
@@ -148,19 +217,30 @@ class FragmentRun:
             "unique_cold_rows": c.cold_rows,
             "num_batches": c.batches,
             "counters": c.as_dict(),
+            "cold_set_overflows": c.overflows,
             "batches": [{"popular": int(p), "non_popular": int(n), "unique_cold_rows": int(u)}
                         for p, n, u in zip(popular, non_popular, cold)],
         }
 
 
 class DeviceModel:
-    """Bit-accurate model of the accelerator's fragmenter over a placed hot set."""
+    """Bit-accurate model of the accelerator's fragmenter over a placed hot set.
 
-    def __init__(self, hot_keys, slots=None, table_sizes=None):
+    ``slots`` are the hot keys' CAM slots (default: their rank). With ``cold_set`` (a
+    `ColdKeySetModel`) the cold-key numbering mirrors the hardware's finite set, overflow
+    included; without it, the numbering is exact first appearance.
+    """
+
+    def __init__(self, hot_keys, slots=None, table_sizes=None, cold_set=None):
         hot_keys = np.asarray(hot_keys, np.uint32)
         slots = np.arange(len(hot_keys)) if slots is None else slots
         self.index = HotIndex(hot_keys, slots, table_sizes)
+        self.cold_set = cold_set
         self.counters = Counters()
+
+    @classmethod
+    def for_config(cls, hot_keys, slots, config, table_sizes=None):
+        return cls(hot_keys, slots, table_sizes, ColdKeySetModel(**config.cold_kwargs()))
 
     def fragment(self, keys, sample_offsets, batch_size, progress=None):
         """Fragment a whole stream: ``keys`` [L] in sample order, ``sample_offsets`` [N + 1]."""
@@ -178,12 +258,18 @@ class DeviceModel:
         if nonempty.any():
             popular[nonempty] = ~np.logical_or.reduceat(~hot, starts[nonempty])
         slot = hot_slot  # cold entries are overwritten with cold slots below
-        cold_keys, cold_offsets = [], [0]
+        cold_keys, cold_offsets, overflow, overflows = [], [0], [], 0
         for s0 in range(0, n, batch_size):
             s1 = min(s0 + batch_size, n)
             l0, l1 = sample_offsets[s0], sample_offsets[s1]
             cold_pos = l0 + np.flatnonzero(~hot[l0:l1])
             cold_slot, uniq = self.index.first_appearance(keys[cold_pos])
+            over = ()
+            if self.cold_set is not None and not self.cold_set.overflow_impossible(uniq):
+                cold_slot, first, over = self.cold_set.replay(keys[cold_pos])
+                uniq = keys[cold_pos][first]
+                overflows += int(over.sum())
+            overflow.append(bool(np.any(over)))
             slot[cold_pos] = cold_slot
             cold_keys.append(uniq)
             cold_offsets.append(cold_offsets[-1] + len(uniq))
@@ -191,10 +277,11 @@ class DeviceModel:
                 progress(s1 - s0)
         run = FragmentRun(batch_size, np.asarray(sample_offsets, np.int64), hot, slot, popular,
                           np.concatenate(cold_keys) if cold_keys else np.zeros(0, np.uint32),
-                          np.asarray(cold_offsets, np.int64))
+                          np.asarray(cold_offsets, np.int64), np.asarray(overflow, bool))
         c = run.counters
         c.batches, c.samples, c.lookups = len(cold_offsets) - 1, n, len(keys)
         c.hits, c.popular_samples, c.cold_rows = int(hot.sum()), int(popular.sum()), cold_offsets[-1]
+        c.overflows = overflows
         for k, v in c.as_dict().items():
             setattr(self.counters, k, getattr(self.counters, k) + v)
         return run

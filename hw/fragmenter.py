@@ -1,0 +1,183 @@
+"""Fragmenter: splits mini-batches into popular / non-popular micro-batches on the fly.
+
+``lookups`` carries one beat per embedding lookup, samples and batches in order: {key, eos
+(last lookup of its sample), eob (last lookup of its batch; implies eos), empty (the beat
+stands for a sample with no lookups; set eos too)}. Each lookup is looked up in the
+PopularityCAM (hot slot = CAM entry address); cold lookups go through the ColdKeySet, which
+numbers the batch's distinct cold keys in order of first appearance. Outputs, each a stream
+behind its own FIFO:
+
+- ``remap``: {hot, slot} per lookup, in input order (hot slot if hot, else cold slot);
+- ``popular`` / ``non_popular``: {sample} = batch-local sample index, in input order; a sample
+  is popular iff all its lookups are hot (an empty sample is popular);
+- ``cold_keys``: {key} the batch's distinct cold keys in first-appearance order;
+- ``batches``: {popular, non_popular, cold, overflow} per batch, after its last beats, so the
+  host knows how many beats of each stream belong to the batch.
+
+``cmd`` / ``resp`` / ``moves`` are the CAM's command ports (load the hot set between batches).
+``counters`` count lookups, hits, samples, popular samples, cold rows, batches and cold-set
+overflows since reset (48 bits, wrapping).
+
+Timing: one lookup per cycle sustained, also across batch boundaries (the cold set needs no
+clearing pass between batches, except one pass of ``cold_capacity // 8`` cycles every 255
+batches). Latency ``LATENCY`` cycles from a ``lookups`` handshake to the FIFO write, plus the
+FIFOs' own. An output whose FIFO is full stalls the pipeline only when the beat at its end
+needs that FIFO; nothing is lost or duplicated. Read all output streams concurrently.
+"""
+from amaranth import *
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import bits_for
+
+from .cold_key_set import ColdKeySet
+from .popularity_cam import PopularityCAM
+
+__all__ = ["Fragmenter", "COUNTERS"]
+
+COUNTERS = ("lookups", "hits", "samples", "popular_samples", "cold_rows", "batches", "overflows")
+COUNTER_BITS = 48
+
+
+class Fragmenter(wiring.Component):
+    """PopularityCAM + ColdKeySet + per-sample classification. See the module docstring.
+
+    Parameters: ``cam`` (PopularityCAM keyword arguments), ``cold`` (ColdKeySet keyword
+    arguments: capacity, ways, stash, max_keys, ...), ``max_batch_samples``, ``fifo_depth``.
+    """
+
+    def __init__(self, *, cam=None, cold=None, max_batch_samples=4096, fifo_depth=16,
+                 key_width=32):
+        self.cam_args = dict(cam or {})
+        self.cold_args = dict(cold or {})
+        self.key_width = key_width
+        self.fifo_depth = fifo_depth
+        self.max_batch_samples = max_batch_samples
+        self.cam = PopularityCAM(**self.cam_args, key_width=key_width,
+                                 user_width=key_width + 3)
+        flags = data.StructLayout({"hit": 1, "hot_slot": self.cam.slot_width, "eos": 1,
+                                   "empty": 1})
+        self.cold = ColdKeySet(**self.cold_args, key_width=key_width, user_width=flags.size)
+        self.flags_layout = flags
+        self.LATENCY = PopularityCAM.LATENCY + ColdKeySet.LATENCY + 1
+        slot_width = max(self.cam.slot_width, self.cold.slot_width)
+        sample_width = bits_for(max_batch_samples - 1)
+        count_width = bits_for(max_batch_samples)
+        self.layouts = {
+            "remap": data.StructLayout({"hot": 1, "slot": slot_width}),
+            "popular": data.StructLayout({"sample": sample_width}),
+            "non_popular": data.StructLayout({"sample": sample_width}),
+            "cold_keys": data.StructLayout({"key": key_width}),
+            "batches": data.StructLayout({"popular": count_width, "non_popular": count_width,
+                                          "cold": bits_for(self.cold.max_keys * 2),
+                                          "overflow": 1}),
+        }
+        ports = {
+            "lookups": In(stream.Signature(data.StructLayout(
+                {"key": key_width, "eos": 1, "eob": 1, "empty": 1}))),
+            "cmd": In(self.cam.cmd.signature.flip()),
+            "resp": Out(self.cam.resp.signature),
+            "moves": Out(self.cam.moves.signature),
+            "counters": Out(data.StructLayout({n: COUNTER_BITS for n in COUNTERS})),
+        }
+        ports.update({n: Out(stream.Signature(l)) for n, l in self.layouts.items()})
+        super().__init__(ports)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.cam = cam = self.cam
+        m.submodules.cold = cold = self.cold
+        wiring.connect(m, wiring.flipped(self.cmd), cam.cmd)
+        wiring.connect(m, cam.resp, wiring.flipped(self.resp))
+        wiring.connect(m, cam.moves, wiring.flipped(self.moves))
+
+        # lookups -> CAM, carrying the key and the sample/batch marks as sideband.
+        beat = self.lookups.payload
+        m.d.comb += [
+            cam.lookup.valid.eq(self.lookups.valid),
+            self.lookups.ready.eq(cam.lookup.ready),
+            cam.lookup.payload.key.eq(beat.key),
+            cam.lookup.payload.user.eq(Cat(beat.key, beat.eos | beat.eob, beat.eob, beat.empty)),
+        ]
+        # CAM -> cold set: only cold, non-empty lookups are numbered.
+        res = cam.result.payload
+        key, eos, eob, empty = (res.user[:self.key_width], res.user[self.key_width],
+                                res.user[self.key_width + 1], res.user[self.key_width + 2])
+        flags = Signal(self.flags_layout)
+        m.d.comb += [
+            flags.hit.eq(res.hit), flags.hot_slot.eq(res.slot), flags.eos.eq(eos),
+            flags.empty.eq(empty),
+            cold.i.valid.eq(cam.result.valid),
+            cam.result.ready.eq(cold.i.ready),
+            cold.i.payload.key.eq(key),
+            cold.i.payload.insert.eq(~res.hit & ~empty),
+            cold.i.payload.eob.eq(eob),
+            cold.i.payload.user.eq(flags),
+        ]
+
+        fifos = {}
+        for name, layout in self.layouts.items():
+            fifos[name] = fifo = SyncFIFOBuffered(width=layout.size, depth=self.fifo_depth)
+            m.submodules[f"{name}_fifo"] = fifo
+            port = getattr(self, name)
+            m.d.comb += [port.valid.eq(fifo.r_rdy), port.payload.eq(fifo.r_data),
+                         fifo.r_en.eq(port.ready)]
+
+        # Classification of the beat at the cold set's output.
+        o = cold.o.payload
+        f = self.flags_layout(o.user)
+        all_hot = Signal(init=1)       # every earlier lookup of the current sample was hot
+        sample = Signal(range(self.max_batch_samples))
+        popular = Signal(self.layouts["batches"].members["popular"])
+        non_popular = Signal.like(popular)
+        cold_rows = Signal(self.layouts["batches"].members["cold"])
+        overflow = Signal()
+
+        sample_hot = all_hot & (f.hit | f.empty)
+        new_cold = o.first & o.insert
+        needs = [(~f.empty, fifos["remap"]), (new_cold, fifos["cold_keys"]),
+                 (f.eos & sample_hot, fifos["popular"]), (f.eos & ~sample_hot, fifos["non_popular"]),
+                 (o.eob, fifos["batches"])]
+        room = Cat(*(~need | fifo.w_rdy for need, fifo in needs)).all()
+        m.d.comb += cold.o.ready.eq(room)
+        fire = cold.o.valid & room
+        for need, fifo in needs:
+            m.d.comb += fifo.w_en.eq(fire & need)
+
+        ends_popular = f.eos & sample_hot
+        ends_non_popular = f.eos & ~sample_hot
+        m.d.comb += [
+            fifos["remap"].w_data.eq(Cat(f.hit, Mux(f.hit, f.hot_slot, o.slot))),
+            fifos["cold_keys"].w_data.eq(o.key),
+            fifos["popular"].w_data.eq(sample),
+            fifos["non_popular"].w_data.eq(sample),
+        ]
+        summary = Signal(self.layouts["batches"])
+        m.d.comb += [
+            summary.popular.eq(popular + ends_popular),
+            summary.non_popular.eq(non_popular + ends_non_popular),
+            summary.cold.eq(cold_rows + new_cold),
+            summary.overflow.eq(overflow | o.overflow),
+            fifos["batches"].w_data.eq(summary),
+        ]
+
+        c = self.counters
+        with m.If(fire):
+            m.d.sync += [
+                c.lookups.eq(c.lookups + ~f.empty),
+                c.hits.eq(c.hits + (f.hit & ~f.empty)),
+                c.samples.eq(c.samples + f.eos),
+                c.popular_samples.eq(c.popular_samples + ends_popular),
+                c.cold_rows.eq(c.cold_rows + new_cold),
+                c.batches.eq(c.batches + o.eob),
+                c.overflows.eq(c.overflows + o.overflow),
+                all_hot.eq(f.eos | sample_hot),
+            ]
+            with m.If(o.eob):
+                m.d.sync += [sample.eq(0), popular.eq(0), non_popular.eq(0), cold_rows.eq(0),
+                             overflow.eq(0)]
+            with m.Else():
+                m.d.sync += [sample.eq(sample + f.eos), popular.eq(popular + ends_popular),
+                             non_popular.eq(non_popular + ends_non_popular),
+                             cold_rows.eq(cold_rows + new_cold), overflow.eq(overflow | o.overflow)]
+        return m

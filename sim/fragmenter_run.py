@@ -1,0 +1,180 @@
+"""Run the Fragmenter RTL (PopularityCAM + ColdKeySet) over a whole index stream.
+
+`FragmenterSim(config, backend)` builds the RTL once (Verilator or Icarus through the
+file-driven `StreamHarness`, or the Amaranth simulator); `run(...)` loads the hot set through
+the CAM command port (insert commands in hot-set rank order, exactly as the model places it),
+streams every lookup with sample/batch marks, and returns the decoded output streams and the
+cycle count of the lookup phase. `compare` checks them beat by beat against a `FragmentRun`
+of the bit-accurate model.
+"""
+from pathlib import Path
+
+import numpy as np
+
+from hotline.hw.fragmenter import Fragmenter
+from hotline.hw.popularity_cam import CAMOp
+
+from .harness import StreamHarness
+
+OUTPUTS = ("resp", "moves", "remap", "popular", "non_popular", "cold_keys", "batches")
+BACKENDS = ("verilator", "icarus", "amaranth")
+
+
+class RTLMismatch(AssertionError):
+    """The RTL disagrees with the model; the message names the stream and the first beat."""
+
+
+def _fields(layout):
+    """(name, offset, width) of a flat struct layout, least-significant first."""
+    return [(name, f.offset, f.width)
+            for name, f in layout]
+
+
+def pack(layout, **arrays):
+    """Vectorised struct packing into uint64 (payloads up to 64 bits)."""
+    n = len(next(iter(arrays.values())))
+    out = np.zeros(n, np.uint64)
+    for name, offset, width in _fields(layout):
+        if name in arrays:
+            out |= (np.asarray(arrays[name]).astype(np.uint64) & np.uint64((1 << width) - 1)) \
+                << np.uint64(offset)
+    return out
+
+
+def unpack(layout, values):
+    values = np.asarray(values, np.uint64)
+    return {name: ((values >> np.uint64(offset)) & np.uint64((1 << width) - 1)).astype(np.int64)
+            for name, offset, width in _fields(layout)}
+
+
+def lookup_beats(keys, sample_offsets, batch_size):
+    """(key, eos, eob, empty) arrays: one beat per lookup, one ``empty`` beat per empty sample."""
+    n = len(sample_offsets) - 1
+    lengths = np.diff(sample_offsets)
+    beats = np.maximum(lengths, 1)
+    ends = np.cumsum(beats) - 1
+    total = int(beats.sum())
+    key = np.zeros(total, np.uint64)
+    empty = np.zeros(total, bool)
+    empty[ends[lengths == 0]] = True
+    key[~empty] = np.asarray(keys, np.uint64)
+    eos = np.zeros(total, bool)
+    eos[ends] = True
+    eob = np.zeros(total, bool)
+    eob[ends[np.r_[np.arange(batch_size - 1, n, batch_size), n - 1]]] = True
+    return key, eos, eob, empty
+
+
+class FragmenterSim:
+    """The Fragmenter RTL on one backend; build once, run many streams."""
+
+    def __init__(self, config, backend="verilator", build_dir="build/rtl", waves=False):
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown RTL backend {backend!r}")
+        self.config, self.backend = config, backend
+        self.dut = Fragmenter(**config.fragmenter_kwargs())
+        self.layouts = {n: getattr(self.dut, n).payload.shape() for n in ("lookups", "cmd") + OUTPUTS}
+        tag = "_".join(str(v) for v in config.as_dict().values())
+        self.build_dir = Path(build_dir) / f"fragmenter_{backend}_{tag}"
+        self.harness = None
+        if backend != "amaranth":
+            self.harness = StreamHarness(self.dut, ["cmd", "lookups"], list(OUTPUTS), self.build_dir,
+                                         backend, phases=[["cmd"], ["lookups"]],
+                                         drain=4 * config.cam_max_kicks + 64)
+        self.waves = waves
+
+    @property
+    def build_seconds(self):
+        return self.harness.build_seconds if self.harness else 0.0
+
+    def run(self, insert_keys, keys, sample_offsets, batch_size, busy_in=0.0, busy_out=0.0,
+            progress=None, expect=None):
+        """Returns ({stream: decoded fields}, lookup-phase cycles, wall seconds).
+
+        ``expect`` ({stream: beat count}) is needed by the Amaranth backend only.
+        """
+        cmd = pack(self.layouts["cmd"], op=np.full(len(insert_keys), CAMOp.INSERT.value),
+                   key=np.asarray(insert_keys, np.uint64))
+        key, eos, eob, empty = lookup_beats(keys, sample_offsets, batch_size)
+        lookups = pack(self.layouts["lookups"], key=key, eos=eos, eob=eob, empty=empty)
+        if self.harness:
+            raw, cycles, seconds = self.harness.run(
+                {"cmd": cmd.tolist(), "lookups": lookups.tolist()}, busy_in, busy_out,
+                progress=progress, watch="remap")
+        else:
+            raw, cycles, seconds = self._run_amaranth(cmd.tolist(), lookups.tolist(), expect,
+                                                      busy_in, busy_out)
+        return {n: unpack(self.layouts[n], raw[n]) for n in OUTPUTS}, cycles, seconds
+
+    def _run_amaranth(self, cmd, lookups, expect, busy_in, busy_out):
+        import time
+        from amaranth.sim import Simulator
+        from . import streams
+
+        dut = self.dut
+        sim = Simulator(dut)
+        sim.add_clock(1e-8)
+        raw = {n: [] for n in OUTPUTS}
+        clock = {"now": 0, "start": 0}
+        limit = 40 * (len(cmd) + len(lookups)) + 4 * self.config.cold_capacity + 10_000
+
+        async def phases(ctx):
+            await streams.put(ctx, dut.cmd, cmd, busy_in, seed=1)
+            while len(raw["resp"]) < len(cmd):
+                await ctx.tick()
+            clock["start"] = clock["now"]
+            await streams.put(ctx, dut.lookups, lookups, busy_in, seed=2)
+
+        async def count_cycles(ctx):
+            async for _ in ctx.tick():
+                clock["now"] += 1
+
+        sim.add_testbench(phases)
+        sim.add_process(count_cycles)
+        for i, name in enumerate(OUTPUTS):
+            sim.add_testbench(lambda ctx, n=name, i=i: streams.get(
+                ctx, getattr(dut, n), expect[n], busy_out, seed=10 + i, out=raw[n], deadline=limit))
+        t0 = time.perf_counter()
+        sim.run()
+        raw = {n: [p.as_value().value for p in v] for n, v in raw.items()}
+        return raw, clock["now"] - clock["start"], time.perf_counter() - t0
+
+
+def expected_streams(run, responses):
+    """The output streams the RTL must produce for model run ``run``, after inserts whose
+    model responses were ``responses`` [(status, slot, moves)]."""
+    nb = run.num_batches
+    popular, non_popular = [], []
+    for b in range(nb):
+        bt = run.batch(b)
+        popular.append(bt["popular"])
+        non_popular.append(bt["non_popular"])
+    pop_n, non_n, cold_n = run.batch_sizes()
+    return {
+        "resp": {"status": np.array([s for s, _, _ in responses], np.int64),
+                 "slot": np.array([sl for _, sl, _ in responses], np.int64),
+                 "moves": np.array([len(mv) for _, _, mv in responses], np.int64)},
+        "moves": {"src": np.array([a for _, _, mv in responses for a, _ in mv], np.int64),
+                  "dst": np.array([d for _, _, mv in responses for _, d in mv], np.int64)},
+        "remap": {"hot": run.hot.astype(np.int64), "slot": run.slot.astype(np.int64)},
+        "popular": {"sample": np.concatenate(popular) if nb else np.zeros(0, np.int64)},
+        "non_popular": {"sample": np.concatenate(non_popular) if nb else np.zeros(0, np.int64)},
+        "cold_keys": {"key": run.cold_keys.astype(np.int64)},
+        "batches": {"popular": pop_n, "non_popular": non_n, "cold": cold_n,
+                    "overflow": run.overflow.astype(np.int64)},
+    }
+
+
+def compare(got, want):
+    """Raise `RTLMismatch` at the first beat where the RTL and the model differ."""
+    for stream, fields in want.items():
+        for field, values in fields.items():
+            g = np.asarray(got[stream][field])
+            w = np.asarray(values)
+            if len(g) != len(w):
+                raise RTLMismatch(f"stream {stream}: RTL gave {len(g)} beats, model {len(w)}")
+            bad = np.nonzero(g != w)[0]
+            if bad.size:
+                i = int(bad[0])
+                raise RTLMismatch(f"stream {stream} beat {i}: {field} = {int(g[i])} from the RTL, "
+                                  f"{int(w[i])} from the model")
