@@ -7,6 +7,7 @@ streams every lookup with sample/batch marks, and returns the decoded output str
 cycle count of the lookup phase. `compare` checks them beat by beat against a `FragmentRun`
 of the bit-accurate model.
 """
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -132,8 +133,9 @@ class FragmenterSim:
         sim.add_testbench(phases)
         sim.add_process(count_cycles)
         for i, name in enumerate(OUTPUTS):
-            sim.add_testbench(lambda ctx, n=name, i=i: streams.get(
-                ctx, getattr(dut, n), expect[n], busy_out, seed=10 + i, out=raw[n], deadline=limit))
+            sim.add_testbench(functools.partial(
+                streams.get, stream=getattr(dut, name), count=expect[name], busy=busy_out,
+                seed=10 + i, out=raw[name], deadline=limit))
         t0 = time.perf_counter()
         sim.run()
         raw = {n: [p.as_value().value for p in v] for n, v in raw.items()}

@@ -81,7 +81,11 @@ def run_cocotb(component, toplevel, test_module, build_dir, simulator="verilator
     build_args = []
     if simulator == "verilator":
         verilator_root()
-        build_args = ["-Wno-fatal", "-O3"] + VERILATOR_FIX_ARGS
+        build_args = ["-Wno-fatal", "-O3"]
+        # cocotb runs make itself: pass the fix as a command-line variable through MAKEFLAGS.
+        flags = os.environ.get("MAKEFLAGS", "")
+        if VERILATOR_FIX_ARGS[1] not in flags:
+            os.environ["MAKEFLAGS"] = f"{flags} {VERILATOR_FIX_ARGS[1]}".strip()
         if waves:
             build_args.append("--trace")
     runner = get_runner(simulator)

@@ -18,14 +18,14 @@ def pack(port, payloads):
 
 
 def run(component, toplevel, inputs, outputs, build_dir, simulator="verilator", busy_in=0.0,
-        busy_out=0.0, resets=(), drain_cycles=10000, waves=False):
+        busy_out=0.0, resets=(), drain_cycles=10000, waves=False, phases=None, quiet_cycles=64):
     build_dir = Path(build_dir)
     build_dir.mkdir(parents=True, exist_ok=True)
     spec = {
         "inputs": {n: pack(getattr(component, n), p) for n, p in inputs.items()},
         "outputs": {n: pack(getattr(component, n), p) for n, p in outputs.items()},
         "busy_in": busy_in, "busy_out": busy_out, "resets": list(resets),
-        "drain_cycles": drain_cycles,
+        "drain_cycles": drain_cycles, "phases": phases, "quiet_cycles": quiet_cycles,
     }
     spec_path, result_path = build_dir / "spec.json", build_dir / "result.json"
     spec_path.write_text(json.dumps(spec))

@@ -12,12 +12,13 @@ import random
 
 async def put(ctx, stream, payloads, busy=0.0, seed=0):
     rng = random.Random(seed)
+    raw = stream.payload.as_value() if hasattr(stream.payload, "as_value") else stream.payload
     for payload in payloads:
         while busy and rng.random() < busy:
             ctx.set(stream.valid, 0)
             await ctx.tick()
         ctx.set(stream.valid, 1)
-        ctx.set(stream.payload, payload)
+        ctx.set(raw if isinstance(payload, int) else stream.payload, payload)
         await ctx.tick().until(stream.ready)
     ctx.set(stream.valid, 0)
 

@@ -2,9 +2,11 @@
 
 The spec (JSON file named by $HOTLINE_TB_SPEC) gives, per input stream, the payloads to drive
 and, per output stream, the payloads expected in order; ``busy_in`` / ``busy_out`` are the
-probabilities of a stall cycle (valid or ready low) before each beat; ``resets`` lists beat
-indices of the first input at which the DUT is reset mid-stream (each output list then holds
-only what is expected after the last reset). Payloads are the flattened ints of the Amaranth
+probabilities of a stall cycle (valid or ready low) before each beat; ``phases`` (optional)
+lists the inputs driven in each phase, the next phase starting once the outputs have been
+quiet for ``quiet_cycles``; ``resets`` lists beat indices of the last phase's first input at
+which the DUT is reset mid-stream (each output list then holds only what is expected after
+the last reset). Payloads are the flattened ints of the Amaranth
 layouts (least-significant field first). The result (cycles, wall time) goes to
 $HOTLINE_TB_RESULT.
 """
@@ -84,6 +86,9 @@ class TB:
         for sink in self.sinks.values():
             sink.got.clear()
 
+    def beats(self):
+        return sum(len(s.got) for s in self.sinks.values())
+
     def done(self):
         return all(len(s.got) >= len(self.spec["outputs"][n]) for n, s in self.sinks.items())
 
@@ -105,22 +110,36 @@ async def stream_regression(dut):
     for sink in tb.sinks.values():
         cocotb.start_soon(sink.run())
     resets = spec.get("resets", [])
-    t0, start_cycle = time.perf_counter(), 0
-    first, *others = spec["inputs"].items()
-    # Mid-stream resets cut the first input into segments; other inputs run whole.
-    bounds = [0] + resets + [len(first[1])]
-    others_tasks = [cocotb.start_soon(tb.sources[n].send(p)) for n, p in others]
+    t0 = time.perf_counter()
     cycles = 0
-    for seg, (a, b) in enumerate(zip(bounds, bounds[1:])):
-        if seg:
-            await tb.reset()
-        task = cocotb.start_soon(tb.sources[first[0]].send(first[1][a:b]))
-        while not task.done():
+    phases = spec.get("phases") or [list(spec["inputs"])]
+    for p, names in enumerate(phases):
+        first, *others = names
+        payloads = spec["inputs"][first]
+        # Mid-stream resets cut the last phase's first input into segments.
+        bounds = [0] + (resets if p == len(phases) - 1 else []) + [len(payloads)]
+        others_tasks = [cocotb.start_soon(tb.sources[n].send(spec["inputs"][n])) for n in others]
+        for seg, (a, b) in enumerate(zip(bounds, bounds[1:])):
+            if seg:
+                await tb.reset()
+            task = cocotb.start_soon(tb.sources[first].send(payloads[a:b]))
+            while not task.done():
+                await RisingEdge(dut.clk)
+                cycles += 1
+        while not all(t.done() for t in others_tasks):
             await RisingEdge(dut.clk)
             cycles += 1
+        if p < len(phases) - 1:
+            # Between phases, wait until the outputs have been quiet for quiet_cycles.
+            quiet, seen = 0, tb.beats()
+            while quiet < spec.get("quiet_cycles", 64):
+                await RisingEdge(dut.clk)
+                cycles += 1
+                quiet = quiet + 1 if tb.beats() == seen else 0
+                seen = tb.beats()
     limit = spec.get("drain_cycles", 10000)
     for _ in range(limit):
-        if tb.done() and all(t.done() for t in others_tasks):
+        if tb.done():
             break
         await RisingEdge(dut.clk)
         cycles += 1

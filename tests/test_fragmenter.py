@@ -1,0 +1,163 @@
+"""Fragmenter RTL against the bit-accurate model, beat by beat, on real and adversarial streams.
+
+Verilator and Icarus run the file-driven harness (random valid/ready stalls on every stream);
+a cocotb regression and an Amaranth-simulator run cover the same block on short streams.
+"""
+import numpy as np
+import pytest
+
+from conftest import real_file
+from hotline.commands import model_fragment
+from hotline.data import Dataset, load_dataset
+from hotline.device_model import AcceleratorConfig
+from hotline.planner import exact_hot_set
+from hotline.sim.fragmenter_run import FragmenterSim, compare, expected_streams, lookup_beats
+from hotline.sim.runner import simulator_available
+
+# One geometry for the real streams (one build per simulator), one tiny one that overflows.
+REAL = AcceleratorConfig(cam_entries=4096, cold_capacity=16384, cold_max_keys=8192,
+                         max_batch_samples=1024)
+TINY = AcceleratorConfig(cam_entries=64, cam_stash=2, cam_max_kicks=8, cold_capacity=64,
+                         cold_stash=2, cold_max_keys=48, max_batch_samples=64)
+
+_sims = {}
+
+
+def rtl(config, simulator, tmp_path_factory):
+    if not simulator_available(simulator):
+        pytest.skip(f"{simulator} is not installed")
+    key = (config, simulator)
+    if key not in _sims:
+        _sims[key] = FragmenterSim(config, simulator, tmp_path_factory.mktemp("rtl"))
+    return _sims[key]
+
+
+def check(sim, keys, offsets, batch_size, hot_keys, busy_in=0.2, busy_out=0.3):
+    placement, run = model_fragment(keys, offsets, batch_size, hot_keys, sim.config)
+    want = expected_streams(run, placement.responses)
+    got, cycles, _ = sim.run(hot_keys, keys, offsets, batch_size, busy_in, busy_out,
+                             expect={n: len(next(iter(f.values()))) for n, f in want.items()})
+    compare(got, want)
+    return run, cycles
+
+
+REAL_STREAMS = [  # (file, batch size, samples used)
+    ("criteo_kaggle/train_random4584.csv.gz", 256, None),
+    ("criteo_kaggle/train_head1999.csv.gz", 256, None),
+    ("criteo_kaggle/test_head1999.csv.gz", 256, None),
+    ("criteo_kaggle/train_rows0-206k_sub1pct.csv.gz", 256, None),
+    ("criteo_kaggle/train_rows39.80M-39.99M_sub1pct.csv.gz", 256, None),
+    ("criteo_kaggle/train_random45840_7cat.arff.gz", 1024, 20000),
+    ("alimama/dmr_alimama_sampled_train500.csv.gz", 32, None),
+    ("movielens/ml-100k.inter.gz", 1024, 30000),
+    ("amazon_book/ngcf_test.txt.gz", 1024, 30000),
+]
+
+
+@pytest.mark.parametrize("rel,batch,limit", REAL_STREAMS, ids=[r[0].split("/")[1] for r in REAL_STREAMS])
+def test_real_streams_verilator(rel, batch, limit, tmp_path_factory):
+    ds = load_dataset(real_file(rel), limit=limit)
+    keys = ds.keys
+    hot = exact_hot_set(keys, min(3600, max(1, len(np.unique(keys)) // 10)))
+    sim = rtl(REAL, "verilator", tmp_path_factory)
+    run, _ = check(sim, keys, ds.sample_offsets, batch, hot.keys)
+    assert run.counters.lookups == len(keys)
+
+
+def test_throughput_on_criteo_batches_of_1024(tmp_path_factory):
+    ds = load_dataset(real_file("criteo_kaggle/train_random4584.csv.gz"))
+    keys = ds.keys
+    hot = exact_hot_set(keys, 3600)
+    sim = rtl(REAL, "verilator", tmp_path_factory)
+    _, cycles = check(sim, keys, ds.sample_offsets, 1024, hot.keys, busy_in=0.0, busy_out=0.0)
+    assert len(keys) / cycles >= 0.95  # batch boundaries cost nothing
+
+
+def multi_hot(rng, n, f, max_len, rows, empty_rate=0.0):
+    lengths = rng.integers(0, max_len + 1, (n, f)).astype(np.int32)
+    if empty_rate:
+        lengths[rng.random(n) < empty_rate] = 0
+    return Dataset(lengths, rng.integers(0, rows, int(lengths.sum())), np.full(f, rows, np.int64))
+
+
+def adversarial_cases(rng):
+    distinct = Dataset(np.ones((300, 2), np.int32), np.arange(600), np.array([1000, 1000]))
+    repeated = Dataset(np.ones((200, 3), np.int32), np.zeros(600, np.int64), np.array([5, 5, 5]))
+    return {
+        # (dataset, batch size, hot keys chosen as: "none" | "all" | int K)
+        "all_cold_distinct": (distinct, 16, "none"),
+        "all_hot": (repeated, 7, "all"),
+        "one_key_repeated_cold": (repeated, 50, "none"),
+        "one_sample_batches": (multi_hot(rng, 120, 3, 2, 20), 1, 10),
+        "max_length_multi_hot": (multi_hot(rng, 40, 2, 30, 500), 1, 40),
+        "empty_samples": (multi_hot(rng, 150, 2, 2, 30, empty_rate=0.3), 13, 8),
+        "cold_set_overflow": (Dataset(np.ones((64, 1), np.int32), rng.integers(0, 1 << 20, 64),
+                                      np.array([1 << 20])), 64, "none"),
+    }
+
+
+def hot_keys_for(ds, choice):
+    keys = ds.keys
+    if choice == "none":
+        return np.zeros(0, np.uint32)
+    uniq = np.unique(keys)
+    return exact_hot_set(keys, len(uniq) if choice == "all" else choice).keys
+
+
+@pytest.mark.parametrize("simulator", ["verilator", "icarus"])
+def test_adversarial_batches(simulator, tmp_path_factory):
+    sim = rtl(TINY, simulator, tmp_path_factory)
+    rng = np.random.default_rng(0)
+    for name, (ds, batch, choice) in adversarial_cases(rng).items():
+        hot = hot_keys_for(ds, choice)
+        for busy in ((0.0, 0.0), (0.3, 0.5)):
+            try:
+                run, cycles = check(sim, ds.keys, ds.sample_offsets, batch, hot, *busy)
+            except AssertionError as e:
+                raise AssertionError(f"{name} busy={busy}: {e}") from None
+        if name == "cold_set_overflow":
+            assert run.counters.overflows > 0
+        if name == "all_hot":
+            assert run.counters.popular_samples == ds.num_samples
+
+
+def test_hot_set_larger_than_cam_is_reported_and_mirrored(tmp_path_factory):
+    ds = multi_hot(np.random.default_rng(1), 100, 2, 3, 200)
+    hot = exact_hot_set(ds.keys, 200).keys  # more keys than the 64-entry CAM can hold
+    placement, run = model_fragment(ds.keys, ds.sample_offsets, 10, hot, TINY)
+    assert placement.failed.size > 0 and placement.keys.size <= 64 + TINY.cam_stash
+    check(rtl(TINY, "verilator", tmp_path_factory), ds.keys, ds.sample_offsets, 10, hot)
+
+
+def test_amaranth_simulator_short_stream():
+    ds = multi_hot(np.random.default_rng(2), 24, 2, 3, 15, empty_rate=0.1)
+    hot = exact_hot_set(ds.keys, 6).keys
+    sim = FragmenterSim(TINY, "amaranth")
+    check(sim, ds.keys, ds.sample_offsets, 5, hot, busy_in=0.2, busy_out=0.2)
+
+
+def test_cocotb_regression(tmp_path):
+    """The same block under cocotb (Verilator): CAM load phase, then a real stream with stalls."""
+    if not simulator_available("verilator"):
+        pytest.skip("verilator is not installed")
+    from hotline.hw.fragmenter import Fragmenter
+    from hotline.hw.popularity_cam import CAMOp
+    from hotline.sim import stream_regression
+    from hotline.sim.fragmenter_run import OUTPUTS, pack
+
+    ds = load_dataset(real_file("criteo_kaggle/train_head1999.csv.gz"), limit=120)
+    keys, offsets, batch = ds.keys, ds.sample_offsets, 32
+    hot = exact_hot_set(keys, 50).keys
+    config = TINY
+    placement, run = model_fragment(keys, offsets, batch, hot, config)
+    want = expected_streams(run, placement.responses)
+    dut = Fragmenter(**config.fragmenter_kwargs())
+    layout = lambda n: getattr(dut, n).payload.shape()
+    key, eos, eob, empty = lookup_beats(keys, offsets, batch)
+    inputs = {"cmd": pack(layout("cmd"), op=np.full(len(hot), CAMOp.INSERT.value), key=hot).tolist(),
+              "lookups": pack(layout("lookups"), key=key, eos=eos, eob=eob, empty=empty).tolist()}
+    outputs = {n: pack(layout(n), **want[n]).tolist() for n in OUTPUTS}
+    res = stream_regression.run(dut, "fragmenter", inputs, outputs, tmp_path, "verilator",
+                                busy_in=0.2, busy_out=0.3, phases=[["cmd"], ["lookups"]],
+                                quiet_cycles=200)
+    assert res["beats"]["remap"] == len(keys)
