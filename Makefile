@@ -39,7 +39,7 @@ test-full: $(STAMP) icarus
 sim: $(STAMP)
 	$(BIN)/hotline sim --backend $(BACKEND) --batch-size $(BATCH_SIZE) --hot-rows $(HOT_ROWS) \
 	    --samples $(SAMPLES) $(if $(DATA),--data $(DATA)) $(if $(filter 1,$(WAVES)),--waves) \
-	    --out build/sim
+	    --real --out build/sim
 
 bench: $(STAMP)
 	$(BIN)/python -m hotline.bench --out bench/results.json

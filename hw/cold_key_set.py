@@ -16,7 +16,8 @@ batch, overflow needs five or more keys in both buckets of a key and a full stas
 ``max_keys`` bounds the slots per batch; a new key beyond it is flagged ``overflow``, slot 0.
 
 Epochs count 1 .. 2**epoch_bits - 1 (0 = never valid). After the batch with the last epoch,
-and after reset, both memories are cleared (``capacity // (2 * ways)`` cycles, ``i.ready`` low).
+and after reset, both memories are cleared (``capacity // (2 * ways)`` cycles, ``i.ready`` low,
+``clearing`` high).
 
 Timing: ``i`` -> ``o`` latency ``LATENCY`` = 3 cycles, one beat per cycle sustained, in order.
 ``o`` backpressure stalls the pipeline (no loss, duplication or bubble); ``i.ready`` follows
@@ -83,6 +84,7 @@ class ColdKeySet(wiring.Component):
             "o": Out(stream.Signature(data.StructLayout({
                 "key": key_width, "slot": self.slot_width, "first": 1, "insert": 1, "eob": 1,
                 "overflow": 1, "user": user_width}))),
+            "clearing": Out(1),
         })
 
     def elaborate(self, platform):
@@ -109,7 +111,7 @@ class ColdKeySet(wiring.Component):
                                   "bucket": data.ArrayLayout(bucket_bits, 2)})
         s1, s2 = Signal(beat), Signal(beat)
 
-        clearing = Signal()
+        clearing = self.clearing
         clear_addr = Signal(bucket_bits)
         advance = (~self.o.valid | self.o.ready) & ~clearing
         # Near the last epoch, stop taking beats while a batch end is in flight: the beat after

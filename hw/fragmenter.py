@@ -93,9 +93,11 @@ class Fragmenter(wiring.Component):
 
         # lookups -> CAM, carrying the key and the sample/batch marks as sideband.
         beat = self.lookups.payload
+        # No lookup enters while the cold set clears (after reset, or every 2**epoch_bits - 1
+        # batches), so the pipeline does not fill up behind it.
         m.d.comb += [
-            cam.lookup.valid.eq(self.lookups.valid),
-            self.lookups.ready.eq(cam.lookup.ready),
+            cam.lookup.valid.eq(self.lookups.valid & ~cold.clearing),
+            self.lookups.ready.eq(cam.lookup.ready & ~cold.clearing),
             cam.lookup.payload.key.eq(beat.key),
             cam.lookup.payload.user.eq(Cat(beat.key, beat.eos | beat.eob, beat.eob, beat.empty)),
         ]

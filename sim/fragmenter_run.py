@@ -75,14 +75,18 @@ class FragmenterSim:
         self.config, self.backend = config, backend
         self.dut = Fragmenter(**config.fragmenter_kwargs())
         self.layouts = {n: getattr(self.dut, n).payload.shape() for n in ("lookups", "cmd") + OUTPUTS}
-        tag = "_".join(str(v) for v in config.as_dict().values())
+        tag = "_".join(str(v) for v in config.as_dict().values()) + ("_waves" if waves else "")
         self.build_dir = Path(build_dir) / f"fragmenter_{backend}_{tag}"
         self.harness = None
         if backend != "amaranth":
             self.harness = StreamHarness(self.dut, ["cmd", "lookups"], list(OUTPUTS), self.build_dir,
                                          backend, phases=[["cmd"], ["lookups"]],
-                                         drain=4 * config.cam_max_kicks + 64)
-        self.waves = waves
+                                         drain=4 * config.cam_max_kicks + 64, waves=waves)
+
+    @property
+    def waves_file(self):
+        """The waveform of the last run (harness backends built with ``waves``)."""
+        return self.harness.run_dir / "waves.vcd" if self.harness else None
 
     @property
     def build_seconds(self):

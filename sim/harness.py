@@ -34,13 +34,14 @@ class _Stream:
     width: int
 
 
-def _testbench(inputs, outputs, phases, drain):
-    """SystemVerilog source of the testbench module ``tb`` around module ``dut``."""
+def _testbench(inputs, outputs, phases, drain, waves):
+    """SystemVerilog source of the testbench module ``tb`` around module ``dut``; with
+    ``waves``, the first ``+wave_cycles=N`` cycles (default 20000) go to waves.vcd."""
     L = ["`timescale 1ns/1ps", "module tb;",
          "  reg clk = 0; reg rst = 1;", "  always #5 clk = ~clk;",
          "  reg [63:0] cycle = 0; reg [63:0] last_move = 0; reg [63:0] first_fire = 0;",
          "  reg started = 0; integer phase = 0; integer busy_in = 0, busy_out = 0;",
-         "  reg [31:0] seed = 32'h1234567;", "  integer fd_report;"]
+         "  integer fd_report, wave_cycles = 0;"]
     conns = [".clk(clk)", ".rst(rst)"]
     for i, s in enumerate(inputs):
         L += [f"  reg {s.name}_valid = 0; reg [{s.width - 1}:0] {s.name}_payload = 0; wire {s.name}_ready;",
@@ -61,8 +62,13 @@ def _testbench(inputs, outputs, phases, drain):
         L.append(f"    {s.name}_fd = $fopen(\"in_{s.name}.hex\", \"r\");")
     for s in outputs:
         L.append(f"    {s.name}_fd = $fopen(\"out_{s.name}.hex\", \"w\");")
+    if waves:
+        L += ["    $dumpfile(\"waves.vcd\"); $dumpvars(0, tb);",
+              "    if (!$value$plusargs(\"wave_cycles=%d\", wave_cycles)) wave_cycles = 20000;"]
     L += ["    repeat (4) @(posedge clk);", "    rst <= 0;", "  end",
           "  always @(posedge clk) cycle <= cycle + 1;"]
+    if waves:
+        L.append("  always @(posedge clk) if (cycle == wave_cycles) $dumpoff;")
     # xorshift32 per stream; a stall when (rng % 1000) < busy (per mille)
     step = lambda x: f"r = {x}; r = r ^ (r << 13); r = r ^ (r >> 17); r = r ^ (r << 5); {x} <= r;"
     for s in inputs:
@@ -114,7 +120,7 @@ class StreamHarness:
     """
 
     def __init__(self, component, inputs, outputs, build_dir, simulator="verilator",
-                 phases=None, drain=64):
+                 phases=None, drain=64, waves=False):
         self.simulator = simulator
         self.build_dir = Path(build_dir).resolve()
         self.inputs = [_Stream(n, _width(getattr(component, n))) for n in inputs]
@@ -123,13 +129,15 @@ class StreamHarness:
         self.build_dir.mkdir(parents=True, exist_ok=True)
         dut = export_verilog(component, "dut", self.build_dir / "dut.v")
         tb = self.build_dir / "tb.sv"
-        tb.write_text(_testbench(self.inputs, self.outputs, self.phases, drain))
+        tb.write_text(_testbench(self.inputs, self.outputs, self.phases, drain, waves))
+        self.run_dir = self.build_dir / "run"
         t0 = time.perf_counter()
         if simulator == "verilator":
             root = verilator_root()
             cmd = [str(root / "bin" / "verilator"), "--binary", "--timing", "-Wno-fatal",
                    "-Wno-lint", "-Wno-style", "-O3", "--top-module", "tb", "-j", "2",
                    "-CFLAGS", "-fcoroutines -std=c++20", *VERILATOR_FIX_ARGS,
+                   *(["--trace"] if waves else []),
                    "--Mdir", str(self.build_dir / "obj"), "-o", "sim", str(tb), str(dut)]
             self.exe = [str(self.build_dir / "obj" / "sim")]
         elif simulator == "icarus":
@@ -152,7 +160,7 @@ class StreamHarness:
 
         ``progress(n)`` is called as the ``watch`` output stream grows (a progress bar).
         """
-        run_dir = self.build_dir / "run"
+        run_dir = self.run_dir
         run_dir.mkdir(exist_ok=True)
         for s in self.inputs:
             digits = (s.width + 3) // 4

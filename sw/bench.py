@@ -6,7 +6,11 @@ Sections:
 - fragment_model: the model fragmenter on generated Criteo samples (lookups/s), beside
   ``np.unique`` over the same keys (the cheapest pass that touches every key once);
 - criteo_parse: the Criteo CSV reader in MB/s of uncompressed text, beside Python's csv
-  module reading the same file.
+  module reading the same file;
+- fragment_rtl: the Fragmenter RTL on Verilator over the generated stream and every real
+  file (B = 1024), in lookups per cycle against the ideal 1.0, every beat checked against the
+  model; and the simulators' speed (simulated cycles/s) on one short stream, Verilator beside
+  Icarus and the Amaranth simulator.
 """
 import argparse
 import csv
@@ -22,12 +26,15 @@ from pathlib import Path
 
 import numpy as np
 
-from .data import load_dataset, shared_data_dir
+from .data import load_dataset, real_data_files, shared_data_dir
 from .device_model import DeviceModel
 from .planner import exact_hot_set
 from .report import table, write_json
 from .synth import synth_criteo
 
+
+
+SECTIONS = ("fragment_model", "criteo_parse", "fragment_rtl")
 
 
 def _best_of(fn, repeat):
@@ -98,14 +105,59 @@ def bench_criteo_parse(quick, repeat=3):
             "reference_mb_per_s": mb / t_ref, "ratio_vs_reference": t_ref / t_ours}
 
 
+def bench_fragment_rtl(quick):
+    from .commands import AcceleratorConfig, fragment, max_batch_lookups, open_data
+    from hotline.sim.runner import simulator_available
+
+    if not simulator_available("verilator"):
+        return {"skipped": "verilator is not available"}, []
+    batch = 1024
+    specs = [f"synth:criteo-kaggle:{5000 if quick else 100_000}"]
+    specs += [str(p) for p in real_data_files()][:1 if quick else None]
+    datasets = [open_data(spec) for spec in specs]
+    hot_rows = [16384 if spec.startswith("synth:") else
+                max(1, int(0.1 * len(np.unique(ds.keys)))) for spec, ds in zip(specs, datasets)]
+    config = AcceleratorConfig.for_workload(
+        max(hot_rows), batch, max(max_batch_lookups(ds.sample_offsets, batch) for ds in datasets))
+    cache, streams = {}, []
+    with tempfile.TemporaryDirectory() as tmp:
+        for ds, k in zip(datasets, hot_rows):
+            res, _ = fragment(ds, k, batch, backend="verilator", build_dir=tmp, config=config,
+                              rtl_cache=cache)
+            streams.append({key: res[key] for key in (
+                "data", "samples", "lookups", "hot_rows", "cycles", "lookups_per_cycle",
+                "simulated_cycles_per_second", "popular_fraction", "hot_lookup_fraction")})
+        # Simulator speed, same short stream and geometry on each backend.
+        short = open_data(f"synth:criteo-kaggle:{100 if quick else 500}")
+        speed = {}
+        for backend in ("verilator", "icarus", "amaranth"):
+            if backend != "amaranth" and not simulator_available(backend):
+                continue
+            res, _ = fragment(short, 500, 128, backend=backend, build_dir=tmp)
+            speed[backend] = {"cycles": res["cycles"], "sim_seconds": res["sim_seconds"],
+                              "cycles_per_second": res["simulated_cycles_per_second"],
+                              "build_seconds": res["build_seconds"]}
+    v = speed["verilator"]["cycles_per_second"]
+    for name, r in speed.items():
+        r["verilator_speedup"] = v / r["cycles_per_second"]
+    result = {"batch_size": batch, "accelerator": config.as_dict(), "ideal_lookups_per_cycle": 1.0,
+              "streams": streams, "simulator_speed": {"data": short.name, **speed},
+              "min_lookups_per_cycle": min(x["lookups_per_cycle"] for x in streams)}
+    rows = [[f"fragmenter RTL lookups/cycle", x["data"][:40], f"{x['lookups_per_cycle']:.4f}",
+             "ideal 1.0", x["lookups_per_cycle"]] for x in streams]
+    rows += [[f"{name} speed", short.name, f"{r['cycles_per_second']:,.0f} cycles/s",
+              "Verilator", 1 / r["verilator_speedup"]] for name, r in speed.items()]
+    return result, rows
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m hotline.bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="bench/results.json")
-    p.add_argument("--only", nargs="*", choices=("fragment_model", "criteo_parse"))
+    p.add_argument("--only", nargs="*", choices=SECTIONS)
     p.add_argument("--quick", action="store_true", help="small sizes (CI smoke run)")
     args = p.parse_args(argv)
-    want = set(args.only or ("fragment_model", "criteo_parse"))
+    want = args.only or SECTIONS
     results = {"machine": {"python": sys.version.split()[0], "platform": platform.platform(),
                            "cpus": os.cpu_count()},
                "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
@@ -118,6 +170,9 @@ def main(argv=None):
         r = results["criteo_parse"] = bench_criteo_parse(args.quick)
         rows.append(["Criteo CSV parse", r["data"][:40], f"{r['mb_per_s']:.1f} MB/s",
                      f"{r['reference_mb_per_s']:.1f} MB/s csv.reader", r["ratio_vs_reference"]])
+    if "fragment_rtl" in want:
+        results["fragment_rtl"], more = bench_fragment_rtl(args.quick)
+        rows += more
     write_json(args.out, results)
     print(table(rows, ["benchmark", "data", "result", "same-run reference", "ratio"]))
     print(f"\nwrote {args.out}")

@@ -4,13 +4,14 @@ Bad input exits 2 with one line ``hotline: error: ...`` naming the file, line or
 traceback and no partial output file.
 """
 import argparse
+import math
 import sys
 from pathlib import Path
 
 import numpy as np
 
 from . import commands
-from .data import FORMATS
+from .data import FORMATS, real_data_files
 from .errors import HotlineError
 from .report import plot_stream, table, write_json
 
@@ -86,7 +87,10 @@ def build_parser():
     _hot_args(p)
     p.add_argument("--batch-size", type=_positive_int, required=True, metavar="B")
     p.add_argument("--backend", choices=commands.BACKENDS, default="model",
-                   help="model: bit-accurate numpy model (default); RTL backends: issue #4")
+                   help="model: the bit-accurate numpy model (default); verilator / icarus / "
+                        "amaranth: the Fragmenter RTL in that simulator, every output beat "
+                        "checked against the model; adds cycles and lookups_per_cycle")
+    p.add_argument("--build-dir", default="build/rtl", help="where RTL builds are kept")
     p.set_defaults(func=cmd_fragment)
 
     p = sub.add_parser("sim", help="run the accelerator on the built-in stream (and files) and "
@@ -95,7 +99,7 @@ def build_parser():
                        "--batch-size 1024 --out build/sim",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backend", choices=("auto",) + commands.BACKENDS, default="auto",
-                   help="auto: the fastest RTL simulator available, else the model")
+                   help="auto (default): Verilator if available, else Icarus, else the model")
     p.add_argument("--data", action="append", default=[], metavar="DATA",
                    help="also run this data file (repeatable)")
     p.add_argument("--samples", type=_positive_int, default=100_000,
@@ -104,7 +108,12 @@ def build_parser():
     p.add_argument("--batch-size", type=_positive_int, default=1024)
     p.add_argument("--hot-rows", type=_positive_int, default=16384)
     p.add_argument("--profile-fraction", type=_fraction, default=1.0)
-    p.add_argument("--waves", action="store_true", help="write a waveform (RTL backends)")
+    p.add_argument("--real", action="store_true",
+                   help="also run every real file found in ../shared/data")
+    p.add_argument("--hot-fraction", type=_fraction, default=0.1, metavar="F",
+                   help="hot rows for data files: min(--hot-rows, F x distinct keys) (default 0.1)")
+    p.add_argument("--waves", action="store_true",
+                   help="write the first 20000 cycles of each RTL run as OUT/rtl/<data>.vcd")
     p.add_argument("--out", default="build/sim", help="directory for JSON and PNG (default build/sim)")
     p.set_defaults(func=cmd_sim)
 
@@ -180,9 +189,9 @@ def cmd_fragment(args):
     _check_out(args.json)
     k = commands.resolve_hot_rows(args.hot_rows, args.hot_bytes, args.dim)
     ds = _load(args)
-    with _progress(ds.num_samples, "fragment") as bar:
+    with _progress(ds.num_lookups, f"fragment ({args.backend})") as bar:
         res, _ = commands.fragment(ds, k, args.batch_size, args.profile_fraction, args.backend,
-                                   progress=bar.update)
+                                   progress=bar.update, build_dir=args.build_dir)
     for n in res["notes"]:
         _say(f"hotline: note: {n}")
     write_json(args.json, res)
@@ -191,20 +200,31 @@ def cmd_fragment(args):
 
 
 def cmd_sim(args):
-    backend = args.backend
-    if backend == "auto":
-        _say("hotline sim: no RTL backend is available yet (the fragmenter RTL is issue #4); "
-             "running the bit-accurate model backend")
-        backend = commands.MODEL_BACKEND
+    backend, why = commands.pick_backend(args.backend)
+    if why:
+        _say(f"hotline sim: {why}")
     out = Path(args.out)
     _check_out(out / "sim.json")
     sources = [f"synth:criteo-kaggle:{args.samples}:{args.seed}"] + args.data
-    results, rows = [], []
-    for spec in sources:
-        ds = commands.open_data(spec)
-        with _progress(ds.num_samples, ds.name) as bar:
-            res, run = commands.fragment(ds, args.hot_rows, args.batch_size, args.profile_fraction,
-                                         backend, progress=bar.update)
+    if args.real:
+        found = real_data_files()
+        if not found:
+            _say("hotline sim: no real data found (../shared/data); running the generator only")
+        sources += [str(p) for p in found]
+    datasets = [commands.open_data(spec) for spec in sources]
+    # One accelerator geometry for every stream, so the RTL is built once.
+    config = commands.AcceleratorConfig.for_workload(
+        args.hot_rows, args.batch_size,
+        max(commands.max_batch_lookups(d.sample_offsets, args.batch_size) for d in datasets))
+    results, rows, cache = [], [], {}
+    for spec, ds in zip(sources, datasets):
+        k = args.hot_rows
+        if not spec.startswith(commands.SYNTH_PREFIX):
+            k = min(k, math.ceil(args.hot_fraction * len(np.unique(ds.keys))))
+        with _progress(ds.num_lookups, f"{ds.name} ({backend})") as bar:
+            res, run = commands.fragment(ds, k, args.batch_size, args.profile_fraction,
+                                         backend, progress=bar.update, build_dir=out / "rtl",
+                                         config=config, rtl_cache=cache, waves=args.waves)
         for n in res["notes"]:
             _say(f"hotline: note ({ds.name}): {n}")
         counts = np.sort(np.unique(ds.keys, return_counts=True)[1])[::-1]
@@ -214,13 +234,23 @@ def cmd_sim(args):
         res["plot"] = str(png)
         results.append(res)
         cold = np.array([b["unique_cold_rows"] for b in res["batches"]])
-        rows.append([ds.name, res["samples"], 100 * res["popular_fraction"],
-                     100 * res["hot_lookup_fraction"], float(cold.mean()),
-                     res["samples"] / res["wall_seconds"] if res["wall_seconds"] else 0.0])
-    write_json(out / "sim.json", {"backend": backend, "runs": results})
-    print(table(rows, ["data", "samples", "popular %", "hot-lookup %", "cold rows/batch",
-                       "samples/s"]))
-    print(f"\nJSON: {out / 'sim.json'}; plots: {', '.join(r['plot'] for r in results)}")
+        row = [ds.name[:38], res["samples"], 100 * res["popular_fraction"],
+               100 * res["hot_lookup_fraction"], float(cold.mean())]
+        if "cycles" in res:
+            row += [res["cycles"], res["lookups_per_cycle"],
+                    f"{res['simulated_cycles_per_second'] / 1e6:.2f}M", "yes"]
+        rows.append(row)
+    write_json(out / "sim.json", {"backend": backend, "accelerator": config.as_dict(),
+                                  "batch_size": args.batch_size, "hot_rows": args.hot_rows,
+                                  "runs": results})
+    headers = ["data", "samples", "popular %", "hot-lookup %", "cold rows/batch"]
+    if backend != commands.MODEL_BACKEND:
+        headers += ["cycles", "lookups/cycle", "cycles/s", "= model"]
+    print(f"accelerator: CAM {config.cam_entries:,} entries, cold-key set {config.cold_capacity:,}"
+          f" entries; backend {backend}; B={args.batch_size}; K={args.hot_rows:,} for the "
+          f"generator, min(K, {args.hot_fraction:g} x distinct keys) for files")
+    print(table(rows, headers))
+    print(f"\nJSON: {out / 'sim.json'}; plots: {out}/*.png")
     return 0
 
 

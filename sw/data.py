@@ -50,6 +50,14 @@ def shared_data_dir():
     return beside if beside.exists() else Path("/work/shared/data")
 
 
+def real_data_files():
+    """Every data file under `shared_data_dir` that the readers support (empty if absent)."""
+    root = shared_data_dir()
+    if not root.exists():
+        return []
+    return [p for p in sorted(root.glob("*/*.gz")) if not p.name.endswith((".user.gz", ".item.gz"))]
+
+
 def make_keys(tables, rows):
     """Keys ``(table << ROW_BITS) | row`` as uint32."""
     return ((np.asarray(tables, np.uint32) << np.uint32(ROW_BITS))

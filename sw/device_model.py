@@ -104,11 +104,12 @@ class AcceleratorConfig:
     cold_ways: int = 4
     cold_stash: int = 4
     cold_max_keys: int = 32768
+    cold_epoch_bits: int = 12
     max_batch_samples: int = 4096
 
     # The CAM holds the hot set at <= 90% occupancy; the cold set is sized at 2x the most
     # distinct cold keys a batch can have, where overflow takes 5+ keys in both of a key's
-    # buckets and a full stash.
+    # buckets and a full stash; 12 epoch bits mean one clearing pass every 4095 batches.
     CAM_LOAD = 0.9
 
     @classmethod
@@ -124,7 +125,7 @@ class AcceleratorConfig:
 
     def cold_kwargs(self):
         return dict(capacity=self.cold_capacity, ways=self.cold_ways, stash=self.cold_stash,
-                    max_keys=self.cold_max_keys)
+                    max_keys=self.cold_max_keys, epoch_bits=self.cold_epoch_bits)
 
     def fragmenter_kwargs(self):
         return dict(cam=self.cam_kwargs(), cold=self.cold_kwargs(),
@@ -243,7 +244,8 @@ class DeviceModel:
         return cls(hot_keys, slots, table_sizes, ColdKeySetModel(**config.cold_kwargs()))
 
     def fragment(self, keys, sample_offsets, batch_size, progress=None):
-        """Fragment a whole stream: ``keys`` [L] in sample order, ``sample_offsets`` [N + 1]."""
+        """Fragment a whole stream: ``keys`` [L] in sample order, ``sample_offsets`` [N + 1].
+        ``progress(n)`` is called with the lookups done after each batch."""
         if batch_size is None or batch_size <= 0:
             raise HotlineError(f"--batch-size must be a positive integer, not {batch_size}")
         keys = np.asarray(keys, np.uint32)
@@ -274,7 +276,7 @@ class DeviceModel:
             cold_keys.append(uniq)
             cold_offsets.append(cold_offsets[-1] + len(uniq))
             if progress is not None:
-                progress(s1 - s0)
+                progress(int(l1 - l0))
         run = FragmentRun(batch_size, np.asarray(sample_offsets, np.int64), hot, slot, popular,
                           np.concatenate(cold_keys) if cold_keys else np.zeros(0, np.uint32),
                           np.asarray(cold_offsets, np.int64), np.asarray(overflow, bool))

