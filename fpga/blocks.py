@@ -13,7 +13,7 @@ TARGET_MHZ = {"ecp5-85f": 125, "ice40-up5k": 30}
 
 _CAM = {"ecp5-85f": lambda: PopularityCAM(16384),
         "ice40-up5k": lambda: PopularityCAM(1024, max_kicks=16)}
-_LEARNER = {"ecp5-85f": lambda: AccessLearner(),
+_LEARNER = {"ecp5-85f": lambda: AccessLearner(primitive="ecp5"),
             "ice40-up5k": lambda: AccessLearner(buckets=64, ways=4, count_bits=16)}
 _COLD = {"ecp5-85f": lambda: ColdKeySet(32768, max_keys=16384),
          "ice40-up5k": lambda: ColdKeySet(1024, max_keys=1024)}

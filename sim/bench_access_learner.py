@@ -3,7 +3,9 @@ simulator speed (Amaranth simulator, cocotb + Verilator).
 
 ``python -m hotline.sim.bench_access_learner [--out results.json]`` prints ``measure()``.
 Coverage ratio = (lookups hitting the learned top-K) / (lookups hitting the exact top-K),
-K = ceil(fraction * distinct keys), exact ties broken by key ascending.
+K = ceil(fraction * distinct keys), exact ties broken by key ascending. ``dropped`` is the
+fraction of lookups the learner's hazard rule left uncounted; ``no_hazard_rule`` gives the
+ratios of plain Space-Saving (model ``window=0``) for comparison.
 """
 import argparse
 import json
@@ -119,9 +121,13 @@ def measure(files=None, speed_lookups=20000, simulators=("verilator",), build_di
         model = AccessLearnerModel()
         t0 = time.perf_counter()
         model.update(keys)
+        rate = len(keys) / (time.perf_counter() - t0)
+        plain = AccessLearnerModel(window=0)
+        plain.update(keys)
         result["coverage"][path.name] = {
             "lookups": int(len(keys)), "distinct": int(len(np.unique(keys))),
-            "model_lookups_per_s": len(keys) / (time.perf_counter() - t0), **_ratios(keys, model)}
+            "model_lookups_per_s": rate, **_ratios(keys, model),
+            "dropped": model.dropped / len(keys), "no_hazard_rule": _ratios(keys, plain)}
         sweep = result["capacity_sweep"][path.name] = {}
         for buckets in sweep_buckets:
             small = AccessLearnerModel(buckets=buckets)

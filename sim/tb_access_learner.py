@@ -5,8 +5,9 @@ AL_PARAMS (JSON constructor arguments), AL_KEYS (.npy of uint32 keys), AL_GAP (p
 an idle cycle before each key), AL_OPS (JSON: key index -> list of "start", "stop", "clear",
 "check" applied on that key's cycle; "check" reads the whole table back first), AL_SEED,
 AL_REPORT (JSON written at the end: lookups driven, lookups per second while streaming).
-Every entry read back must equal ``AccessLearnerModel`` fed with the keys that the RTL
-reported as counted (``active`` high in the transfer cycle).
+Every entry read back, and the ``counted`` and ``dropped`` counters, must equal
+``AccessLearnerModel`` fed with the keys that the RTL reported as counted (``active`` high in
+the transfer cycle).
 """
 import json
 import os
@@ -19,9 +20,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from hotline.access_learner import AccessLearnerModel
-from hotline.hw.access_learner import AccessLearner
-
-READ_LATENCY = 2
+from hotline.hw.access_learner import READ_LATENCY, AccessLearner
 
 
 class TB:
@@ -120,6 +119,7 @@ class TB:
                               f"rtl ({keys[bad[0]]:#x}, {counts[bad[0]]}) model "
                               f"({want_keys[bad[0]]:#x}, {want_counts[bad[0]]})")
         assert self.dut.counted.value.to_unsigned() == self.model.counted
+        assert self.dut.dropped.value.to_unsigned() == self.model.dropped
         if reopen:
             await self.cycle(start=1)
 

@@ -1,12 +1,17 @@
-"""Bit-exact model of the AccessLearner (hashed, bucketized Space-Saving).
+"""Bit-exact model of the AccessLearner (hashed, bucketized Space-Saving with a hazard rule).
 
 Written from the algorithm, not from the RTL: a key hashes (H3) to a bucket of ``ways``
 (key, count) entries; a key in its bucket counts + 1, a new key replaces the minimum-count
 entry (lowest way on ties, empty = count 0) with count = minimum + 1; counts saturate.
+Hazard rule: a key is dropped (no update) when one of the ``window`` keys counted just before
+it, dropped or not, has the same bucket and a different key; ``clear`` forgets that history.
 Entry address = bucket * ways + way, as in the hardware readout.
 """
+from collections import deque
+
 import numpy as np
 
+from hotline.hw.access_learner import WINDOW
 from hotline.hw.hashing import h3_hash_np, h3_masks
 
 __all__ = ["AccessLearnerModel", "top_k"]
@@ -28,14 +33,18 @@ class AccessLearnerModel:
     ``update(keys)`` counts keys (all of them inside the profiling window), ``clear()``
     empties the table, ``entries()`` returns per-address ``(keys, counts)`` arrays (count 0 =
     empty entry, key 0), ``top(k)`` the learned hot set, ``counted`` the keys counted since
-    the last clear (mod 2**32, like the hardware counter).
+    the last clear and ``dropped`` those of them the hazard rule dropped (both mod 2**32, like
+    the hardware counters). ``window`` is the hardware's ``WINDOW``; 0 gives plain
+    Space-Saving (no key is dropped).
     """
 
-    def __init__(self, *, buckets=2048, ways=8, key_bits=32, count_bits=32, seed=0):
+    def __init__(self, *, buckets=2048, ways=8, key_bits=32, count_bits=32, seed=0,
+                 window=WINDOW):
         if buckets & (buckets - 1) or ways & (ways - 1):
             raise ValueError("buckets and ways must be powers of two")
         self.buckets, self.ways = buckets, ways
         self.key_bits, self.count_bits = key_bits, count_bits
+        self.window = window
         self._masks = h3_masks(seed, key_bits, buckets.bit_length() - 1)
         self._max = 2**count_bits - 1
         self.clear()
@@ -43,7 +52,8 @@ class AccessLearnerModel:
     def clear(self):
         self._keys = [[0] * self.ways for _ in range(self.buckets)]
         self._counts = [[0] * self.ways for _ in range(self.buckets)]
-        self.counted = 0
+        self._history = deque(maxlen=self.window)
+        self.counted = self.dropped = 0
 
     def update(self, keys):
         keys = np.asarray(keys, dtype=np.uint64)
@@ -52,8 +62,15 @@ class AccessLearnerModel:
         buckets = h3_hash_np(keys, self._masks).tolist()
         ways, cap = self.ways, self._max
         table_keys, table_counts = self._keys, self._counts
+        history, dropped = self._history, 0
         # A sequential loop: each replacement depends on every earlier lookup in its bucket.
         for key, b in zip(keys.tolist(), buckets):
+            hazard = any(hb == b and hk != key for hb, hk in history)
+            if self.window:
+                history.append((b, key))
+            if hazard:
+                dropped += 1
+                continue
             bk, bc = table_keys[b], table_counts[b]
             for way in range(ways):
                 if bc[way] and bk[way] == key:
@@ -64,6 +81,7 @@ class AccessLearnerModel:
             if bc[way] < cap:
                 bc[way] += 1
         self.counted = (self.counted + keys.size) % 2**32
+        self.dropped = (self.dropped + dropped) % 2**32
 
     def entries(self):
         keys = np.array(self._keys, dtype=np.uint32).reshape(-1)
