@@ -86,7 +86,8 @@ def cocotb_stream(keys, build_dir, simulator="verilator", params=None, gap=0.0, 
     """Run sim/tb_access_learner.py on ``keys`` (RTL checked against the model entry by entry).
 
     ``ops`` maps a key index to pulses ("start", "stop", "clear") on that key's cycle.
-    Returns the testbench's report: lookups driven and lookups per second while streaming.
+    Returns the testbench's report: lookups driven, lookups per second while streaming,
+    dropped keys, and ``entries`` = the final readout (keys, counts) of the RTL.
     """
     from hotline.hw.access_learner import AccessLearner
     from hotline.sim.runner import run_cocotb
@@ -99,10 +100,14 @@ def cocotb_stream(keys, build_dir, simulator="verilator", params=None, gap=0.0, 
     report.unlink(missing_ok=True)
     env = {"AL_PARAMS": json.dumps(params), "AL_KEYS": str(build_dir / "keys.npy"),
            "AL_GAP": str(gap), "AL_OPS": json.dumps({str(k): v for k, v in (ops or {}).items()}),
-           "AL_SEED": str(seed), "AL_REPORT": str(report)}
+           "AL_SEED": str(seed), "AL_REPORT": str(report),
+           "AL_ENTRIES": str(build_dir / "entries.npz")}
     run_cocotb(AccessLearner(**params), "access_learner", "hotline.sim.tb_access_learner",
                build_dir, simulator=simulator, testcase=testcase, extra_env=env)
-    return json.loads(report.read_text())
+    out = json.loads(report.read_text())
+    with np.load(build_dir / "entries.npz") as z:
+        out["entries"] = (z["keys"], z["counts"])
+    return out
 
 
 def _ratios(keys, model):

@@ -4,7 +4,8 @@ Configured by environment (see ``hotline.sim.bench_access_learner.cocotb_stream`
 AL_PARAMS (JSON constructor arguments), AL_KEYS (.npy of uint32 keys), AL_GAP (probability of
 an idle cycle before each key), AL_OPS (JSON: key index -> list of "start", "stop", "clear",
 "check" applied on that key's cycle; "check" reads the whole table back first), AL_SEED,
-AL_REPORT (JSON written at the end: lookups driven, lookups per second while streaming).
+AL_REPORT (JSON written at the end: lookups driven, lookups per second while streaming),
+AL_ENTRIES (.npz of the final readout: keys and counts per entry address).
 Every entry read back, and the ``counted`` and ``dropped`` counters, must equal
 ``AccessLearnerModel`` fed with the keys that the RTL reported as counted (``active`` high in
 the transfer cycle).
@@ -120,6 +121,7 @@ class TB:
                               f"({want_keys[bad[0]]:#x}, {want_counts[bad[0]]})")
         assert self.dut.counted.value.to_unsigned() == self.model.counted
         assert self.dut.dropped.value.to_unsigned() == self.model.dropped
+        self.readout = keys, counts
         if reopen:
             await self.cycle(start=1)
 
@@ -138,4 +140,7 @@ async def run_stream(dut):
     await tb.check()
     if "AL_REPORT" in os.environ:
         with open(os.environ["AL_REPORT"], "w") as f:
-            json.dump({"lookups": len(keys), "lookups_per_s": len(keys) / elapsed}, f)
+            json.dump({"lookups": len(keys), "lookups_per_s": len(keys) / elapsed,
+                       "dropped": dut.dropped.value.to_unsigned()}, f)
+    if "AL_ENTRIES" in os.environ:
+        np.savez(os.environ["AL_ENTRIES"], keys=tb.readout[0], counts=tb.readout[1])

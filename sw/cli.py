@@ -75,7 +75,10 @@ def build_parser():
     _data_args(p)
     _hot_args(p)
     p.add_argument("--learner", choices=("exact", "hw"), default="exact",
-                   help="exact: software top-K; hw: the AccessLearner RTL (issue #3)")
+                   help="exact: software top-K (default); hw: run the AccessLearner RTL in "
+                        "Verilator over the profiling window and take the top K of its table "
+                        "(coverage reported beside the exact one)")
+    p.add_argument("--build-dir", default="build/rtl", help="where RTL builds are kept")
     p.set_defaults(func=cmd_profile)
 
     p = sub.add_parser("fragment", help="split every mini-batch into popular / non-popular "
@@ -189,14 +192,16 @@ def cmd_profile(args):
     _check_out(args.json)
     k = commands.resolve_hot_rows(args.hot_rows, args.hot_bytes, args.dim)
     ds = _load(args)
-    res = commands.profile(ds, k, args.profile_fraction, args.learner)
+    res = commands.profile(ds, k, args.profile_fraction, args.learner, args.build_dir)
     for n in res["notes"]:
         _say(f"hotline: note: {n}")
     write_json(args.json, res)
     print(table([("data", res["data"]), ("samples", res["samples"]),
                  ("profile samples", res["profile_samples"]),
                  ("distinct keys", res["distinct_keys"]), ("hot rows", res["hot_rows"]),
+                 ("learner", res["learner"]),
                  ("coverage (profile window)", res["coverage"]),
+                 ("exact top-K coverage", res["exact_coverage"]),
                  ("hot-lookup fraction (all)", res["hot_lookup_fraction"])], ["", "value"]))
     return 0
 

