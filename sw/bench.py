@@ -10,7 +10,13 @@ Sections:
 - fragment_rtl: the Fragmenter RTL on Verilator over the generated stream and every real
   file (B = 1024), in lookups per cycle against the ideal 1.0, every beat checked against the
   model; and the simulators' speed (simulated cycles/s) on one short stream, Verilator beside
-  Icarus and the Amaranth simulator.
+  Icarus and the Amaranth simulator;
+- cam: PopularityCAM lookups/cycle without backpressure (ideal 1.0), load factor at the first
+  failed insert (random keys and real hot sets; target 0.90), simulator speeds;
+- learner: AccessLearner coverage of its top K over the exact top K's, per real Criteo file,
+  K = 5% and 10% of the distinct keys (target 0.98), and simulator speeds;
+- synthesis: LUT4 / FF / block RAM / Fmax of cam, learner and cam+learner on LFE5U-85F-6
+  (target 125 MHz, <= 50% of the block RAM) and the 1024-entry CAM on iCE40 UP5K.
 """
 import argparse
 import csv
@@ -34,7 +40,7 @@ from .synth import synth_criteo
 
 
 
-SECTIONS = ("fragment_model", "criteo_parse", "fragment_rtl")
+SECTIONS = ("fragment_model", "criteo_parse", "fragment_rtl", "cam", "learner", "synthesis")
 
 
 def _best_of(fn, repeat):
@@ -150,6 +156,49 @@ def bench_fragment_rtl(quick):
     return result, rows
 
 
+def bench_cam(quick):
+    from hotline.sim.bench_popularity_cam import measure
+    r = measure(1024 if quick else 16384, seeds=(0,) if quick else (0, 1, 2),
+                amaranth_lookups=500 if quick else 5000,
+                verilator_lookups=5000 if quick else 200_000)
+    rows = [["CAM lookups/cycle (no backpressure)", f"{r['entries']} entries",
+             f"{r['lookups_per_cycle']:.3f}", "ideal 1.0", r["lookups_per_cycle"]],
+            ["CAM load at first failed insert", "random keys",
+             f"{r['load_factor_random']['min']:.3f}", "target 0.90",
+             r["load_factor_random"]["min"] / 0.9]]
+    rows += [["CAM load at first failed insert", name[len("load_factor_hot_"):], f"{v['load']:.3f}",
+              "target 0.90", v["load"] / 0.9] for name, v in r.items() if name.startswith("load_factor_hot")]
+    return r, rows
+
+
+def bench_learner(quick):
+    from hotline.sim.bench_access_learner import criteo_files, measure
+    files = criteo_files()[:1] if quick else None
+    r = measure(files, speed_lookups=2000 if quick else 20000, simulators=("verilator", "icarus"),
+                sweep_buckets=() if quick else (256, 512, 1024))
+    rows = [[f"learner coverage ratio {k}", name[:30], f"{v[k]:.4f}", "target 0.98", v[k] / 0.98]
+            for name, v in r["coverage"].items() for k in ("K=5%", "K=10%")]
+    return r, rows
+
+
+def bench_synthesis(quick):
+    from hotline.fpga.blocks import report
+    jobs = ([("cam", "ice40-up5k")] if quick else
+            [("cam", "ecp5-85f"), ("learner", "ecp5-85f"), ("cam+learner", "ecp5-85f"),
+             ("cam", "ice40-up5k")])
+    out, rows = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for block, device in jobs:
+            r = report(block, device, tmp)
+            r.pop("build_dir")
+            out.append(r)
+            rows.append([f"{block} Fmax", device, f"{r['fmax_mhz']} MHz",
+                         f"target {r['freq_mhz']:g} MHz", r["fmax_mhz"] / r["freq_mhz"]])
+            rows.append([f"{block} block RAM", device, f"{r['bram']} of {r['bram_available']}",
+                         "budget 50%", r["bram_fraction"] / 0.5])
+    return out, rows
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m hotline.bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -170,9 +219,12 @@ def main(argv=None):
         r = results["criteo_parse"] = bench_criteo_parse(args.quick)
         rows.append(["Criteo CSV parse", r["data"][:40], f"{r['mb_per_s']:.1f} MB/s",
                      f"{r['reference_mb_per_s']:.1f} MB/s csv.reader", r["ratio_vs_reference"]])
-    if "fragment_rtl" in want:
-        results["fragment_rtl"], more = bench_fragment_rtl(args.quick)
-        rows += more
+    for name, fn in (("fragment_rtl", bench_fragment_rtl), ("cam", bench_cam),
+                     ("learner", bench_learner), ("synthesis", bench_synthesis)):
+        if name in want:
+            print(f"bench: {name} ...", file=sys.stderr, flush=True)
+            results[name], more = fn(args.quick)
+            rows += more
     write_json(args.out, results)
     print(table(rows, ["benchmark", "data", "result", "same-run reference", "ratio"]))
     print(f"\nwrote {args.out}")
