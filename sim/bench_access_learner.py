@@ -10,7 +10,6 @@ ratios of plain Space-Saving (model ``window=0``) for comparison.
 import argparse
 import json
 import math
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -18,12 +17,12 @@ from pathlib import Path
 import numpy as np
 
 from hotline.access_learner import AccessLearnerModel
+from hotline.data import shared_data_dir
 
 __all__ = ["DATA_DIR", "criteo_files", "load_keys", "coverage_ratio", "amaranth_speed",
            "cocotb_stream", "measure"]
 
-DATA_DIR = Path(os.environ.get("HOTLINE_DATA", Path(__file__).resolve().parents[1].parent
-                               / "shared" / "data")) / "criteo_kaggle"
+DATA_DIR = shared_data_dir() / "criteo_kaggle"
 FRACTIONS = (0.05, 0.10)
 
 

@@ -5,18 +5,19 @@ simulator speed (Amaranth simulator and cocotb + Verilator), every run checked a
 """
 import argparse
 import json
-import os
 import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from hotline.data import shared_data_dir
 
 from hotline.hw.popularity_cam import PopularityCAM
 from hotline.popularity_cam import PopularityCAMModel, Status
 from hotline.sim import tb_popularity_cam as tb
 from hotline.sim.runner import run_cocotb, simulator_available
 
-DATA_DIR = Path(os.environ.get("HOTLINE_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+DATA_DIR = shared_data_dir()
 HOT_SETS = (("criteo_kaggle/train_head1999.csv.gz", 8192),
             ("criteo_kaggle/train_random4584.csv.gz", 16384))
 

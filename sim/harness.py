@@ -8,7 +8,6 @@ cycles from the first handshake of the last phase to its last output beat. The s
 runs on Verilator (``--binary --timing``) and Icarus; it is what ``hotline fragment --backend
 verilator|icarus`` and ``make sim`` use, where cocotb's per-cycle Python would dominate.
 """
-import os
 import shutil
 import subprocess
 import time
@@ -77,11 +76,11 @@ def _testbench(inputs, outputs, phases, drain, waves):
         L += [f"  always @(posedge clk) if (!rst && ({active})) begin : drive_{s.name}",
               f"    reg [31:0] r; {step(s.name + '_rng')}",
               f"    if ({s.name}_valid && {s.name}_ready) begin",
-              f"      if (!started) begin started <= 1; first_fire <= cycle; end",
+              "      if (!started) begin started <= 1; first_fire <= cycle; end",
               "    end",
               f"    if (!{s.name}_valid || {s.name}_ready) begin",
               f"      if (busy_in > 0 && (r % 1000) < busy_in) {s.name}_valid <= 0;",
-              f"      else begin",
+              "      else begin",
               f"        {s.name}_r = $fscanf({s.name}_fd, \"%h\\n\", {s.name}_word);",
               f"        if ({s.name}_r == 1) begin {s.name}_valid <= 1; {s.name}_payload <= {s.name}_word; end",
               f"        else begin {s.name}_valid <= 0; {s.name}_done <= 1; end",

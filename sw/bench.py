@@ -22,7 +22,6 @@ import argparse
 import csv
 import gzip
 import io
-import json
 import os
 import platform
 import sys
@@ -149,7 +148,7 @@ def bench_fragment_rtl(quick):
     result = {"batch_size": batch, "accelerator": config.as_dict(), "ideal_lookups_per_cycle": 1.0,
               "streams": streams, "simulator_speed": {"data": short.name, **speed},
               "min_lookups_per_cycle": min(x["lookups_per_cycle"] for x in streams)}
-    rows = [[f"fragmenter RTL lookups/cycle", x["data"][:40], f"{x['lookups_per_cycle']:.4f}",
+    rows = [["fragmenter RTL lookups/cycle", x["data"][:40], f"{x['lookups_per_cycle']:.4f}",
              "ideal 1.0", x["lookups_per_cycle"]] for x in streams]
     rows += [[f"{name} speed", short.name, f"{r['cycles_per_second']:,.0f} cycles/s",
               "Verilator", 1 / r["verilator_speedup"]] for name, r in speed.items()]

@@ -26,3 +26,11 @@ ALL_REAL = CRITEO_CSV + [
     "alimama/dmr_alimama_sampled_train500.csv.gz",
     "amazon_book/ngcf_test.txt.gz",
 ]
+
+
+def simulator_or_skip(name):
+    """``name`` if that HDL simulator can run here, else skip the test."""
+    from hotline.sim.runner import simulator_available
+    if not simulator_available(name):
+        pytest.skip(f"{name} is not installed")
+    return name

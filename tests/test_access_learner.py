@@ -2,6 +2,8 @@
 RTL == model (Amaranth simulator, cocotb), learned coverage on real Criteo files."""
 import numpy as np
 import pytest
+
+from conftest import simulator_or_skip
 from amaranth.back import verilog
 from amaranth.hdl import Cat, Const, Elaboratable, Module, Signal
 from amaranth.lib.memory import Memory
@@ -305,17 +307,10 @@ def adversarial_stream(rng, buckets=2048, seed=0):
     return keys, ops
 
 
-def cocotb_simulator(name):
-    from hotline.sim.runner import simulator_available
-    if not simulator_available(name):
-        pytest.skip(f"{name} is not installed")
-    return name
-
-
 @pytest.mark.parametrize("simulator", ["verilator", "icarus"])
 def test_cocotb_adversarial(simulator, tmp_path):
     keys, ops = adversarial_stream(np.random.default_rng(8))
-    report = cocotb_stream(keys, tmp_path, cocotb_simulator(simulator), gap=0.3, ops=ops)
+    report = cocotb_stream(keys, tmp_path, simulator_or_skip(simulator), gap=0.3, ops=ops)
     assert report["lookups"] == len(keys)
 
 
@@ -330,7 +325,7 @@ def real_file_cases():
 def test_cocotb_real_stream(path, tmp_path):
     keys = load_keys(path)
     ops = {len(keys) // 2: ["check"]}
-    report = cocotb_stream(keys, tmp_path, cocotb_simulator("verilator"), gap=0.1, ops=ops)
+    report = cocotb_stream(keys, tmp_path, simulator_or_skip("verilator"), gap=0.1, ops=ops)
     assert report["lookups"] == len(keys)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import real_file
+from conftest import real_file, simulator_or_skip
 from hotline.cli import main
 import reference
 
@@ -124,9 +124,7 @@ def test_help_explains_every_command():
 
 
 def test_sim_on_verilator_checks_the_rtl(tmp_path, capsys):
-    from hotline.sim.runner import simulator_available
-    if not simulator_available("verilator"):
-        pytest.skip("verilator is not installed")
+    simulator_or_skip("verilator")
     assert main(["sim", "--samples", "1500", "--hot-rows", "600", "--batch-size", "256",
                  "--out", str(tmp_path / "sim")]) == 0
     out = capsys.readouterr().out
@@ -137,9 +135,7 @@ def test_sim_on_verilator_checks_the_rtl(tmp_path, capsys):
 
 
 def test_profile_with_the_learner_rtl(tmp_path):
-    from hotline.sim.runner import simulator_available
-    if not simulator_available("verilator"):
-        pytest.skip("verilator is not installed")
+    simulator_or_skip("verilator")
     path = real_file("criteo_kaggle/train_head1999.csv.gz")
     out = tmp_path / "p.json"
     assert main(["profile", str(path), "--limit", "600", "--hot-rows", "400", "--learner", "hw",

@@ -2,11 +2,10 @@
 import numpy as np
 import pytest
 
-from conftest import real_file
+from conftest import real_file, simulator_or_skip
 from hotline.cold_key_set import ColdKeySetModel, first_appearance
 from hotline.data import load_dataset
 from hotline.hw.cold_key_set import ColdKeySet
-from hotline.hw.hashing import h3_hash_np
 from hotline.planner import exact_hot_set
 from hotline.sim import streams
 
@@ -174,13 +173,6 @@ def test_placement_is_observable_through_overflow():
     assert 0 < sum(e["overflow"] for e in exp) < len(exp)
 
 
-def cocotb_simulator(name):
-    from hotline.sim.runner import simulator_available
-    if not simulator_available(name):
-        pytest.skip(f"{name} is not installed")
-    return name
-
-
 @pytest.mark.parametrize("simulator", ["verilator", "icarus"])
 def test_cocotb_adversarial_and_real(simulator, tmp_path):
     from hotline.sim import stream_regression
@@ -203,7 +195,7 @@ def test_cocotb_adversarial_and_real(simulator, tmp_path):
     exp = expected(model, beats)
     stim = [dict(key=k, insert=i, eob=e, user=n & 1) for n, (k, i, e) in enumerate(beats)]
     res = stream_regression.run(dut, "cold_key_set", {"i": stim}, {"o": exp},
-                                tmp_path, cocotb_simulator(simulator), busy_in=0.2, busy_out=0.3)
+                                tmp_path, simulator_or_skip(simulator), busy_in=0.2, busy_out=0.3)
     assert res["beats"]["o"] == len(beats)
     # Reset mid-stream: everything after the reset is a fresh batch sequence.
     cut = len(beats) // 2

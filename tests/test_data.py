@@ -4,7 +4,7 @@ import gzip
 import numpy as np
 import pytest
 
-from conftest import ALL_REAL, CRITEO_CSV, real_file
+from conftest import CRITEO_CSV, real_file
 from hotline.data import Dataset, detect_format, iter_chunks, load_dataset, make_keys, split_keys
 from hotline.errors import HotlineError
 import reference

@@ -28,7 +28,6 @@ def check_against_reference(ds, k, batch_size, dense_index=True, slots=None):
     ref = reference.fragment(samples_of(ds), dict(zip(hot.keys.tolist(), np.asarray(slots).tolist())),
                              batch_size)
     assert run.num_batches == len(ref)
-    off = ds.sample_offsets
     for b, rb in enumerate(ref):
         got = run.batch(b)
         assert got["popular"].tolist() == rb["popular"]

@@ -6,13 +6,12 @@ a cocotb regression and an Amaranth-simulator run cover the same block on short 
 import numpy as np
 import pytest
 
-from conftest import real_file
+from conftest import real_file, simulator_or_skip
 from hotline.commands import model_fragment
 from hotline.data import Dataset, load_dataset
 from hotline.device_model import AcceleratorConfig
 from hotline.planner import exact_hot_set
 from hotline.sim.fragmenter_run import FragmenterSim, compare, expected_streams, lookup_beats
-from hotline.sim.runner import simulator_available
 
 # One geometry for the real streams (one build per simulator), one tiny one that overflows.
 REAL = AcceleratorConfig(cam_entries=4096, cold_capacity=16384, cold_max_keys=8192,
@@ -24,9 +23,7 @@ _sims = {}
 
 
 def rtl(config, simulator, tmp_path_factory):
-    if not simulator_available(simulator):
-        pytest.skip(f"{simulator} is not installed")
-    key = (config, simulator)
+    key = (config, simulator_or_skip(simulator))
     if key not in _sims:
         _sims[key] = FragmenterSim(config, simulator, tmp_path_factory.mktemp("rtl"))
     return _sims[key]
@@ -138,8 +135,7 @@ def test_amaranth_simulator_short_stream():
 
 def test_cocotb_regression(tmp_path):
     """The same block under cocotb (Verilator): CAM load phase, then a real stream with stalls."""
-    if not simulator_available("verilator"):
-        pytest.skip("verilator is not installed")
+    simulator_or_skip("verilator")
     from hotline.hw.fragmenter import Fragmenter
     from hotline.hw.popularity_cam import CAMOp
     from hotline.sim import stream_regression
