@@ -206,9 +206,14 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="small sizes (CI smoke run)")
     args = p.parse_args(argv)
     want = args.only or SECTIONS
-    results = {"machine": {"python": sys.version.split()[0], "platform": platform.platform(),
-                           "cpus": os.cpu_count()},
-               "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    results = {}
+    if args.only and Path(args.out).exists():
+        # A partial run updates its sections of an earlier full run.
+        import json
+        results = json.loads(Path(args.out).read_text())
+    results.update({"machine": {"python": sys.version.split()[0], "platform": platform.platform(),
+                                "cpus": os.cpu_count()},
+                    "time": time.strftime("%Y-%m-%dT%H:%M:%S")})
     rows = []
     if "fragment_model" in want:
         r = results["fragment_model"] = bench_fragment_model(20_000 if args.quick else 1_000_000)
