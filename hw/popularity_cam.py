@@ -35,6 +35,8 @@ the pipeline have read the table, and lookups accepted after it see its effect.
 - CLEAR: empties table and stash and zeroes ``kicks``; takes ``entries // (2 * ways)`` cycles.
   Reset runs the same pass (no response); ``lookup`` and ``cmd`` are not ready meanwhile.
 """
+from contextlib import contextmanager
+
 from amaranth import *
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import Memory
@@ -143,15 +145,21 @@ class PopularityCAM(wiring.Component):
             wr_data = Signal(self.bucket_layout, name=f"wr_data{t}", reset_less=True)
             m.d.sync += [wr_addr.eq(wr[t].addr), wr_en.eq(wr[t].en), wr_data.eq(wr[t].data)]
             for k in range(banks):
-                mem = Memory(shape=self.bucket_layout, depth=bank_depth, init=[])
+                mem = Memory(shape=self.bucket_layout, depth=bank_depth, init=[], attrs={"no_rw_check": 1})
                 m.submodules[f"table{t}_bank{k}"] = mem
-                read, write = mem.read_port(), mem.write_port(granularity=1)
+                # An asynchronous read port plus an explicit output register: yosys merges the
+                # register into the block RAM and, thanks to no_rw_check, without the read-first
+                # collision bypass it would otherwise add around a synchronous port.
+                read, write = mem.read_port(domain="comb"), mem.write_port(granularity=1)
+                read_q = Signal(self.bucket_layout, name=f"read{t}_{k}", reset_less=True)
+                with m.If(rd[t].en):
+                    m.d.sync += read_q.eq(read.data)
                 m.d.comb += [
-                    read.addr.eq(rd[t].addr[:low_bits]), read.en.eq(rd[t].en),
+                    read.addr.eq(rd[t].addr[:low_bits]),
                     write.addr.eq(wr_addr[:low_bits]), write.data.eq(wr_data),
                     write.en.eq(Mux(wr_addr[low_bits:] == k, wr_en, 0)),
                 ]
-                bank_read[t].append(read.data)
+                bank_read[t].append(read_q)
 
         stash_key = Array(Signal(self.key_width, name=f"stash_key{i}", reset_less=True) for i in range(self.stash))
         stash_valid = Signal(self.stash)
@@ -167,13 +175,22 @@ class PopularityCAM(wiring.Component):
 
         # Lookup pipeline. Every stage advances together, so a stalled result holds the BRAM
         # read data (read enable low) and no lookup is dropped or duplicated.
-        idle = Signal()
+        # Command engine state, one-hot: every state test is a single flip-flop, so no state
+        # decoding sits in front of the read port, the clock enables or the handshakes.
+        states = ["CLEAR", "IDLE", "HOME_READ", "HOME_WAIT0", "HOME_WAIT1", "HOME_MATCH",
+                  "HOME_EVAL", "MASK", "MASK_WAYS", "CHOOSE", "PUSH", "VICTIM_HASH", "WALK_READ",
+                  "WALK_WAIT0", "WALK_WAIT1", "WALK_EVAL", "STASH", "MOVE_READ", "MOVE_WAIT0",
+                  "MOVE_WAIT1", "MOVE_WRITE", "PLACE"]
+        state_index = {name: i for i, name in enumerate(states)}
+        fsm_state = Signal(len(states), init=1 << state_index["CLEAR"])
+        idle = fsm_state[state_index["IDLE"]]
         advance = ~self.result.valid | self.result.ready
         m.d.comb += self.lookup.ready.eq(advance & idle & ~self.cmd.valid)
 
         # Data registers have no reset: only the valid flags matter after a reset, and on ECP5 a
         # resettable enable flip-flop costs a LUT in front of it (the BRAM output path is tight).
         valid = Signal(5)  # stages s1, s2, s3, s3b, s4
+        m.d.comb += self.cmd.ready.eq(idle & ~valid[:4].any() & ~self.resp.valid)
         s1 = Signal(data.StructLayout({"key": self.key_width, "user": self.user_width,
                                        "bucket": data.ArrayLayout(bucket_bits, 2)}), reset_less=True)
         s2 = Signal(data.StructLayout({"key": self.key_width, "user": self.user_width,
@@ -216,11 +233,14 @@ class PopularityCAM(wiring.Component):
 
         # The command engine borrows the read ports and the read-data registers while the
         # lookup stages that use them are empty.
-        eng_addr = [Signal(bucket_bits, name=f"eng_addr{t}") for t in tables]
+        # The read address is always the s1.bucket register: the engine loads it (and the
+        # registered per-table read enable eng_ren) in the cycle before each of its reads, so the
+        # block RAM address and enable come straight from flip-flops.
         eng_ren = Signal(2)
+        m.d.sync += eng_ren.eq(0)
         for t in tables:
             m.d.comb += [
-                rd[t].addr.eq(Mux(idle, s1.bucket[t], eng_addr[t])),
+                rd[t].addr.eq(s1.bucket[t]),
                 rd[t].en.eq(Mux(idle, advance, eng_ren[t])),
             ]
             read_bank, data_bank = Signal(range(banks)), Signal(range(banks))
@@ -268,15 +288,16 @@ class PopularityCAM(wiring.Component):
                 self.resp.payload.slot.eq(slot),
                 self.resp.payload.moves.eq(moves),
             ]
-            m.next = "IDLE"
+            goto("IDLE")
 
-        def write(where, key, valid=1):
+        def write(where):
+            # The data written depends on the state only (see below); valid entries are only
+            # written in MOVE_WRITE and PLACE, the key of an invalid entry is never looked at.
             for t in tables:
                 with m.If(where.table == t):
                     m.d.comb += [
                         wr[t].addr.eq(where.bucket),
                         wr[t].en.eq(C(1, ways) << where.way),
-                        wr[t].data.eq(Cat(*([Cat(C(valid, 1), key)] * ways))),
                     ]
 
         def current(table):
@@ -290,50 +311,72 @@ class PopularityCAM(wiring.Component):
         def settle(name, then):
             # BRAM -> bank registers -> bucket_data: the read data is usable two cycles later.
             for i in range(2):
-                with m.State(f"{name}{i}"):
-                    m.next = f"{name}{i + 1}" if i == 0 else then
+                with state(f"{name}{i}"):
+                    goto(f"{name}{i + 1}" if i == 0 else then)
 
-        def read(table, bucket):
-            m.d.comb += [eng_addr[table].eq(bucket), eng_ren[table].eq(1)]
+        def read_next(table, bucket):
+            # Read ``bucket`` of ``table`` (a 1-bit value) in the next cycle.
+            m.d.sync += [s1.bucket[t].eq(bucket) for t in tables]
+            m.d.sync += eng_ren.eq(Mux(table, 0b10, 0b01))
 
-        with m.FSM(init="CLEAR"):
-            with m.State("CLEAR"):
+        state_stack = []
+
+        @contextmanager
+        def state(name):
+            with m.If(fsm_state[state_index[name]]):
+                state_stack.append(name)
+                try:
+                    yield
+                finally:
+                    state_stack.pop()
+
+        def goto(name):
+            if name != state_stack[-1]:
+                m.d.sync += [fsm_state[state_index[state_stack[-1]]].eq(0),
+                             fsm_state[state_index[name]].eq(1)]
+
+        moving = fsm_state[state_index["MOVE_WRITE"]]
+        write_valid = moving | fsm_state[state_index["PLACE"]]
+        write_key = Mux(moving, current(path[0].table)[path[0].way].key, key)
+        m.d.comb += [wr[t].data.eq(Cat(*([Cat(write_valid, write_key)] * ways))) for t in tables]
+
+        if True:
+            with state("CLEAR"):
                 for t in tables:
-                    m.d.comb += [wr[t].addr.eq(clear_count), wr[t].en.eq(-1), wr[t].data.eq(0)]
+                    m.d.comb += [wr[t].addr.eq(clear_count), wr[t].en.eq(-1)]
                 m.d.sync += [clear_count.eq(clear_count + 1), stash_valid.eq(0), kicks.eq(0)]
                 with m.If(clear_count == self.buckets - 1):
                     with m.If(clear_cmd):
                         respond(CAMStatus.OK)
                     with m.Else():
-                        m.next = "IDLE"
+                        goto("IDLE")
 
-            with m.State("IDLE"):
-                m.d.comb += idle.eq(1)
+            with state("IDLE"):
                 m.d.sync += [path_len.eq(0), path_valid.eq(0)]  # not gated by cmd: timing
-                m.d.comb += self.cmd.ready.eq(~valid[:4].any() & ~self.resp.valid)
                 with m.If(self.cmd.valid & self.cmd.ready):
                     m.d.sync += [op.eq(self.cmd.payload.op), key.eq(self.cmd.payload.key)]
                     m.d.sync += [home[t].eq(self._hash(t, self.cmd.payload.key)) for t in tables]
                     with m.If(self.cmd.payload.op == CAMOp.CLEAR):
                         m.d.sync += [clear_count.eq(0), clear_cmd.eq(1)]
-                        m.next = "CLEAR"
+                        goto("CLEAR")
                     with m.Else():
-                        m.next = "HOME_READ"
+                        # HOME_READ reads both home buckets.
+                        m.d.sync += [s1.bucket[t].eq(self._hash(t, self.cmd.payload.key)) for t in tables]
+                        m.d.sync += eng_ren.eq(0b11)
+                        goto("HOME_READ")
 
-            with m.State("HOME_READ"):
-                for t in tables:
-                    read(t, home[t])
-                m.next = "HOME_WAIT0"
+            with state("HOME_READ"):
+                goto("HOME_WAIT0")
 
             settle("HOME_WAIT", "HOME_MATCH")
 
             # Key compares get a cycle of their own, so HOME_EVAL starts from flip-flops.
-            with m.State("HOME_MATCH"):
+            with state("HOME_MATCH"):
                 m.d.sync += [found_r[t].eq(Cat(way_match(bucket_data[t], key))) for t in tables]
                 m.d.sync += in_stash_r.eq(Cat(stash_match(key)))
-                m.next = "HOME_EVAL"
+                goto("HOME_EVAL")
 
-            with m.State("HOME_EVAL"):
+            with state("HOME_EVAL"):
                 found = [list(f) for f in found_r]
                 in_stash = list(in_stash_r)
                 free = [_first([~bucket_data[t][w].valid for w in range(ways)]) for t in tables]
@@ -359,41 +402,41 @@ class PopularityCAM(wiring.Component):
                 with m.Else():
                     with m.If(free[0][0]):
                         m.d.sync += target.eq(Cat(free[0][1], home[0], C(0, 1)))
-                        m.next = "PLACE"
+                        goto("PLACE")
                     with m.Elif(free[1][0]):
                         m.d.sync += target.eq(Cat(free[1][1], home[1], C(1, 1)))
-                        m.next = "PLACE"
+                        goto("PLACE")
                     with m.Else():
                         m.d.sync += [cur.table.eq(0), cur.bucket.eq(home[0])]
-                        m.next = "MASK"
+                        goto("MASK")
 
             # Ways of the current bucket already on the path are not candidates, so every key
             # moves at most once and the search never needs to modify the table. The mask (two
             # steps), the choice and the push each take a cycle to keep the path logic off the
             # critical path.
-            with m.State("MASK"):
+            with state("MASK"):
                 m.d.sync += same_bucket.eq(Cat(
                     path_valid[j] & (path[j].table == cur.table) & (path[j].bucket == cur.bucket)
                     for j in range(self.max_kicks)))
-                m.next = "MASK_WAYS"
+                goto("MASK_WAYS")
 
-            with m.State("MASK_WAYS"):
+            with state("MASK_WAYS"):
                 m.d.sync += on_path_r.eq(Cat(
                     (same_bucket & Cat(path[j].way == w for j in range(self.max_kicks))).any()
                     for w in range(ways)))
-                m.next = "CHOOSE"
+                goto("CHOOSE")
 
-            with m.State("CHOOSE"):
+            with state("CHOOSE"):
                 rotated = Signal(ways)
                 m.d.comb += rotated.eq(Cat(on_path_r, on_path_r) >> kicks)
                 avail, offset = _first([~rotated[r] for r in range(ways)])
                 with m.If(path_valid[-1] | ~avail):
-                    m.next = "STASH"
+                    goto("STASH")
                 with m.Else():
                     m.d.sync += cur.way.eq(kicks + offset)
-                    m.next = "PUSH"
+                    goto("PUSH")
 
-            with m.State("PUSH"):
+            with state("PUSH"):
                 m.d.sync += [
                     path[0].eq(cur),
                     *(path[j].eq(path[j - 1]) for j in range(1, self.max_kicks)),
@@ -402,33 +445,30 @@ class PopularityCAM(wiring.Component):
                     kicks.eq(kicks + 1),
                     victim_key.eq(current(cur.table)[cur.way].key),
                 ]
-                m.next = "VICTIM_HASH"
+                goto("VICTIM_HASH")
 
-            with m.State("VICTIM_HASH"):
-                m.d.sync += [
-                    cur.table.eq(~cur.table),
-                    cur.bucket.eq(Mux(cur.table, self._hash(0, victim_key), self._hash(1, victim_key))),
-                ]
-                m.next = "WALK_READ"
+            with state("VICTIM_HASH"):
+                next_bucket = Mux(cur.table, self._hash(0, victim_key), self._hash(1, victim_key))
+                m.d.sync += [cur.table.eq(~cur.table), cur.bucket.eq(next_bucket)]
+                read_next(~cur.table, next_bucket)
+                goto("WALK_READ")
 
-            with m.State("WALK_READ"):
-                for t in tables:
-                    with m.If(cur.table == t):
-                        read(t, cur.bucket)
-                m.next = "WALK_WAIT0"
+            with state("WALK_READ"):
+                goto("WALK_WAIT0")
 
             settle("WALK_WAIT", "WALK_EVAL")
 
-            with m.State("WALK_EVAL"):
+            with state("WALK_EVAL"):
                 bucket = current(cur.table)
                 free, free_way = _first([~bucket[w].valid for w in range(ways)])
                 with m.If(free):
                     m.d.sync += target.eq(Cat(free_way, cur.bucket, cur.table))
-                    m.next = "MOVE_READ"
+                    read_next(path[0].table, path[0].bucket)
+                    goto("MOVE_READ")
                 with m.Else():
-                    m.next = "MASK"
+                    goto("MASK")
 
-            with m.State("STASH"):
+            with state("STASH"):
                 free, free_index = _first([~stash_valid[i] for i in range(self.stash)])
                 with m.If(free):
                     m.d.sync += [stash_key[free_index].eq(key),
@@ -439,18 +479,15 @@ class PopularityCAM(wiring.Component):
 
             # Moves run from the end of the path back to its head, so each copy goes to a
             # slot that is already free.
-            with m.State("MOVE_READ"):
-                for t in tables:
-                    with m.If(path[0].table == t):
-                        read(t, path[0].bucket)
-                m.next = "MOVE_WAIT0"
+            with state("MOVE_READ"):
+                goto("MOVE_WAIT0")
 
             settle("MOVE_WAIT", "MOVE_WRITE")
 
-            with m.State("MOVE_WRITE"):
+            with state("MOVE_WRITE"):
                 src = path[0]
                 with m.If(moves_free):
-                    write(target, current(src.table)[src.way].key)
+                    write(target)
                     m.d.sync += [
                         self.moves.valid.eq(1),
                         self.moves.payload.src.eq(slot_of(src)),
@@ -460,13 +497,14 @@ class PopularityCAM(wiring.Component):
                         path_valid.eq(path_valid[1:]),
                     ]
                     with m.If(~path_valid[1]):
-                        m.next = "PLACE"
+                        goto("PLACE")
                     with m.Else():
-                        m.next = "MOVE_READ"
+                        read_next(path[1].table, path[1].bucket)
+                        goto("MOVE_READ")
 
-            with m.State("PLACE"):
+            with state("PLACE"):
                 with m.If(moves_free):
-                    write(target, key)
+                    write(target)
                     respond(CAMStatus.OK, slot_of(target), path_len)
 
         return m
