@@ -233,7 +233,7 @@ class Stepper:
             "result": lambda p: (p & 1, (p >> 1) & smask, p >> (1 + self.sw)),
         }
         for name in STREAMS:
-            if valid[name] and inputs["ready"][name]:
+            if fire[name]:
                 self.got[name].append((self.epoch, *unpack[name](payload[name])))
                 self.count[name] += 1
 
