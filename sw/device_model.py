@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .cold_key_set import ColdKeySetModel
+from .cold_key_set import ColdKeySetModel, first_appearance
 from .data import ROW_BITS, MAX_ROWS
 from .errors import HotlineError
 from .popularity_cam import PopularityCAMModel
@@ -74,11 +74,8 @@ class HotIndex:
     def first_appearance(self, keys):
         """(cold slot of every key, unique keys in first-appearance order) for one batch."""
         if self.offsets is None:
-            uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-            order = np.argsort(first, kind="stable")
-            rank = np.empty(len(uniq), np.int32)
-            rank[order] = np.arange(len(uniq), dtype=np.int32)
-            return rank[inverse], uniq[order]
+            rank, uniq = first_appearance(keys)
+            return rank.astype(np.int32), uniq
         g = self.global_rows(keys)
         pos = np.arange(len(keys), dtype=np.int32)
         self.scratch[g] = len(keys)
