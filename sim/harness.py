@@ -75,9 +75,6 @@ def _testbench(inputs, outputs, phases, drain, waves):
         active = " || ".join(f"phase == {p}" for p in members)
         L += [f"  always @(posedge clk) if (!rst && ({active})) begin : drive_{s.name}",
               f"    reg [31:0] r; {step(s.name + '_rng')}",
-              f"    if ({s.name}_valid && {s.name}_ready) begin",
-              "      if (!started) begin started <= 1; first_fire <= cycle; end",
-              "    end",
               f"    if (!{s.name}_valid || {s.name}_ready) begin",
               f"      if (busy_in > 0 && (r % 1000) < busy_in) {s.name}_valid <= 0;",
               "      else begin",
@@ -93,8 +90,10 @@ def _testbench(inputs, outputs, phases, drain, waves):
               "    end",
               f"    {s.name}_ready <= !(busy_out > 0 && (r % 1000) < busy_out);",
               "  end"]
+    fired = " || ".join([f"({s.name}_valid && {s.name}_ready)" for s in inputs]) or "0"
     moving = " || ".join([f"({s.name}_valid && {s.name}_ready)" for s in inputs + outputs]) or "0"
     L += ["  always @(posedge clk) if (!rst) begin",
+          f"    if (!started && ({fired})) begin started <= 1; first_fire <= cycle; end",
           f"    if ({moving}) last_move <= cycle;"]
     for p, names in enumerate(phases):
         done = " && ".join(f"{n}_done && !{n}_valid" for n in names) or "1"
