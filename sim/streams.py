@@ -50,7 +50,7 @@ async def get(ctx, stream, count, busy=0.0, seed=1, out=None, deadline=None):
     return out
 
 
-def run(dut, producers, consumers, deadline_cycles, clock=1e-8, vcd=None):
+def run(dut, producers, consumers, deadline_cycles, clock=1e-8):
     """Simulate ``dut`` with ``producers`` [(stream, payloads, busy)] and ``consumers``
     [(stream, count, busy)]; returns one list of collected payloads per consumer.
 
@@ -66,9 +66,5 @@ def run(dut, producers, consumers, deadline_cycles, clock=1e-8, vcd=None):
     for n, (stream, count, busy) in enumerate(consumers):
         sim.add_testbench(functools.partial(get, stream=stream, count=count, busy=busy,
                                             seed=100 + n, out=results[n], deadline=deadline_cycles))
-    if vcd:
-        with sim.write_vcd(vcd):
-            sim.run()
-    else:
-        sim.run()
+    sim.run()
     return [[p.as_value().value if hasattr(p, "as_value") else int(p) for p in r] for r in results]
