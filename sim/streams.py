@@ -10,16 +10,24 @@ import functools
 import random
 
 
-async def put(ctx, stream, payloads, busy=0.0, seed=0):
+async def put(ctx, stream, payloads, busy=0.0, seed=0, deadline=None):
     rng = random.Random(seed)
     raw = stream.payload.as_value() if hasattr(stream.payload, "as_value") else stream.payload
-    for payload in payloads:
+    cycles = 0
+    for n, payload in enumerate(payloads):
         while busy and rng.random() < busy:
             ctx.set(stream.valid, 0)
             await ctx.tick()
         ctx.set(stream.valid, 1)
         ctx.set(raw if isinstance(payload, int) else stream.payload, payload)
-        await ctx.tick().until(stream.ready)
+        while True:
+            *_, ready = await ctx.tick().sample(stream.ready)
+            cycles += 1
+            if ready:
+                break
+            if deadline is not None and cycles > deadline:
+                raise AssertionError(f"deadline of {deadline} cycles passed: sent {n} "
+                                     f"of {len(payloads)} beats")
     ctx.set(stream.valid, 0)
 
 
@@ -54,7 +62,8 @@ def run(dut, producers, consumers, deadline_cycles, clock=1e-8):
     """Simulate ``dut`` with ``producers`` [(stream, payloads, busy)] and ``consumers``
     [(stream, count, busy)]; returns one list of collected payloads per consumer.
 
-    Fails if a consumer has not collected everything after ``deadline_cycles``.
+    Fails if a producer has waited or a consumer has not collected everything after
+    ``deadline_cycles``.
     """
     from amaranth.sim import Simulator
 
@@ -62,7 +71,8 @@ def run(dut, producers, consumers, deadline_cycles, clock=1e-8):
     sim.add_clock(clock)
     results = [[] for _ in consumers]
     for n, (stream, payloads, busy) in enumerate(producers):
-        sim.add_testbench(functools.partial(put, stream=stream, payloads=payloads, busy=busy, seed=n))
+        sim.add_testbench(functools.partial(put, stream=stream, payloads=payloads, busy=busy, seed=n,
+                                            deadline=deadline_cycles))
     for n, (stream, count, busy) in enumerate(consumers):
         sim.add_testbench(functools.partial(get, stream=stream, count=count, busy=busy,
                                             seed=100 + n, out=results[n], deadline=deadline_cycles))
