@@ -47,8 +47,19 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	$(BIN)/python -m hotline.bench --quick --out build/bench-quick.json
 
+# make train options (see `hotline train --help`): a short DLRM run on the generator with the
+# model:// accelerator; MODE=baseline|device-only for the references on the same data.
+MODE          ?= hotline
+TRAIN_SAMPLES ?= 500000
+MAX_IND_RANGE ?= 1000000
+TRAIN_HOT     ?= 16384
+TRAIN_THREADS ?= 1
+TRAIN_ARGS    ?=
+
 train: $(STAMP)
-	@echo "make train: the PyTorch training runtime is not built yet (issue #6)" >&2; exit 2
+	$(BIN)/hotline train synth:criteo-kaggle:$(TRAIN_SAMPLES) --max-ind-range $(MAX_IND_RANGE) \
+	    --mode $(MODE) --batch-size $(BATCH_SIZE) --hot-rows $(TRAIN_HOT) --epochs 1 \
+	    --threads $(TRAIN_THREADS) $(TRAIN_ARGS) --json build/train/train.json --plot build/train/train.png
 
 fpga: $(STAMP)
 	@echo "make fpga: board builds are not built yet (issue #7)" >&2; exit 2

@@ -66,3 +66,38 @@ def coverage(keys, hot):
 
 def window(n, fraction):
     return min(n, math.ceil(fraction * n))
+
+
+# ---- row DMA (gather / scatter of table rows by key) ----------------------------------------
+
+def unique_in_order(keys):
+    """Distinct keys in order of first appearance (a batch's cold slots)."""
+    seen, out = set(), []
+    for k in keys:
+        k = int(k)
+        if k not in seen:
+            seen.add(k)
+            out.append(k)
+    return out
+
+
+def table_rows(image, base, rows, row_bytes):
+    """A table as a list of row byte strings, cut out of a byte image."""
+    return [bytes(image[base + r * row_bytes: base + (r + 1) * row_bytes]) for r in range(rows)]
+
+
+def gather(tables, keys, row_bits=ROW_BITS):
+    """Rows of ``keys`` (``tables``: dict table -> list of row bytes), one per key, in order."""
+    out = []
+    for k in keys:
+        t, r = int(k) >> row_bits, int(k) & ((1 << row_bits) - 1)
+        out.append(tables[t][r])
+    return out
+
+
+def scatter(tables, keys, rows, row_bits=ROW_BITS):
+    """Write ``rows`` back to the rows of ``keys``, one at a time, in order (in place)."""
+    for k, row in zip(keys, rows):
+        t, r = int(k) >> row_bits, int(k) & ((1 << row_bits) - 1)
+        tables[t][r] = bytes(row)
+    return tables

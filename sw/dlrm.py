@@ -1,0 +1,75 @@
+"""DLRM (Naumov et al. 2019) in PyTorch, with the embedding storage kept outside the model.
+
+The model is bottom MLP (dense features -> ``dim``), one pooled embedding vector per sparse
+feature, dot interaction (pairwise dot products of the F + 1 vectors, strictly lower triangle,
+concatenated with the bottom output) and top MLP (-> 1 logit). The default is the Criteo
+Kaggle configuration of the DLRM reference: dim 16, bottom 13-512-256-64-16, top 512-256-1.
+
+The embedding tables are *not* parameters of the module: the trainer gathers the rows a batch
+needs (from host memory, from the device-resident hot table or from the staging buffer, per
+training mode) into one tensor and passes it with the per-lookup row index; `pool` sums each
+bag (multi-hot) or picks its row (single-hot). Gradients then land on the gathered rows, and
+the trainer applies the sparse optimizer step and writes the rows back where they live.
+"""
+import math
+
+import torch
+from torch import nn
+
+CRITEO_BOTTOM = (512, 256, 64)
+CRITEO_TOP = (512, 256)
+
+
+def mlp(sizes, final_relu):
+    layers = []
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        lin = nn.Linear(a, b)
+        # DLRM reference initialisation: normal weights scaled by fan-in + fan-out.
+        nn.init.normal_(lin.weight, 0.0, math.sqrt(2.0 / (a + b)))
+        nn.init.normal_(lin.bias, 0.0, math.sqrt(1.0 / b))
+        layers.append(lin)
+        if i < len(sizes) - 2 or final_relu:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+class DLRM(nn.Module):
+    """``num_dense`` dense inputs, ``num_sparse`` embedding bags of width ``dim``; ``bottom`` and
+    ``top`` are the hidden layer widths (the bottom MLP ends at ``dim``, the top at 1)."""
+
+    def __init__(self, num_dense, num_sparse, dim=16, bottom=CRITEO_BOTTOM, top=CRITEO_TOP):
+        super().__init__()
+        self.num_dense, self.num_sparse, self.dim = num_dense, num_sparse, dim
+        self.bottom = mlp([num_dense, *bottom, dim], final_relu=True)
+        n = num_sparse + 1
+        self.num_pairs = n * (n - 1) // 2
+        self.top = mlp([dim + self.num_pairs, *top, 1], final_relu=False)
+        li, lj = torch.tril_indices(n, n, offset=-1)
+        self.register_buffer("li", li, persistent=False)
+        self.register_buffer("lj", lj, persistent=False)
+
+    def interact(self, x, emb):
+        """Dot interaction: x [B, dim], emb [B, F, dim] -> [B, dim + pairs]."""
+        t = torch.cat([x.unsqueeze(1), emb], dim=1)
+        z = torch.bmm(t, t.transpose(1, 2))
+        return torch.cat([x, z[:, self.li, self.lj]], dim=1)
+
+    def forward(self, dense, emb):
+        """Logits [B] from dense [B, num_dense] and pooled embeddings [B, F, dim]."""
+        return self.top(self.interact(self.bottom(dense), emb)).squeeze(1)
+
+
+def pool(rows, lookup_row, num_bags, bag_of_lookup=None, dim=None):
+    """Pooled embeddings [num_bags, dim] from gathered ``rows`` [R, >= dim].
+
+    ``lookup_row`` [L] is each lookup's row in ``rows``; ``bag_of_lookup`` [L] its bag
+    (sample * F + feature); None means single-hot (lookup l is bag l). Multi-hot bags are
+    summed; an empty bag is zero.
+    """
+    dim = rows.shape[1] if dim is None else dim
+    vec = rows[:, :dim] if dim != rows.shape[1] else rows
+    picked = vec[lookup_row]
+    if bag_of_lookup is None:
+        return picked
+    out = torch.zeros(num_bags, dim, dtype=rows.dtype, device=rows.device)
+    return out.index_add(0, bag_of_lookup, picked)

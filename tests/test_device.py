@@ -1,0 +1,219 @@
+"""HostMemory and the Device API (model:// backend) against independent references: the naive
+fragmenter of tests/reference.py and plain numpy row copies."""
+import numpy as np
+import pytest
+import torch
+
+import hotline
+from conftest import real_file
+from hotline.data import load_dataset
+from hotline.device import BatchResult, Device, ModelDevice
+from hotline.device_model import AcceleratorConfig
+from hotline.errors import HotlineError
+from hotline.host_memory import HostMemory, Window
+from hotline.planner import exact_hot_set
+from hotline.synth import synth_criteo
+import reference
+
+ROW_BYTES = 24   # 6 floats: a row that is 3 bus words
+
+
+# -- HostMemory -----------------------------------------------------------------------------
+
+
+def test_host_memory_windows_views_and_file_sharing():
+    with HostMemory(1 << 20) as mem:
+        a = mem.alloc(100, name="a")
+        b = mem.alloc(5000, align=4096, name="b")
+        c = mem.alloc(8, align=8, name="c")
+        assert (a.base, b.base, c.base) == (0, 4096, 9096)
+        v = mem.view(b, np.float32, (10, 4))
+        v[:] = np.arange(40, dtype=np.float32).reshape(10, 4)
+        t = torch.from_numpy(v)
+        t[3, 1] = -7.0                   # torch writes through to host memory
+        raw = mem.array[b.base:b.base + 160].view(np.float32).reshape(10, 4)
+        assert raw[3, 1] == -7.0 and raw[9, 3] == 39.0
+        mem.flush()
+        # a second process (here: a second mapping) of the same file sees the bytes
+        other = np.memmap(mem.path, np.uint8, "r", shape=(mem.size,))
+        assert other[b.base:b.base + 160].view(np.float32)[13] == -7.0
+        del other
+        path = mem.path
+    assert not path.exists()            # the temporary backing file is removed
+
+
+def test_host_memory_errors():
+    with HostMemory(8192) as mem:
+        mem.alloc(4096)
+        with pytest.raises(HotlineError, match="do not fit in host memory"):
+            mem.alloc(4097, name="big")
+        with pytest.raises(HotlineError, match="alignment must be positive"):
+            mem.alloc(8, align=0)
+        w = mem.alloc(64, align=64)
+        with pytest.raises(HotlineError, match="needs 128 bytes"):
+            mem.view(w, np.float32, (32,))
+        with pytest.raises(HotlineError, match="outside host memory"):
+            mem.view(Window(8000, 400, "x"), np.uint8)
+    with pytest.raises(HotlineError, match="positive"):
+        HostMemory(0)
+
+
+# -- a small device set-up ---------------------------------------------------------------------
+
+
+def make_device(table_sizes, hot_keys, *, banks=2, slots=None, batch=64, lookups=None,
+                row_bytes=ROW_BYTES, seed=0):
+    """A model device over random tables; returns (device, memory, table arrays, staging view)."""
+    rng = np.random.default_rng(seed)
+    lookups = lookups or batch * len(table_sizes)
+    config = AcceleratorConfig.for_workload(max(1, len(hot_keys)), batch, lookups)
+    slots = slots or config.cold_max_keys
+    need = sum(-(-int(r) * row_bytes // 4096) * 4096 for r in table_sizes) + 4096 + banks * slots * row_bytes
+    mem = HostMemory(need)
+    dev = hotline.open("model://", config=config, memory=mem)
+    tables = []
+    for t, rows in enumerate(table_sizes):
+        w = mem.alloc(rows * row_bytes, name=f"t{t}")
+        v = mem.view(w, np.uint8, (rows, row_bytes))
+        v[:] = rng.integers(0, 256, v.shape, dtype=np.uint8)
+        dev.set_table(t, w, rows, row_bytes)
+        tables.append(v)
+    sw = mem.alloc(banks * slots * row_bytes, name="staging")
+    dev.set_staging(sw, row_bytes, slots, banks)
+    staging = mem.view(sw, np.uint8, (banks, slots, row_bytes))
+    placement = dev.load_hot_set(hot_keys)
+    return dev, mem, tables, staging, placement
+
+
+def split(key):
+    return key >> 27, key & ((1 << 27) - 1)
+
+
+def check_batch(r, samples, placement, tables, staging):
+    """One BatchResult against reference.fragment and a numpy gather of its cold keys."""
+    slot_of = dict(zip(placement.keys.tolist(), placement.slots.tolist()))
+    (ref,) = reference.fragment(samples, slot_of, len(samples))
+    assert r.popular.tolist() == ref["popular"]
+    assert r.non_popular.tolist() == ref["non_popular"]
+    assert r.cold_keys.tolist() == ref["cold_keys"]
+    flat = [x for entry in ref["remap"] for x in entry]
+    assert r.hot.tolist() == [kind == "hot" for kind, _ in flat]
+    assert r.slot.tolist() == [s for _, s in flat]
+    want = np.array([tables[split(k)[0]][split(k)[1]] for k in ref["cold_keys"]]).reshape(-1, ROW_BYTES)
+    np.testing.assert_array_equal(staging[r.bank, :len(ref["cold_keys"])], want)
+    assert r.gather == {"rows": len(ref["cold_keys"]), "errors": 0}
+
+
+def stream(ds):
+    keys, off = ds.keys, ds.sample_offsets
+    return keys, off, [keys[off[i]:off[i + 1]].tolist() for i in range(ds.num_samples)]
+
+
+@pytest.mark.parametrize("source", ["generator", "criteo"])
+def test_model_device_fragments_gathers_and_scatters_like_numpy(source):
+    if source == "criteo":
+        ds = load_dataset(real_file("criteo_kaggle/train_random4584.csv.gz"), limit=1200)
+    else:
+        ds = synth_criteo(1200, seed=5)
+        ds.indices %= 5000
+        ds.table_sizes = np.minimum(ds.table_sizes, 5000)
+    keys, off, samples = stream(ds)
+    hot = exact_hot_set(keys, 600).keys
+    B = 200
+    dev, mem, tables, staging, placement = make_device(ds.table_sizes, hot, batch=B)
+    with dev:
+        info = dev.info()
+        assert info["data_width"] == 64 and info["row_bits"] == 27 and info["num_tables"] == 32
+        assert placement.keys.size + placement.failed.size == len(hot)
+        results, at_push = [], {}
+
+        def push(i):
+            at_push[i] = [t.copy() for t in tables]   # what the gather must read
+            return dev.push_batch(keys[off[i * B]:off[(i + 1) * B]], ds.lengths[i * B:(i + 1) * B])
+
+        # double buffering: two batches in flight, pulled in push order, banks alternate
+        assert (push(0), push(1)) == (0, 1) and dev.in_flight == 2
+        with pytest.raises(HotlineError, match="in flight"):
+            dev.push_batch(keys[off[0]:off[B]], ds.lengths[:B])
+        for i in range(6):
+            r = dev.pull_batch()
+            assert isinstance(r, BatchResult) and r.batch_id == i and r.bank == i % 2
+            s0, s1 = i * B, (i + 1) * B
+            # batch i was gathered before batch i - 1's scatter: it holds the rows as they were
+            check_batch(r, samples[s0:s1], placement, at_push[i], staging)
+            results.append(r)
+            # scatter: new bytes in staging go back to exactly the cold keys' rows
+            U = len(r.cold_keys)
+            new = np.random.default_rng(i).integers(0, 256, (U, ROW_BYTES), dtype=np.uint8)
+            staging[r.bank, :U] = new
+            before = [t.copy() for t in tables]
+            done = dev.scatter(r.bank, r.cold_keys)
+            assert done == {"rows": U, "errors": 0}
+            for t, rows in enumerate(before):
+                sel = [j for j, k in enumerate(r.cold_keys.tolist()) if split(k)[0] == t]
+                rows[[split(int(r.cold_keys[j]))[1] for j in sel]] = new[sel]
+                np.testing.assert_array_equal(tables[t], rows)
+            if i + 2 < 6:
+                push(i + 2)
+        c = dev.counters()
+        assert c["batches"] == 6 and c["samples"] == 6 * B and c["lookups"] == int(off[6 * B])
+        assert c["hits"] == sum(int(r.hot.sum()) for r in results)
+        assert c["popular_samples"] == sum(len(r.popular) for r in results)
+        cold = sum(len(r.cold_keys) for r in results)
+        assert c["cold_rows"] == c["gather_rows"] == c["scatter_rows"] == cold
+        assert c["dma_bytes_read"] == c["dma_bytes_written"] == 2 * cold * ROW_BYTES
+        assert c["window_errors"] == c["axi_errors"] == c["overflows"] == 0
+        with pytest.raises(HotlineError, match="no batch in flight"):
+            dev.pull_batch()
+    mem.close()
+
+
+def test_out_of_range_rows_are_refused_and_counted():
+    dev, mem, tables, staging, placement = make_device([10, 20], [], batch=4)
+    with dev:
+        staging[:] = 0
+        bad = (1 << 27) | 25                       # table 1 has 20 rows
+        keys = np.array([3, bad, (1 << 27) | 2, 3], np.uint32)
+        dev.push_batch(keys, [2, 2])
+        r = dev.pull_batch()
+        assert r.cold_keys.tolist() == [3, bad, (1 << 27) | 2]
+        assert r.gather == {"rows": 2, "errors": 1}
+        assert not staging[0, 1].any()             # the refused row was never written
+        np.testing.assert_array_equal(staging[0, 2], tables[1][2])
+        assert dev.counters()["window_errors"] == 1
+        done = dev.scatter(0, np.array([5 << 27], np.uint32))   # no descriptor for table 5
+        assert done == {"rows": 0, "errors": 1}
+    mem.close()
+
+
+def test_device_bad_arguments():
+    with pytest.raises(HotlineError, match="unknown device scheme"):
+        hotline.open("pcie://0")
+    with pytest.raises(HotlineError, match="no scheme"):
+        hotline.open("model")
+    with HostMemory(1 << 16) as mem, hotline.open("model://", memory=mem) as dev:
+        assert isinstance(dev, Device) and isinstance(dev, ModelDevice)
+        w = mem.alloc(4096)
+        with pytest.raises(HotlineError, match="multiple of the 8-byte bus word"):
+            dev.set_table(0, w, 10, 12)
+        with pytest.raises(HotlineError, match="do not fit its window"):
+            dev.set_table(0, w, 1000, 16)
+        with pytest.raises(HotlineError, match="tables 0..31"):
+            dev.set_table(32, w, 10, 16)
+        dev.set_table(0, w, 10, 32)
+        s = mem.alloc(4096)
+        with pytest.raises(HotlineError, match="smaller than table 0's row_bytes"):
+            dev.set_staging(s, 16, 8, 2)
+        with pytest.raises(HotlineError, match="do not fit window"):
+            dev.set_staging(s, 32, 100, 2)
+        with pytest.raises(HotlineError, match="banks"):
+            dev.set_staging(s, 32, 8, 4)
+        dev.set_staging(s, 32, 8, 2)
+        with pytest.raises(HotlineError, match="lengths sum"):
+            dev.push_batch(np.arange(5, dtype=np.uint32), [2, 2])
+        with pytest.raises(HotlineError, match="distinct"):
+            dev.load_hot_set([1, 1])
+        with pytest.raises(HotlineError, match="at most"):
+            dev.push_batch(np.zeros(5000, np.uint32), np.ones(5000, np.int64))
+    with pytest.raises(HotlineError, match="closed"):
+        dev.counters()

@@ -1,0 +1,71 @@
+"""Host-link framing against a hand-built frame, corruption detection and resynchronisation."""
+import struct
+import zlib
+
+import pytest
+
+from hotline.link import FrameError, FrameReader, encode, pack_results, unpack_results
+
+
+def test_frame_layout_by_hand():
+    payload = b"\x10\x00\x00\x00\x2a\x00\x00\x00"
+    hcrc = zlib.crc32(struct.pack("<BHI", 1, 7, len(payload))) & 0xFFFF
+    body = bytes([0xA5, 1]) + struct.pack("<HIH", 7, len(payload), hcrc) + payload
+    want = body + struct.pack("<I", zlib.crc32(body[1:]))
+    assert encode("WRITE32", 7, payload) == want
+
+
+def test_stream_of_frames_in_odd_chunks():
+    frames = [encode("READ32", i, i.to_bytes(4, "little")) for i in range(50)]
+    data = b"".join(frames)
+    r, got = FrameReader(), []
+    for i in range(0, len(data), 7):
+        r.feed(data[i:i + 7])
+        while (f := r.next()) is not None:
+            got.append(f)
+    assert got == [("READ32", i, i.to_bytes(4, "little")) for i in range(50)]
+
+
+@pytest.mark.parametrize("pos", [1, 2, 3, 5, 7, 9, 12, 14, -1])
+def test_any_flipped_bit_is_detected_then_resynchronised(pos):
+    bad = bytearray(encode("WRITE32", 3, b"\x01\x02\x03\x04\x05\x06\x07\x08"))
+    bad[pos] ^= 0x10
+    good = encode("READ32", 4, b"\x00\x01\x00\x00")
+    r = FrameReader()
+    r.feed(bytes(bad) + good)
+    errors, frames = 0, []
+    for _ in range(100):
+        try:
+            f = r.next()
+        except FrameError:
+            errors += 1
+            continue
+        if f is None:
+            break
+        frames.append(f)
+    assert errors >= 1
+    assert frames[-1] == ("READ32", 4, b"\x00\x01\x00\x00")
+    assert all(f[0] != "WRITE32" or f[2] == b"\x01\x02\x03\x04\x05\x06\x07\x08" for f in frames)
+
+
+def test_dropped_byte_is_detected():
+    frame = bytearray(encode("LOOKUPS", 9, bytes(range(32))))
+    del frame[10]
+    r = FrameReader()
+    r.feed(bytes(frame) + encode("ACK", 10))
+    seen = []
+    for _ in range(100):
+        try:
+            f = r.next()
+        except FrameError:
+            seen.append("error")
+            continue
+        if f is None:
+            break
+        seen.append(f[0])
+    assert "LOOKUPS" not in seen and "error" in seen
+
+
+def test_results_roundtrip_wide_beats():
+    streams = [[0, 1, (1 << 127) | 5], [], [2 ** 64 + 3]]
+    assert unpack_results(pack_results(streams), 3) == streams

@@ -1,0 +1,306 @@
+"""DLRM training: hotline vs baseline vs device-only vs an independent dense reference,
+checkpoint/resume, the CLI and its errors."""
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import real_file
+from hotline import cli
+from hotline.data import Dataset, load_dataset
+from hotline.dlrm import DLRM
+from hotline.synth import synth_criteo
+from hotline.train import TrainConfig, auc, prepare_data, train
+
+torch.set_num_threads(1)  # tiny models: one thread is faster, and the cores are shared
+SMALL = dict(dim=8, bottom=(16,), top=(16,), batch_size=64)
+
+
+def generated(n=640, fold=400, seed=1):
+    ds = synth_criteo(n, seed=seed)
+    return prepare_data(ds, 0.1, fold)
+
+
+def run(data, mode, **kw):
+    cfg = TrainConfig(mode=mode, **{**SMALL, **kw})
+    rep, trainer = train(data, cfg, keep=True)
+    try:
+        return rep, trainer.tables()
+    finally:
+        trainer.close()
+
+
+def reference_train(data, cfg):
+    """Dense full-table training in plain torch: every table a tensor, F.embedding lookups,
+    the whole mini-batch at once, the optimizer applied to every row (untouched rows get a
+    zero gradient, which changes nothing). Shares only the DLRM module with the package."""
+    torch.manual_seed(cfg.seed)
+    model = DLRM(data.dense.shape[1], data.num_tables, cfg.dim, cfg.bottom, cfg.top)
+    opt = (torch.optim.SGD(model.parameters(), lr=cfg.lr) if cfg.optimizer == "sgd"
+           else torch.optim.Adagrad(model.parameters(), lr=cfg.lr, eps=1e-8))
+    tables, states = [], []
+    for t, rows in enumerate(data.table_sizes):
+        rng = np.random.default_rng([cfg.seed, 1000 + t])
+        a = np.float32(1 / math.sqrt(rows))
+        tables.append(torch.from_numpy(rng.random((int(rows), cfg.dim), dtype=np.float32) * (2 * a) - a))
+        states.append(torch.zeros(int(rows)))
+    F = data.num_tables
+    losses = []
+    for epoch in range(cfg.epochs):
+        for s0 in range(0, data.n_train, cfg.batch_size):
+            s1 = min(s0 + cfg.batch_size, data.n_train)
+            n = s1 - s0
+            leaves = [t.clone().requires_grad_() for t in tables]
+            keys = data.keys[data.offsets[s0]:data.offsets[s1]]
+            rows = torch.from_numpy((keys & ((1 << 27) - 1)).astype(np.int64))
+            lengths = data.lengths[s0:s1]
+            if np.all(lengths == 1):
+                rows = rows.view(n, F)
+                emb = torch.stack([leaves[f][rows[:, f]] for f in range(F)], 1)
+            else:
+                pos, parts = 0, [[None] * F for _ in range(n)]
+                for i in range(n):
+                    for f in range(F):
+                        k = lengths[i, f]
+                        parts[i][f] = leaves[f][rows[pos:pos + k]].sum(0) if k else torch.zeros(cfg.dim)
+                        pos += k
+                emb = torch.stack([torch.stack(p) for p in parts])
+            logits = model(torch.from_numpy(data.dense[s0:s1]), emb)
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(
+                logits, torch.from_numpy(data.label[s0:s1]))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(float(loss.detach()))
+            with torch.no_grad():
+                for t, leaf in enumerate(leaves):
+                    g = leaf.grad
+                    if cfg.optimizer == "sgd":
+                        tables[t] = tables[t] - cfg.lr * g
+                    else:
+                        states[t] = states[t] + (g * g).mean(1)
+                        tables[t] = tables[t] - cfg.lr * g / (states[t].sqrt() + 1e-8)[:, None]
+    return losses, [torch.cat([t, s[:, None]], 1).numpy() if cfg.optimizer == "adagrad"
+                    else t.numpy() for t, s in zip(tables, states)]
+
+
+def assert_same_run(a, b, rtol=1e-5):
+    (ra, ta), (rb, tb) = a, b
+    np.testing.assert_allclose(rb["losses"], ra["losses"], rtol=rtol)
+    for x, y in zip(ta, tb):
+        np.testing.assert_allclose(y, x, rtol=rtol, atol=1e-5)  # float reordering
+
+
+def tables_of(tables, cfg):
+    width = cfg.dim + (1 if cfg.optimizer == "adagrad" else 0)
+    return [t[:, :width] for t in tables]
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])
+def test_hotline_equals_baseline_device_only_and_reference_on_generator(optimizer):
+    data = generated()
+    kw = dict(optimizer=optimizer, hot_rows=300, epochs=2)
+    base = run(data, "baseline", **kw)
+    hot = run(data, "hotline", **kw)
+    dev = run(data, "device-only", **kw)
+    assert_same_run(base, hot)
+    assert_same_run(base, dev)
+    cfg = TrainConfig(mode="baseline", **SMALL, **kw).check()
+    ref_losses, ref_tables = reference_train(data, cfg)
+    assert_same_run((base[0], tables_of(base[1], cfg)), ({"losses": ref_losses}, ref_tables))
+    r = hot[0]
+    c = r["counters"]
+    # the device did the cold traffic: every cold row gathered and scattered, no errors
+    assert c["gather_rows"] == c["scatter_rows"] == c["cold_rows"] > 0
+    assert c["window_errors"] == c["axi_errors"] == 0
+    assert 0 < r["hot_lookup_fraction"] < 1 and c["hits"] > 0
+    assert r["steps"] == 2 * math.ceil(data.n_train / 64) == len(r["losses"])
+    assert r["test_auc"] is not None and len(r["history"]) == 2
+    # hotline ships fewer embedding bytes than the baseline
+    assert r["bytes_host_to_device"] < base[0]["bytes_host_to_device"]
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])
+def test_hotline_equals_baseline_on_real_criteo(optimizer):
+    ds = load_dataset(real_file("criteo_kaggle/train_random4584.csv.gz"), limit=700)
+    data = prepare_data(ds, 0.1)
+    kw = dict(optimizer=optimizer, hot_rows=800)
+    base, hot = run(data, "baseline", **kw), run(data, "hotline", **kw)
+    assert_same_run(base, hot)
+    assert hot[0]["counters"]["cold_rows"] > 0 and hot[0]["popular_fraction"] > 0
+
+
+def test_multi_hot_with_empty_bags():
+    rng = np.random.default_rng(4)
+    n, F = 300, 3
+    lengths = rng.integers(0, 4, (n, F)).astype(np.int32)
+    sizes = np.array([50, 7, 300])
+    tables = np.repeat(np.broadcast_to(np.arange(F), (n, F)).ravel(), lengths.ravel())
+    indices = (rng.zipf(1.5, lengths.sum()) - 1) % sizes[tables]
+    ds = Dataset(lengths, indices.astype(np.int64), sizes, rng.random((n, 2)).astype(np.float32),
+                 (rng.random(n) < 0.3).astype(np.float32), "multi")
+    data = prepare_data(ds, 0.0)
+    kw = dict(optimizer="adagrad", hot_rows=20, batch_size=32, lr=0.1)
+    base, hot = run(data, "baseline", **kw), run(data, "hotline", **kw)
+    assert_same_run(base, hot)
+    assert hot[0]["popular_fraction"] > 0
+    cfg = TrainConfig(mode="baseline", **{**SMALL, **kw}).check()
+    ref_losses, ref_tables = reference_train(data, cfg)
+    assert_same_run((base[0], tables_of(base[1], cfg)), ({"losses": ref_losses}, ref_tables))
+
+
+def test_cold_set_overflow_still_trains_exactly(monkeypatch):
+    """A tiny cold-key set overflows: keys repeat across cold slots; training must not care."""
+    from hotline.device_model import AcceleratorConfig
+    orig = AcceleratorConfig.for_workload.__func__
+
+    def tiny(cls, hot_rows, batch_size, max_batch_lookups):
+        c = orig(cls, hot_rows, batch_size, max_batch_lookups)
+        return AcceleratorConfig(**{**c.as_dict(), "cold_capacity": 64})
+    monkeypatch.setattr(AcceleratorConfig, "for_workload", classmethod(tiny))
+    data = generated(n=320)
+    kw = dict(optimizer="adagrad", hot_rows=50)
+    base, hot = run(data, "baseline", **kw), run(data, "hotline", **kw)
+    assert hot[0]["counters"]["overflows"] > 0
+    assert_same_run(base, hot)
+
+
+@pytest.mark.parametrize("mode", ["hotline", "baseline"])
+def test_checkpoint_resume_is_bit_identical(mode, tmp_path):
+    data = generated(n=400)
+    kw = dict(optimizer="adagrad", hot_rows=200)
+    straight = run(data, mode, epochs=2, **kw)
+    ck = tmp_path / "ck.pt"
+    first = run(data, mode, epochs=1, checkpoint=str(ck), **kw)
+    resumed = run(data, mode, epochs=2, resume=str(ck), **kw)
+    # mid-epoch: stop after 8 steps (checkpoint taken there), then resume to the end
+    ck2 = tmp_path / "mid.pt"
+    part = run(data, mode, epochs=2, checkpoint=str(ck2), checkpoint_every=3, max_steps=8, **kw)
+    mid = run(data, mode, epochs=2, resume=str(ck2), **kw)
+    assert len(part[0]["losses"]) == 8
+    for r in (resumed, mid):
+        assert r[0]["losses"] == straight[0]["losses"]
+        for x, y in zip(r[1], straight[1]):
+            np.testing.assert_array_equal(x, y)
+        assert [h["train_logloss"] for h in r[0]["history"]] == \
+               [h["train_logloss"] for h in straight[0]["history"]]
+    assert first[0]["losses"] == straight[0]["losses"][:len(first[0]["losses"])]
+    if mode == "hotline":
+        keys = ("lookups", "hits", "cold_rows", "gather_rows", "scatter_rows")
+        assert {k: mid[0]["counters"][k] for k in keys} == {k: straight[0]["counters"][k] for k in keys}
+
+
+def test_auc_matches_pairwise_definition():
+    rng = np.random.default_rng(0)
+    y = (rng.random(300) < 0.4).astype(np.float32)
+    s = np.round(rng.normal(size=300) + y, 1)            # with ties
+    pos, neg = s[y == 1], s[y == 0]
+    want = ((pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()) / (len(pos) * len(neg))
+    assert auc(y, s) == pytest.approx(want, abs=1e-12)
+    assert auc(np.ones(4), np.arange(4)) is None
+
+
+def test_dot_interaction_against_loops():
+    torch.manual_seed(0)
+    m = DLRM(3, 4, dim=5, bottom=(6,), top=(7,))
+    x, emb = torch.randn(2, 5), torch.randn(2, 4, 5)
+    z = m.interact(x, emb)
+    vecs = [x] + [emb[:, f] for f in range(4)]
+    pairs = [(vecs[i] * vecs[j]).sum(1) for i in range(5) for j in range(i)]
+    torch.testing.assert_close(z, torch.cat([x, torch.stack(pairs, 1)], 1))
+
+
+# -- the CLI -------------------------------------------------------------------------------
+
+
+def cli_run(tmp_path, *args):
+    out = tmp_path / "train.json"
+    rc = cli.main(["train", *args, "--json", str(out)])
+    return rc, out
+
+
+def test_cli_train_writes_report_and_plot(tmp_path, capsys):
+    png = tmp_path / "train.png"
+    rc, out = cli_run(tmp_path, "synth:criteo-kaggle:500", "--max-ind-range", "300", "--mode",
+                      "hotline", "--batch-size", "64", "--hot-rows", "200", "--dim", "8",
+                      "--bottom", "16", "--top", "16", "--plot", str(png))
+    assert rc == 0
+    r = json.loads(out.read_text())
+    for k in ("samples_per_s", "train_logloss", "test_auc", "bytes_host_to_device",
+              "hot_lookup_fraction", "popular_fraction", "history", "losses", "mode",
+              "device_url", "counters"):
+        assert k in r, k
+    assert r["mode"] == "hotline" and r["device_url"] == "model://" and r["samples_per_s"] > 0
+    assert png.stat().st_size > 1000
+    assert "samples / s" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["synth:criteo-kaggle:300", "--mode", "baseline", "--batch-size", "64", "--host-memory", "1M"],
+     "need .* of host memory"),
+    (["synth:criteo-kaggle:300", "--max-ind-range", "5000", "--mode", "device-only",
+      "--batch-size", "64", "--device-memory", "100K"], "cpu device memory"),
+    (["synth:criteo-kaggle:300", "--mode", "hotline", "--batch-size", "64"], "needs --hot-rows"),
+    (["synth:criteo-kaggle:300", "--max-ind-range", "100", "--mode", "hotline", "--batch-size",
+      "64", "--hot-rows", "10", "--device-url", "bogus://x"], "unknown device scheme"),
+    (["synth:criteo-kaggle:3000", "--max-ind-range", "100", "--mode", "hotline", "--batch-size",
+      "3000", "--hot-rows", "10"], "staging slots"),
+    (["BAD_NPZ", "--mode", "baseline", "--batch-size", "8"], "outside table"),
+    (["NOLABEL_NPZ", "--mode", "baseline", "--batch-size", "8"], "no labels"),
+    (["synth:criteo-kaggle:300", "--max-ind-range", "100", "--mode", "baseline", "--batch-size",
+      "64", "--resume", "MISSING"], "no such checkpoint"),
+])
+def test_cli_bad_input_one_line_exit_2_no_json(tmp_path, capsys, args, message):
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, sparse=np.array([[0, 1], [5, 0]]), table_sizes=np.array([3, 2]),
+             label=np.array([0.0, 1.0], np.float32))
+    nolabel = tmp_path / "nolabel.npz"
+    np.savez(nolabel, sparse=np.array([[0, 1], [2, 0]]), table_sizes=np.array([3, 2]))
+    args = [{"BAD_NPZ": str(bad), "NOLABEL_NPZ": str(nolabel),
+             "MISSING": str(tmp_path / "none.pt")}.get(a, a) for a in args]
+    rc, out = cli_run(tmp_path, *args)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and not out.exists()
+    assert len(err) == 1 and err[0].startswith("hotline: error: ")
+    import re
+    assert re.search(message, err[0]), err[0]
+
+
+def test_resume_with_other_settings_is_refused(tmp_path, capsys):
+    common = ["synth:criteo-kaggle:300", "--max-ind-range", "100", "--mode", "baseline",
+              "--batch-size", "64", "--dim", "4", "--bottom", "8", "--top", "8"]
+    ck = tmp_path / "c.pt"
+    assert cli_run(tmp_path, *common, "--checkpoint", str(ck))[0] == 0
+    rc, _ = cli_run(tmp_path, *common, "--lr", "0.5", "--resume", str(ck))
+    assert rc == 2 and "--lr" in capsys.readouterr().err
+
+
+def test_help_has_example(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])
+    text = capsys.readouterr().out
+    assert "example:" in text and "--mode" in text and "--max-ind-range" in text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])
+def test_default_criteo_model_hotline_equals_baseline_and_device_only(optimizer):
+    """The full Criteo Kaggle DLRM (dim 16, 512-256-64 / 512-256) on 20k generated samples."""
+    data = prepare_data(synth_criteo(20_000, seed=2), 0.1, 100_000)
+    kw = dict(optimizer=optimizer, hot_rows=16384, batch_size=1024)
+    runs = [run(data, m, dim=16, bottom=(512, 256, 64), top=(512, 256), **kw)
+            for m in ("baseline", "hotline", "device-only")]
+    assert_same_run(runs[0], runs[1])
+    assert runs[2][0]["losses"] == runs[0][0]["losses"]
+
+
+@pytest.mark.slow
+def test_real_criteo_full_file_adagrad_epochs():
+    ds = load_dataset(real_file("criteo_kaggle/train_random4584.csv.gz"))
+    data = prepare_data(ds, 0.1)
+    kw = dict(optimizer="adagrad", hot_rows=2600, batch_size=256, epochs=3, dim=16,
+              bottom=(512, 256, 64), top=(512, 256))
+    base, hot = run(data, "baseline", **kw), run(data, "hotline", **kw)
+    assert_same_run(base, hot)
