@@ -16,7 +16,10 @@ Sections:
 - learner: AccessLearner coverage of its top K over the exact top K's, per real Criteo file,
   K = 5% and 10% of the distinct keys (target 0.98), and simulator speeds;
 - synthesis: LUT4 / FF / block RAM / Fmax of cam, learner and cam+learner on LFE5U-85F-6
-  (target 125 MHz, <= 50% of the block RAM) and the 1024-entry CAM on iCE40 UP5K.
+  (target 125 MHz, <= 50% of the block RAM) and the 1024-entry CAM on iCE40 UP5K;
+- train: DLRM training throughput (samples/s, one torch thread) of the ``hotline`` and
+  ``device-only`` modes beside ``baseline`` on the same generated stream and seed, with the
+  host-to-device bytes and the final losses (which must agree).
 """
 import argparse
 import csv
@@ -39,7 +42,8 @@ from .synth import synth_criteo
 
 
 
-SECTIONS = ("fragment_model", "criteo_parse", "fragment_rtl", "cam", "learner", "synthesis")
+SECTIONS = ("fragment_model", "criteo_parse", "fragment_rtl", "cam", "learner", "synthesis",
+            "train")
 
 
 def _best_of(fn, repeat):
@@ -198,6 +202,31 @@ def bench_synthesis(quick):
     return out, rows
 
 
+def bench_train(quick):
+    """Samples/s of each training mode on one generated stream (model:// device)."""
+    from .commands import open_data
+    from .train import TrainConfig, prepare_data, train
+
+    samples = 20_000 if quick else 200_000
+    data = prepare_data(open_data(f"synth:criteo-kaggle:{samples}", max_ind_range=100_000),
+                        0.1, 100_000)
+    out, rows = {"data": f"synth:criteo-kaggle:{samples} (--max-ind-range 100000)",
+                 "batch_size": 1024, "hot_rows": 16384, "threads": 1, "modes": {}}, []
+    for mode in ("baseline", "hotline", "device-only"):
+        cfg = TrainConfig(mode=mode, batch_size=1024, hot_rows=16384, epochs=1, threads=1,
+                          max_ind_range=100_000)
+        r = train(data, cfg)
+        out["modes"][mode] = {k: r[k] for k in ("samples_per_s", "train_logloss", "test_auc",
+                                                "bytes_host_to_device", "popular_fraction",
+                                                "hot_lookup_fraction") if k in r}
+    base = out["modes"]["baseline"]["samples_per_s"]
+    for mode, r in out["modes"].items():
+        r["ratio_vs_baseline"] = r["samples_per_s"] / base
+        rows.append([f"train ({mode})", out["data"][:40], f"{r['samples_per_s']:,.0f} samples/s",
+                     f"{base:,.0f} samples/s baseline", r["ratio_vs_baseline"]])
+    return out, rows
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m hotline.bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -224,7 +253,8 @@ def main(argv=None):
         rows.append(["Criteo CSV parse", r["data"][:40], f"{r['mb_per_s']:.1f} MB/s",
                      f"{r['reference_mb_per_s']:.1f} MB/s csv.reader", r["ratio_vs_reference"]])
     for name, fn in (("fragment_rtl", bench_fragment_rtl), ("cam", bench_cam),
-                     ("learner", bench_learner), ("synthesis", bench_synthesis)):
+                     ("learner", bench_learner), ("synthesis", bench_synthesis),
+                     ("train", bench_train)):
         if name in want:
             print(f"bench: {name} ...", file=sys.stderr, flush=True)
             results[name], more = fn(args.quick)
