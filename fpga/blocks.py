@@ -11,7 +11,7 @@ from .synth import DEVICES, synth_report
 
 TARGET_MHZ = {"ecp5-85f": 125, "ice40-up5k": 30}
 
-_CAM = {"ecp5-85f": lambda: PopularityCAM(16384),
+_CAM = {"ecp5-85f": lambda: PopularityCAM(16384, primitive="ecp5"),
         "ice40-up5k": lambda: PopularityCAM(1024, max_kicks=16)}
 _LEARNER = {"ecp5-85f": lambda: AccessLearner(primitive="ecp5"),
             "ice40-up5k": lambda: AccessLearner(buckets=64, ways=4, count_bits=16)}
@@ -26,15 +26,16 @@ BLOCKS = {
 }
 
 
-def report(block, device, build_dir="build/synth", freq_mhz=None):
-    """Synthesis, placement and timing report of ``block`` on ``device``."""
+def report(block, device, build_dir="build/synth", freq_mhz=None, seed=1):
+    """Synthesis, placement and timing report of ``block`` on ``device`` (``seed``: nextpnr's)."""
     if block not in BLOCKS:
         raise ValueError(f"unknown block {block!r} (choose from {', '.join(BLOCKS)})")
     if device not in DEVICES:
         raise ValueError(f"unknown device {device!r} (choose from {', '.join(DEVICES)})")
     freq = freq_mhz or TARGET_MHZ[device]
     name = block.replace("+", "_").replace("-", "_")
-    out = synth_report(BLOCKS[block](device), device, name=name, freq_mhz=freq, build_dir=build_dir)
+    out = synth_report(BLOCKS[block](device), device, name=name, freq_mhz=freq,
+                       build_dir=build_dir, seed=seed)
     out["block"] = block
     out["bram_fraction"] = out["bram"] / out["bram_available"] if out["bram_available"] else 0.0
     return out

@@ -81,9 +81,9 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
     """Synthesise, place and route ``component`` (or a tuple of components, synthesised
     together) for ``device`` (a key of DEVICES).
 
-    Returns a dict: device, name, freq_mhz, lut4, ff, bram (cells after synthesis),
-    lut4_available/ff_available/bram_available, utilization (nextpnr's per-bel used/available),
-    fmax_mhz, timing_ok (fmax >= freq_mhz) and the build directory.
+    Returns a dict: device, name, freq_mhz, seed (nextpnr's), lut4, ff, bram (cells after
+    synthesis), lut4_available/ff_available/bram_available, utilization (nextpnr's per-bel
+    used/available), fmax_mhz, timing_ok (fmax >= freq_mhz) and the build directory.
     """
     dev = DEVICES[device]
     out = Path(build_dir) / f"{name}_{device}"
@@ -105,7 +105,7 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
     util = report["utilization"]
     fmax = min((c["achieved"] for c in report["fmax"].values()), default=0.0)
     return {
-        "device": device, "name": name, "freq_mhz": freq_mhz,
+        "device": device, "name": name, "freq_mhz": freq_mhz, "seed": seed,
         "lut4": cells.get(dev["lut"], 0),
         "ff": sum(n for cell, n in cells.items() if cell.startswith(dev["ff"])),
         "bram": cells.get(dev["bram"], 0),

@@ -24,16 +24,15 @@ with ``primitive="ecp5"`` the learner alone places and routes at 128-132 MHz (ne
 """
 from types import SimpleNamespace
 
-from amaranth.hdl import Cat, ClockSignal, Const, Elaboratable, Instance, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
+from .bram import BucketTable
 from .hashing import h3_hash, h3_masks
 
-__all__ = ["AccessLearner", "BucketTable", "READ_LATENCY", "WINDOW", "entry_layout",
-           "readout_layout"]
+__all__ = ["AccessLearner", "READ_LATENCY", "WINDOW", "entry_layout", "readout_layout"]
 
 # Keys in flight between a key's bucket read and its write-back; the hazard window may not
 # be shorter (see AccessLearner's timing notes).
@@ -43,7 +42,9 @@ READ_LATENCY = 5
 
 
 def entry_layout(key_bits, count_bits):
-    return data.StructLayout({"key": key_bits, "count": count_bits})
+    """A table entry. ``valid`` (= count != 0) is stored too, so a hit test needs no wide OR;
+    with 32-bit keys and counts it takes a spare bit of the 9-bit-wide block RAMs."""
+    return data.StructLayout({"key": key_bits, "count": count_bits, "valid": 1})
 
 
 def readout_layout(key_bits, count_bits):
@@ -61,86 +62,6 @@ def _one_hot_select(select, values):
 def _first(bits):
     """One-hot of the lowest set bit of ``bits`` (0 when none is)."""
     return Cat(bits[i] & ~bits[:i].any() if i else bits[0] for i in range(len(bits)))
-
-
-def _dp16kd_addr(port, addr):
-    """DP16KD address pins of ``port`` for a 9-bit-wide word address (pins 3..13)."""
-    pins = Cat(addr, Const(0, 11))[:11]
-    return {f"i_AD{port}{i}": pins[i - 3] if i >= 3 else 0 for i in range(14)}
-
-
-class BucketTable(Elaboratable):
-    """The bucket words: ``depth`` words of ``ways`` entries of ``width`` bits, one write port
-    and one read port, both in ``sync``.
-
-    Write: ``write_addr``, ``write_en`` (one bit per entry lane), ``write_data`` (one entry,
-    written to every enabled lane) take effect at the end of the cycle. Read: ``read_data``
-    in cycle t+3 is word ``read_addr`` of cycle t, from a register; a read of the word being
-    written in cycle t returns undefined data (the learner never uses such a read).
-    ``primitive``: None infers a Memory followed by two registers; "ecp5" instantiates DP16KD
-    block RAMs (depth <= 2048, 9-bit ports) whose output register is the first of them, with
-    a 0.95 ns clock-to-out instead of 5.8 ns (Yosys does not infer it). The last register is
-    in the fabric, so the block RAMs' long routes end at flip-flops, not at logic.
-    """
-
-    def __init__(self, *, depth, ways, width, primitive=None):
-        if primitive not in (None, "ecp5"):
-            raise ValueError(f"primitive must be None or 'ecp5', not {primitive!r}")
-        if primitive == "ecp5" and depth > 2048:
-            raise ValueError(f"the ECP5 table holds at most 2048 buckets, not {depth}")
-        self.depth, self.ways, self.width, self.primitive = depth, ways, width, primitive
-        self.write_addr = Signal(range(depth))
-        self.write_en = Signal(ways)
-        self.write_data = Signal(width)
-        self.read_addr = Signal(range(depth))
-        self.read_data = Signal(ways * width)
-
-    @staticmethod
-    def dp16kd(**ports):
-        """One DP16KD block RAM (the tests substitute a model: Instances do not simulate)."""
-        return Instance("DP16KD", **ports)
-
-    def elaborate(self, platform):
-        m = Module()
-        if self.primitive == "ecp5":
-            # One DP16KD per 9 bits of an entry lane, 2048 x 9: port A writes, port B reads.
-            for lane in range(self.ways):
-                for lsb in range(0, self.width, 9):
-                    bits = min(9, self.width - lsb)
-                    dout = Signal(9, name=f"dout_{lane}_{lsb}")
-                    m.submodules[f"bram_{lane}_{lsb}"] = self.dp16kd(
-                        p_DATA_WIDTH_A=9, p_DATA_WIDTH_B=9, p_REGMODE_A="NOREG",
-                        p_REGMODE_B="OUTREG", p_WRITEMODE_A="NORMAL", p_WRITEMODE_B="NORMAL",
-                        p_RESETMODE="SYNC", p_CSDECODE_A="0b000", p_CSDECODE_B="0b000",
-                        p_GSR="DISABLED",
-                        i_CLKA=ClockSignal(), i_CEA=1, i_OCEA=1, i_RSTA=0,
-                        i_WEA=self.write_en[lane], i_CSA0=0, i_CSA1=0, i_CSA2=0,
-                        **_dp16kd_addr("A", self.write_addr),
-                        **{f"i_DIA{i}": self.write_data[lsb + i] if i < bits else 0
-                           for i in range(18)},
-                        i_CLKB=ClockSignal(), i_CEB=1, i_OCEB=1, i_RSTB=0, i_WEB=0,
-                        i_CSB0=0, i_CSB1=0, i_CSB2=0,
-                        **_dp16kd_addr("B", self.read_addr),
-                        **{f"i_DIB{i}": 0 for i in range(18)},
-                        **{f"o_DOB{i}": dout[i] for i in range(9)})
-                    m.d.sync += self.read_data[lane * self.width + lsb:][:bits].eq(dout)
-        else:
-            m.submodules.memory = memory = Memory(
-                shape=self.width * self.ways, depth=self.depth, init=[],
-                # Read-during-write data is don't-care: without this Yosys emulates old-data
-                # reads with a bypass mux behind the block-RAM output.
-                attrs={"no_rw_check": 1})
-            wr = memory.write_port(granularity=self.width)
-            rd = memory.read_port()
-            m.d.comb += [
-                wr.addr.eq(self.write_addr),
-                wr.en.eq(self.write_en),
-                wr.data.eq(self.write_data.replicate(self.ways)),
-                rd.addr.eq(self.read_addr),
-            ]
-            array_out = Signal.like(rd.data)
-            m.d.sync += [array_out.eq(rd.data), self.read_data.eq(array_out)]
-        return m
 
 
 class AccessLearner(wiring.Component):
@@ -178,7 +99,8 @@ class AccessLearner(wiring.Component):
     cycle t is hashed in t+1, addresses its bucket in t+2 (and is checked against the hazard
     window), gets its verdict and finds the in-flight updates of its bucket in t+3, has the
     bucket word in t+5 (block RAM, its output register, a fabric register), compares keys
-    and counts in t+5, picks its way in t+6, computes count + 1 in t+7 and writes in t+8.
+    and counts and finds the minimum in t+5, picks its way in t+6, computes count + 1 in t+7
+    and writes in t+8.
     The updates of the 6 keys ahead of it reach the block RAM too late for its read; under
     the hazard rule those of its bucket carry its own key, so it takes the youngest one's way
     and count + 1 (a forward from the write stage or the 5 result registers after it): the
@@ -216,8 +138,7 @@ class AccessLearner(wiring.Component):
         # The forwards below cover every update the read cannot see, and no key uses a word
         # read in the cycle its bucket is written.
         m.submodules.table = table = BucketTable(
-            depth=self.buckets, ways=ways, width=key_bits + count_bits,
-            primitive=self.primitive)
+            depth=self.buckets, ways=ways, width=self.entry.size, primitive=self.primitive)
         word = data.ArrayLayout(self.entry, ways)(table.read_data)
 
         window = Signal()
@@ -251,8 +172,11 @@ class AccessLearner(wiring.Component):
         # t+2: the bucket addresses the read port (the host readout borrows the port whenever
         # the stage is empty) and is checked against the last WINDOW counted keys.
         masks = h3_masks(self.seed, key_bits, bucket_bits)
-        s2 = stage("s2", s1.valid, key=s1.key, bucket=h3_hash(s1.key, masks))
-        m.d.comb += table.read_addr.eq(Mux(s2.valid, s2.bucket, self.read_addr[way_bits:]))
+        bucket = h3_hash(s1.key, masks)
+        s2 = stage("s2", s1.valid, key=s1.key, bucket=bucket)
+        # The read address is chosen a cycle ahead: it reaches the block RAMs straight from a
+        # flip-flop.
+        m.d.sync += table.read_addr.eq(Mux(s1.valid, bucket, self.read_addr[way_bits:]))
 
         history = [SimpleNamespace(valid=Signal(name=f"hist{d}_valid"),
                                    bucket=Signal(bucket_bits, name=f"hist{d}_bucket"),
@@ -283,23 +207,24 @@ class AccessLearner(wiring.Component):
         # t+4: the table's registers carry the word away from the block RAM.
         s5 = stage("s5", s4.valid, key=s4.key, bucket=s4.bucket, fwd=s4.fwd)
 
-        # t+5: the bucket word; hits, and every pairwise count comparison (one comparator
-        # level per stage).
-        hits = Cat((word[w].count != 0) & (word[w].key == s5.key) for w in range(ways))
-        pairs = [(w, v) for w in range(ways) for v in range(w)]
-        below = Cat(word[w].count < word[v].count for w, v in pairs)
-        s6 = stage("s6", s5.valid, key=s5.key, bucket=s5.bucket, fwd=s5.fwd, hits=hits,
-                   below=below, counts=Cat(word[w].count for w in range(ways)))
-
-        # t+6: the way (the hit, else the minimum, lowest way on ties) and its count.
-        lower = {pair: s6.below[i] for i, pair in enumerate(pairs)}
+        # t+5: the bucket word; hits, every pairwise count comparison, and from those the
+        # minimum (one-hot, lowest way on ties), so t+6 starts from flip-flops.
+        hits = Cat(word[w].valid & (word[w].key == s5.key) for w in range(ways))
+        lower = {(w, v): word[w].count < word[v].count for w in range(ways) for v in range(w)}
         minimum = Cat(Cat([lower[w, v] for v in range(w)] +
                           [~lower[v, w] for v in range(w + 1, ways)]).all()
                       for w in range(ways))
-        lanes = Mux(s6.hits.any(), s6.hits, minimum)
+        s6 = stage("s6", s5.valid, key=s5.key, bucket=s5.bucket, fwd=s5.fwd, hits=hits,
+                   minimum=minimum, counts=Cat(word[w].count for w in range(ways)))
+
+        # t+6: the way (the hit, else the minimum) and its count, both selected while the
+        # hit test runs.
+        hit = s6.hits.any()
         counts = [s6.counts.word_select(w, count_bits) for w in range(ways)]
         s7 = stage("s7", s6.valid, key=s6.key, bucket=s6.bucket, fwd=s6.fwd,
-                   lanes=lanes, count=_one_hot_select(lanes, counts))
+                   lanes=Mux(hit, s6.hits, s6.minimum),
+                   count=Mux(hit, _one_hot_select(s6.hits, counts),
+                             _one_hot_select(s6.minimum, counts)))
 
         # t+7: count + 1 (saturating) of the chosen entry, or of the youngest forwarded one.
         # The result registers after r1 hold count + 1 already, so the loop through r1 is
@@ -333,39 +258,41 @@ class AccessLearner(wiring.Component):
         ahead = [s4, s5, s6, s7, results[0], results[1]]
         m.d.comb += in_flight.eq(_first(Cat(a.valid & (a.bucket == s3.bucket) for a in ahead)))
 
-        # t+8: write-back. A clear cancels every key in flight, so the wipe owns the port.
+        # t+8: write-back. A clear cancels every key in flight, so the wipe owns the port. The
+        # write address and enables are chosen a cycle ahead and the wipe's zero entry is a
+        # reset of r1: the block RAMs (8 x ways of them, spread out) get the write port
+        # straight from flip-flops.
         wipe_addr = Signal(bucket_bits)
+        wipe_last = Signal()   # wipe_addr == buckets - 1, from a register (timing)
         with m.If(self.clear):
-            m.d.sync += [self.clearing.eq(1), wipe_addr.eq(0)]
+            m.d.sync += [self.clearing.eq(1), wipe_addr.eq(0), wipe_last.eq(self.buckets == 1)]
         with m.Elif(self.clearing):
-            m.d.sync += wipe_addr.eq(wipe_addr + 1)
-            with m.If(wipe_addr == self.buckets - 1):
+            m.d.sync += [wipe_addr.eq(wipe_addr + 1),
+                         wipe_last.eq(wipe_addr == self.buckets - 2 if self.buckets > 1 else 0)]
+            with m.If(wipe_last):
                 m.d.sync += self.clearing.eq(0)
-
-        r1 = results[0]
-        new_entry = Signal(self.entry)
-        m.d.comb += [new_entry.key.eq(r1.key), new_entry.count.eq(r1.count)]
-        with m.If(self.clearing):
-            m.d.comb += [table.write_addr.eq(wipe_addr), table.write_en.eq(2**ways - 1)]
-        with m.Elif(r1.valid):
-            m.d.comb += [
-                table.write_addr.eq(r1.bucket),
-                table.write_en.eq(Const(1, ways) << r1.way),
-                table.write_data.eq(new_entry),
-            ]
+        wiping = self.clear | (self.clearing & ~wipe_last)   # clearing in the next cycle
+        with m.If(wiping):
+            m.d.sync += [results[0].key.eq(0), results[0].count.eq(0)]
+        m.d.sync += [
+            table.write_addr.eq(Mux(wiping, Mux(self.clear, 0, wipe_addr + 1), s7.bucket)),
+            table.write_en.eq(Mux(wiping, 2**ways - 1,
+                                  Mux(s7.valid & ~self.clear, Const(1, ways) << new_way, 0))),
+        ]
+        r1, written_valid = results[0], Signal()
+        m.d.sync += written_valid.eq(~wiping)  # every count written is >= 1
+        m.d.comb += table.write_data.eq(Cat(r1.key, r1.count, written_valid))
 
         busy = Cat(s.valid for s in (s1, s2, s3, s4, s5, s6, s7, r1)).any()
         m.d.comb += self.idle.eq(~window & ~self.clearing & ~busy)
-        # The readout shares the table's registered read; selecting the entry and testing its
-        # count take a cycle each, off the pipeline's timing paths.
-        read_way = [Signal(way_bits, name=f"read_way{i}") for i in range(3)]
+        # The readout shares the table's registered read (its address registered first, so
+        # 4 cycles); selecting the entry and testing its count take the fifth.
+        read_way = [Signal(way_bits, name=f"read_way{i}") for i in range(READ_LATENCY - 1)]
         m.d.sync += [read_way[0].eq(self.read_addr[:way_bits]),
-                     read_way[1].eq(read_way[0]), read_way[2].eq(read_way[1])]
-        read_entry = Signal(self.entry)
+                     *(later.eq(earlier) for earlier, later in zip(read_way, read_way[1:]))]
         m.d.sync += [
-            read_entry.eq(word[read_way[2]]),
-            self.read_data.valid.eq(read_entry.count != 0),
-            self.read_data.key.eq(read_entry.key),
-            self.read_data.count.eq(read_entry.count),
+            self.read_data.valid.eq(word[read_way[-1]].valid),
+            self.read_data.key.eq(word[read_way[-1]].key),
+            self.read_data.count.eq(word[read_way[-1]].count),
         ]
         return m

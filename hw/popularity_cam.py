@@ -4,8 +4,7 @@ Organisation: two hash tables ``t`` in {0, 1}, each its own memory of ``entries 
 buckets of ``ways`` entries (valid bit + full key, so there are no false positives), addressed by
 the H3 hash ``h_t(key)`` (``hotline.hw.hashing``, seeds ``seeds[t]``). A lookup reads both
 buckets in the same cycle and compares ``2 * ways`` keys plus the ``stash`` flip-flop entries.
-Each table is stored as banks of ``bank_depth`` buckets whose outputs are registered before the
-bank is selected (timing; invisible at the ports).
+Each table is a ``hotline.hw.bram.BucketTable`` (block RAM, read every cycle, registered output).
 
 Slots (contract: the device hot table is indexed by them):
 ``slot = t * entries // 2 + bucket * ways + way`` for table entries, ``entries + i`` for stash
@@ -13,12 +12,14 @@ entry ``i``.
 
 Lookup: ``lookup`` (key, user) -> ``result`` (hit, slot, user); in order, one per cycle
 sustained, latency ``LATENCY`` = 6 cycles from the ``lookup`` handshake cycle to ``result.valid``
-when ``result`` is not stalled. Backpressure stalls the whole pipeline (no loss, duplication or
-bubble); ``lookup.ready`` follows ``result.ready`` combinationally.
+when ``result`` is not stalled. The pipeline itself never stalls: its results wait in an
+``OutputQueue`` of ``QUEUE_DEPTH + 1`` entries, and ``lookup.ready`` is low while the lookups
+accepted and not yet delivered could fill it (no loss, duplication or bubble; ``result.ready``
+reaches ``lookup.ready`` through a register only).
 
 Commands: ``cmd`` (op, key) -> ``resp`` (status, slot, moves), one response per command.
-Ordering rule: a valid ``cmd`` blocks new lookups; it is accepted once the lookups already in
-the pipeline have read the table, and lookups accepted after it see its effect.
+Ordering rule: a valid ``cmd`` blocks new lookups; lookups accepted before it see the table
+without its effect, lookups accepted after it with it.
 
 - INSERT: EXISTS + slot if present; else the first free way of bucket ``h_0`` then ``h_1``;
   else a cuckoo relocation path is searched without touching the table: the first victim is in
@@ -30,7 +31,7 @@ the pipeline have read the table, and lookups accepted after it see its effect.
   written at the head of the path: OK + slot, ``moves`` = number of relocations. Otherwise the
   key goes to the first free stash entry (OK, no moves) or, with the stash full, the table is
   left unchanged and the response is FULL. A key is never lost.
-  Cost: 7 cycles without relocation, plus 9 per victim searched and 4 per move.
+  Cost: 9 cycles without relocation, plus 11 per victim searched and 5 per move.
 - DELETE: OK + freed slot, or NOT_FOUND.
 - CLEAR: empties table and stash and zeroes ``kicks``; takes ``entries // (2 * ways)`` cycles.
   Reset runs the same pass (no response); ``lookup`` and ``cmd`` are not ready meanwhile.
@@ -43,9 +44,10 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, ceil_log2
 
+from .bram import BucketTable
 from .hashing import h3_hash, h3_masks
 
-__all__ = ["CAMOp", "CAMStatus", "PopularityCAM"]
+__all__ = ["CAMOp", "CAMStatus", "OutputQueue", "PopularityCAM"]
 
 
 class CAMOp(enum.Enum, shape=2):
@@ -70,23 +72,73 @@ def _first(bits):
     return found, index
 
 
+class OutputQueue(wiring.Component):
+    """Stream FIFO whose output is a register: ``i`` -> ``o`` (payload ``shape``), in order.
+
+    An entry that enters an empty queue is on ``o`` in the next cycle, as behind a plain
+    pipeline register; entries behind it wait in ``depth`` words of memory with an
+    asynchronous read (LUT RAM on ECP5). It holds ``depth + 1`` entries; ``i.ready`` = not
+    full, from registers only. One entry in and one out per cycle sustained.
+    """
+
+    def __init__(self, shape, depth):
+        self.depth = depth
+        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.storage = storage = Memory(shape=self.i.payload.shape(), depth=self.depth,
+                                                init=[])
+        write, read = storage.write_port(), storage.read_port(domain="comb")
+        produce, consume = Signal(range(self.depth)), Signal(range(self.depth))
+        stored = Signal(range(self.depth + 1))
+        load = ~self.o.valid | self.o.ready      # the output register takes an entry
+        push = self.i.valid & self.i.ready
+        pop = load & (stored != 0)
+        bypass = load & (stored == 0)            # the input goes straight to the output
+        m.d.comb += [
+            self.i.ready.eq(~self.o.valid | (stored != self.depth)),
+            write.addr.eq(produce), write.data.eq(self.i.payload), write.en.eq(push & ~bypass),
+            read.addr.eq(consume),
+        ]
+
+        def step(pointer):
+            return Mux(pointer == self.depth - 1, 0, pointer + 1)
+
+        with m.If(write.en):
+            m.d.sync += produce.eq(step(produce))
+        with m.If(pop):
+            m.d.sync += [consume.eq(step(consume)), self.o.payload.eq(read.data)]
+        with m.Elif(bypass):
+            m.d.sync += self.o.payload.eq(self.i.payload)
+        with m.If(load):
+            m.d.sync += self.o.valid.eq(pop | push)
+        m.d.sync += stored.eq(stored + write.en - pop)
+        return m
+
+
 class PopularityCAM(wiring.Component):
     """Exact-match hash CAM: lookup stream -> (hit, slot); insert/delete/clear command port.
 
     Parameters: ``entries`` (table entries, power of two), ``ways`` (per bucket, power of two),
     ``key_width``, ``user_width`` (sideband carried from lookup to result), ``stash`` (entries),
     ``max_kicks`` (relocations per insert), ``seeds`` (H3 seeds of the two hash functions),
-    ``bank_depth`` (buckets per memory bank; a power of two, 512 suits ECP5 block RAM).
+    ``primitive`` (the tables' ``BucketTable`` primitive: None infers block RAM, for
+    simulation and any FPGA; "ecp5": DP16KD instances, needed for 125 MHz on ECP5 speed grade
+    6, at most 16384 entries).
 
     Ports: ``lookup`` In stream {key, user}; ``result`` Out stream {hit, slot, user};
     ``cmd`` In stream {op: CAMOp, key}; ``resp`` Out stream {status: CAMStatus, slot, moves};
     ``moves`` Out stream {src, dst}. Timing is in the module docstring.
     """
     LATENCY = 6
+    # Results the queue holds besides its output register: enough for one lookup per cycle
+    # (LATENCY lookups are outstanding then), with room to spare for a stall of the consumer.
+    QUEUE_DEPTH = 8
 
     def __init__(self, entries=16384, *, ways=4, key_width=32, user_width=8, stash=4,
-                 max_kicks=64, seeds=(1, 2), bank_depth=512):
-        for name, value in (("entries", entries), ("ways", ways), ("bank_depth", bank_depth)):
+                 max_kicks=64, seeds=(1, 2), primitive=None):
+        for name, value in (("entries", entries), ("ways", ways)):
             if value < 1 or value & (value - 1):
                 raise ValueError(f"{name} must be a power of two, not {value}")
         if entries < 2 * ways:
@@ -95,7 +147,7 @@ class PopularityCAM(wiring.Component):
             raise ValueError("need stash >= 1, max_kicks >= 1 and two distinct seeds")
         self.entries, self.ways, self.key_width, self.user_width = entries, ways, key_width, user_width
         self.stash, self.max_kicks, self.seeds = stash, max_kicks, tuple(seeds)
-        self.bank_depth = bank_depth
+        self.primitive = primitive
         self.buckets = entries // (2 * ways)
         self.slot_width = bits_for(entries + stash - 1)
         self.masks = [h3_masks(seed, key_width, ceil_log2(self.buckets)) for seed in seeds]
@@ -125,41 +177,26 @@ class PopularityCAM(wiring.Component):
         ways, tables = self.ways, (0, 1)
         bucket_bits, way_bits = ceil_log2(self.buckets), ceil_log2(self.ways)
 
-        # Each table is split into banks of at most bank_depth buckets, each bank's read data
-        # is registered as it leaves the BRAM and the bank is selected after that register:
-        # yosys builds deeper ECP5 memories from 512-deep blocks plus an output mux, and the
-        # BRAM clock-to-output leaves no time for a mux before the first flip-flop.
-        bank_depth = min(self.buckets, self.bank_depth)
-        banks, low_bits = self.buckets // bank_depth, ceil_log2(bank_depth)
-        rd = [wiring.Signature({"addr": Out(bucket_bits), "en": Out(1)}).create(path=(f"rd{t}",))
+        # Both tables read every cycle, at the s1.bucket register: a registered block-RAM
+        # output cannot hold its data, so nothing waits on the read data (see the lookup
+        # pipeline) and the engine keeps s1.bucket still while it uses what it read.
+        table = [BucketTable(depth=self.buckets, ways=ways, width=self.entry_layout.size,
+                             primitive=self.primitive) for t in tables]
+        wr = [wiring.Signature({"addr": Out(bucket_bits), "en": Out(ways)}).create(path=(f"wr{t}",))
               for t in tables]
-        wr = [wiring.Signature({"addr": Out(bucket_bits), "en": Out(ways),
-                                "data": Out(self.bucket_layout)}).create(path=(f"wr{t}",))
-              for t in tables]
-        bank_read = [[] for t in tables]
+        wr_entry = Signal(self.entry_layout)
+        # Writes reach the block RAM one cycle late through registers (timing): only the
+        # engine writes, and it reads no written word before the write is done.
+        wr_data = Signal(self.entry_layout, reset_less=True)
+        m.d.sync += wr_data.eq(wr_entry)
         for t in tables:
-            # Writes reach the BRAM one cycle late through registers: only the engine writes,
-            # and no bucket is read in the cycle after it was written.
+            m.submodules[f"table{t}"] = table[t]
             wr_addr = Signal(bucket_bits, name=f"wr_addr{t}", reset_less=True)
             wr_en = Signal(ways, name=f"wr_en{t}")
-            wr_data = Signal(self.bucket_layout, name=f"wr_data{t}", reset_less=True)
-            m.d.sync += [wr_addr.eq(wr[t].addr), wr_en.eq(wr[t].en), wr_data.eq(wr[t].data)]
-            for k in range(banks):
-                mem = Memory(shape=self.bucket_layout, depth=bank_depth, init=[], attrs={"no_rw_check": 1})
-                m.submodules[f"table{t}_bank{k}"] = mem
-                # An asynchronous read port plus an explicit output register: yosys merges the
-                # register into the block RAM and, thanks to no_rw_check, without the read-first
-                # collision bypass it would otherwise add around a synchronous port.
-                read, write = mem.read_port(domain="comb"), mem.write_port(granularity=1)
-                read_q = Signal(self.bucket_layout, name=f"read{t}_{k}", reset_less=True)
-                with m.If(rd[t].en):
-                    m.d.sync += read_q.eq(read.data)
-                m.d.comb += [
-                    read.addr.eq(rd[t].addr[:low_bits]),
-                    write.addr.eq(wr_addr[:low_bits]), write.data.eq(wr_data),
-                    write.en.eq(Mux(wr_addr[low_bits:] == k, wr_en, 0)),
-                ]
-                bank_read[t].append(read_q)
+            m.d.sync += [wr_addr.eq(wr[t].addr), wr_en.eq(wr[t].en)]
+            m.d.comb += [table[t].write_addr.eq(wr_addr), table[t].write_en.eq(wr_en),
+                         table[t].write_data.eq(wr_data)]
+        bucket_data = [self.bucket_layout(table[t].read_data) for t in tables]
 
         stash_key = Array(Signal(self.key_width, name=f"stash_key{i}", reset_less=True) for i in range(self.stash))
         stash_valid = Signal(self.stash)
@@ -173,85 +210,83 @@ class PopularityCAM(wiring.Component):
         def way_match(bucket, key):
             return [bucket[w].valid & (bucket[w].key == key) for w in range(ways)]
 
-        # Lookup pipeline. Every stage advances together, so a stalled result holds the BRAM
-        # read data (read enable low) and no lookup is dropped or duplicated.
         # Command engine state, one-hot: every state test is a single flip-flop, so no state
-        # decoding sits in front of the read port, the clock enables or the handshakes.
-        states = ["CLEAR", "IDLE", "HOME_READ", "HOME_WAIT0", "HOME_WAIT1", "HOME_MATCH",
-                  "HOME_EVAL", "MASK", "MASK_WAYS", "CHOOSE", "PUSH", "VICTIM_HASH", "WALK_READ",
-                  "WALK_WAIT0", "WALK_WAIT1", "WALK_EVAL", "STASH", "MOVE_READ", "MOVE_WAIT0",
-                  "MOVE_WAIT1", "MOVE_WRITE", "PLACE"]
+        # decoding sits in front of the read address, the clock enables or the handshakes.
+        waits = BucketTable.LATENCY
+        states = ["CLEAR", "IDLE", "HOME_READ", *(f"HOME_WAIT{i}" for i in range(waits)),
+                  "HOME_MATCH", "HOME_DECODE", "HOME_EVAL", "MASK", "MASK_WAYS", "CHOOSE", "PUSH",
+                  "VICTIM_HASH", "WALK_ADDR", "WALK_READ", *(f"WALK_WAIT{i}" for i in range(waits)),
+                  "WALK_EVAL", "STASH",
+                  "MOVE_READ", *(f"MOVE_WAIT{i}" for i in range(waits)), "MOVE_WRITE", "PLACE"]
         state_index = {name: i for i, name in enumerate(states)}
         fsm_state = Signal(len(states), init=1 << state_index["CLEAR"])
         idle = fsm_state[state_index["IDLE"]]
-        advance = ~self.result.valid | self.result.ready
-        m.d.comb += self.lookup.ready.eq(advance & idle & ~self.cmd.valid)
 
-        # Data registers have no reset: only the valid flags matter after a reset, and on ECP5 a
-        # resettable enable flip-flop costs a LUT in front of it (the BRAM output path is tight).
+        # Lookup pipeline: it never stalls, and the result queue takes what leaves it. A
+        # lookup is accepted only while the queue is sure to have room for it (``outstanding``
+        # counts the lookups accepted and not yet delivered), so none is dropped.
+        m.submodules.queue = queue = OutputQueue(self.result.payload.shape(), self.QUEUE_DEPTH)
+        wiring.connect(m, queue.o, wiring.flipped(self.result))
+        capacity = self.QUEUE_DEPTH + 1
+        outstanding = Signal(range(capacity + 1))
+        room = Signal(init=1)  # outstanding < capacity, registered
+        taken = self.lookup.valid & self.lookup.ready
+        given = self.result.valid & self.result.ready
+        # One step up or down at a time, with both outcomes computed from registers (timing).
+        with m.If(taken & ~given):
+            m.d.sync += [outstanding.eq(outstanding + 1), room.eq(outstanding < capacity - 1)]
+        with m.Elif(given & ~taken):
+            m.d.sync += [outstanding.eq(outstanding - 1), room.eq(1)]
+        m.d.comb += [self.lookup.ready.eq(room & idle & ~self.cmd.valid),
+                     self.cmd.ready.eq(idle & ~self.resp.valid)]
+
+        # Data registers have no reset: only the valid flags matter after a reset.
         valid = Signal(5)  # stages s1, s2, s3, s3b, s4
-        m.d.comb += self.cmd.ready.eq(idle & ~valid[:4].any() & ~self.resp.valid)
         s1 = Signal(data.StructLayout({"key": self.key_width, "user": self.user_width,
                                        "bucket": data.ArrayLayout(bucket_bits, 2)}), reset_less=True)
         s2 = Signal(data.StructLayout({"key": self.key_width, "user": self.user_width,
                                        "bucket": data.ArrayLayout(bucket_bits, 2),
                                        "stash_hit": self.stash}), reset_less=True)
-        s3 = Signal.like(s2)  # aligned with the bank registers
+        s3 = Signal.like(s2)
         s3b = Signal.like(s2)  # aligned with bucket_data
-        bucket_data = [Signal(self.bucket_layout, name=f"bucket_data{t}", reset_less=True)
-                       for t in tables]
         s4 = Signal(data.StructLayout({"user": self.user_width,
                                        "bucket": data.ArrayLayout(bucket_bits, 2),
                                        "way_hit": data.ArrayLayout(ways, 2),
                                        "stash_hit": self.stash}), reset_less=True)
-        with m.If(advance):
-            m.d.sync += [
-                valid.eq(Cat(self.lookup.valid & self.lookup.ready, valid[:4])),
-                s1.key.eq(self.lookup.payload.key),
-                s1.user.eq(self.lookup.payload.user),
-                s2.key.eq(s1.key), s2.user.eq(s1.user),
-                s2.bucket.eq(s1.bucket), s2.stash_hit.eq(Cat(stash_match(s1.key))),
-                s3.eq(s2),
-                s3b.eq(s3),
-                s4.user.eq(s3b.user), s4.bucket.eq(s3b.bucket), s4.stash_hit.eq(s3b.stash_hit),
-            ]
+        m.d.sync += [
+            valid.eq(Cat(taken, valid[:4])),
+            s1.key.eq(self.lookup.payload.key),
+            s1.user.eq(self.lookup.payload.user),
+            s2.key.eq(s1.key), s2.user.eq(s1.user),
+            s2.bucket.eq(s1.bucket), s2.stash_hit.eq(Cat(stash_match(s1.key))),
+            s3.eq(s2),
+            s3b.eq(s3),
+            s4.user.eq(s3b.user), s4.bucket.eq(s3b.bucket), s4.stash_hit.eq(s3b.stash_hit),
+        ]
+        m.d.sync += [s4.way_hit[t].eq(Cat(way_match(bucket_data[t], s3b.key))) for t in tables]
+        # The read address: the lookup's hash while idle, else the engine's bucket, which it
+        # stages in eng_addr a cycle ahead (see read_next below): only flip-flops select it,
+        # and the hash is all the logic in front of it.
+        eng_addr = [Signal(bucket_bits, name=f"eng_addr{t}", reset_less=True) for t in tables]
+        eng_load = Signal()
+        m.d.comb += [table[t].read_addr.eq(s1.bucket[t]) for t in tables]
+        with m.If(idle):
             m.d.sync += [s1.bucket[t].eq(self._hash(t, self.lookup.payload.key)) for t in tables]
-            m.d.sync += [s4.way_hit[t].eq(Cat(way_match(bucket_data[t], s3b.key))) for t in tables]
+        with m.Elif(eng_load):
+            m.d.sync += [s1.bucket[t].eq(eng_addr[t]) for t in tables]
 
-            slot = C(0, self.slot_width)
-            for t in tables:
-                for w in range(ways):
-                    slot |= Mux(s4.way_hit[t][w], self._slot(t, s4.bucket[t], w), 0)
-            for i in range(self.stash):
-                slot |= Mux(s4.stash_hit[i], stash_slot(i), 0)
-            m.d.sync += [
-                self.result.valid.eq(valid[4]),
-                self.result.payload.hit.eq(Cat(s4.way_hit[0], s4.way_hit[1], s4.stash_hit).any()),
-                self.result.payload.slot.eq(slot),
-                self.result.payload.user.eq(s4.user),
-            ]
-
-        # The command engine borrows the read ports and the read-data registers while the
-        # lookup stages that use them are empty.
-        # The read address is always the s1.bucket register: the engine loads it (and the
-        # registered per-table read enable eng_ren) in the cycle before each of its reads, so the
-        # block RAM address and enable come straight from flip-flops.
-        eng_ren = Signal(2)
-        m.d.sync += eng_ren.eq(0)
+        slot = C(0, self.slot_width)
         for t in tables:
-            m.d.comb += [
-                rd[t].addr.eq(s1.bucket[t]),
-                rd[t].en.eq(Mux(idle, advance, eng_ren[t])),
-            ]
-            read_bank, data_bank = Signal(range(banks)), Signal(range(banks))
-            bank_data = [Signal(self.bucket_layout, name=f"bank_data{t}_{k}", reset_less=True)
-                         for k in range(banks)]
-            with m.If(rd[t].en):
-                m.d.sync += read_bank.eq(rd[t].addr[low_bits:])
-            with m.If(~idle | advance):
-                m.d.sync += [bank_data[k].eq(bank_read[t][k]) for k in range(banks)]
-                m.d.sync += data_bank.eq(read_bank)
-                m.d.sync += bucket_data[t].eq(Array(bank_data)[data_bank] if banks > 1 else bank_data[0])
+            for w in range(ways):
+                slot |= Mux(s4.way_hit[t][w], self._slot(t, s4.bucket[t], w), 0)
+        for i in range(self.stash):
+            slot |= Mux(s4.stash_hit[i], stash_slot(i), 0)
+        m.d.comb += [
+            queue.i.valid.eq(valid[4]),
+            queue.i.payload.hit.eq(Cat(s4.way_hit[0], s4.way_hit[1], s4.stash_hit).any()),
+            queue.i.payload.slot.eq(slot),
+            queue.i.payload.user.eq(s4.user),
+        ]
 
         with m.If(self.resp.ready):
             m.d.sync += self.resp.valid.eq(0)
@@ -280,6 +315,10 @@ class PopularityCAM(wiring.Component):
         on_path_r = Signal(ways)
         found_r = [Signal(ways, name=f"found{t}") for t in tables]
         in_stash_r = Signal(self.stash)
+        in_table_r = Signal()
+        hit_slot_r = Signal(self.slot_width, reset_less=True)  # of the key in table or stash
+        free_r = [Signal(name=f"free{t}") for t in tables]
+        free_slot_r = [Signal(path_layout, name=f"free_slot{t}", reset_less=True) for t in tables]
 
         def respond(status, slot=0, moves=0):
             m.d.sync += [
@@ -291,7 +330,7 @@ class PopularityCAM(wiring.Component):
             goto("IDLE")
 
         def write(where):
-            # The data written depends on the state only (see below); valid entries are only
+            # The entry written depends on the state only (see below); valid entries are only
             # written in MOVE_WRITE and PLACE, the key of an invalid entry is never looked at.
             for t in tables:
                 with m.If(where.table == t):
@@ -308,16 +347,26 @@ class PopularityCAM(wiring.Component):
         def slot_of(where):
             return where.as_value()  # path_layout is laid out as a slot number
 
-        def settle(name, then):
-            # BRAM -> bank registers -> bucket_data: the read data is usable two cycles later.
-            for i in range(2):
+        def settle(name, then, go=1):
+            # X_READ loads the address read_next staged; the word is in bucket_data
+            # BucketTable.LATENCY cycles later. The last wait lasts until ``go``, and the word
+            # stays.
+            for i in range(waits):
                 with state(f"{name}{i}"):
-                    goto(f"{name}{i + 1}" if i == 0 else then)
+                    if i + 1 < waits:
+                        goto(f"{name}{i + 1}")
+                    else:
+                        with m.If(go):
+                            goto(then)
 
-        def read_next(table, bucket):
-            # Read ``bucket`` of ``table`` (a 1-bit value) in the next cycle.
-            m.d.sync += [s1.bucket[t].eq(bucket) for t in tables]
-            m.d.sync += eng_ren.eq(Mux(table, 0b10, 0b01))
+        def read_next(*buckets, when=1):
+            # If ``when``, read ``buckets`` (one per table, or one for both) from the cycle
+            # after next on. Only the load depends on ``when`` (timing): staging an address
+            # does not change the one read.
+            m.d.sync += [eng_addr[t].eq(buckets[t % len(buckets)]) for t in tables]
+            m.d.sync += eng_load.eq(when)
+
+        m.d.sync += eng_load.eq(0)
 
         state_stack = []
 
@@ -338,7 +387,7 @@ class PopularityCAM(wiring.Component):
         moving = fsm_state[state_index["MOVE_WRITE"]]
         write_valid = moving | fsm_state[state_index["PLACE"]]
         write_key = Mux(moving, current(path[0].table)[path[0].way].key, key)
-        m.d.comb += [wr[t].data.eq(Cat(*([Cat(write_valid, write_key)] * ways))) for t in tables]
+        m.d.comb += wr_entry.eq(Cat(write_valid, write_key))
 
         if True:
             with state("CLEAR"):
@@ -353,6 +402,9 @@ class PopularityCAM(wiring.Component):
 
             with state("IDLE"):
                 m.d.sync += [path_len.eq(0), path_valid.eq(0)]  # not gated by cmd: timing
+                # The home buckets, for HOME_READ (the load is harmless otherwise: while idle,
+                # the lookup's hash wins, and CLEAR reads nothing).
+                read_next(*(self._hash(t, self.cmd.payload.key) for t in tables))
                 with m.If(self.cmd.valid & self.cmd.ready):
                     m.d.sync += [op.eq(self.cmd.payload.op), key.eq(self.cmd.payload.key)]
                     m.d.sync += [home[t].eq(self._hash(t, self.cmd.payload.key)) for t in tables]
@@ -360,9 +412,6 @@ class PopularityCAM(wiring.Component):
                         m.d.sync += [clear_count.eq(0), clear_cmd.eq(1)]
                         goto("CLEAR")
                     with m.Else():
-                        # HOME_READ reads both home buckets.
-                        m.d.sync += [s1.bucket[t].eq(self._hash(t, self.cmd.payload.key)) for t in tables]
-                        m.d.sync += eng_ren.eq(0b11)
                         goto("HOME_READ")
 
             with state("HOME_READ"):
@@ -370,45 +419,53 @@ class PopularityCAM(wiring.Component):
 
             settle("HOME_WAIT", "HOME_MATCH")
 
-            # Key compares get a cycle of their own, so HOME_EVAL starts from flip-flops.
+            # The key compares, then what follows from them, get a cycle each, so HOME_EVAL
+            # only decides, from flip-flops.
             with state("HOME_MATCH"):
                 m.d.sync += [found_r[t].eq(Cat(way_match(bucket_data[t], key))) for t in tables]
                 m.d.sync += in_stash_r.eq(Cat(stash_match(key)))
+                goto("HOME_DECODE")
+
+            with state("HOME_DECODE"):
+                found = list(found_r[0]) + list(found_r[1])
+                hit_table = found_r[1].any()
+                hit_way = _first(found)[1][:way_bits]
+                stash_index = _first(list(in_stash_r))[1]
+                m.d.sync += [
+                    in_table_r.eq(Cat(found).any()),
+                    hit_slot_r.eq(Mux(Cat(found).any(),
+                                      self._slot(hit_table, home[hit_table], hit_way),
+                                      stash_slot(0) + stash_index)),
+                ]
+                for t in tables:
+                    free, free_way = _first([~bucket_data[t][w].valid for w in range(ways)])
+                    m.d.sync += [free_r[t].eq(free),
+                                 free_slot_r[t].eq(Cat(free_way, home[t], C(t, 1)))]
                 goto("HOME_EVAL")
 
             with state("HOME_EVAL"):
-                found = [list(f) for f in found_r]
-                in_stash = list(in_stash_r)
-                free = [_first([~bucket_data[t][w].valid for w in range(ways)]) for t in tables]
-                hit_table = Cat(found[1]).any()
-                hit_way = _first(found[0] + found[1])[1][:way_bits]
-                hit_slot = self._slot(hit_table, home[hit_table], hit_way)
-                in_table = Cat(found[0] + found[1]).any()
-                stash_found, stash_index = _first(in_stash)
+                in_stash = in_stash_r.any()
                 with m.If(op == CAMOp.DELETE):
-                    with m.If(in_table):
+                    with m.If(in_table_r):
                         m.d.comb += [wr[t].addr.eq(home[t]) for t in tables]
-                        m.d.comb += [wr[t].en.eq(Cat(found[t])) for t in tables]
-                        respond(CAMStatus.OK, hit_slot)
-                    with m.Elif(stash_found):
-                        m.d.sync += stash_valid.bit_select(stash_index, 1).eq(0)
-                        respond(CAMStatus.OK, stash_slot(0) + stash_index)
+                        m.d.comb += [wr[t].en.eq(found_r[t]) for t in tables]
+                        respond(CAMStatus.OK, hit_slot_r)
+                    with m.Elif(in_stash):
+                        m.d.sync += stash_valid.eq(stash_valid & ~in_stash_r)
+                        respond(CAMStatus.OK, hit_slot_r)
                     with m.Else():
                         respond(CAMStatus.NOT_FOUND)
-                with m.Elif(in_table):
-                    respond(CAMStatus.EXISTS, hit_slot)
-                with m.Elif(stash_found):
-                    respond(CAMStatus.EXISTS, stash_slot(0) + stash_index)
+                with m.Elif(in_table_r | in_stash):
+                    respond(CAMStatus.EXISTS, hit_slot_r)
                 with m.Else():
-                    with m.If(free[0][0]):
-                        m.d.sync += target.eq(Cat(free[0][1], home[0], C(0, 1)))
-                        goto("PLACE")
-                    with m.Elif(free[1][0]):
-                        m.d.sync += target.eq(Cat(free[1][1], home[1], C(1, 1)))
+                    with m.If(free_r[0] | free_r[1]):
                         goto("PLACE")
                     with m.Else():
-                        m.d.sync += [cur.table.eq(0), cur.bucket.eq(home[0])]
                         goto("MASK")
+                # Loaded whatever the outcome: each is used only after the state it suits
+                # (timing: the decision drives only the state and the response).
+                m.d.sync += [target.eq(Mux(free_r[0], free_slot_r[0], free_slot_r[1])),
+                             cur.table.eq(0), cur.bucket.eq(home[0])]
 
             # Ways of the current bucket already on the path are not candidates, so every key
             # moves at most once and the search never needs to modify the table. The mask (two
@@ -447,10 +504,14 @@ class PopularityCAM(wiring.Component):
                 ]
                 goto("VICTIM_HASH")
 
+            # The victim's other bucket is registered before it addresses the table (timing).
             with state("VICTIM_HASH"):
                 next_bucket = Mux(cur.table, self._hash(0, victim_key), self._hash(1, victim_key))
                 m.d.sync += [cur.table.eq(~cur.table), cur.bucket.eq(next_bucket)]
-                read_next(~cur.table, next_bucket)
+                goto("WALK_ADDR")
+
+            with state("WALK_ADDR"):
+                read_next(cur.bucket)
                 goto("WALK_READ")
 
             with state("WALK_READ"):
@@ -461,9 +522,11 @@ class PopularityCAM(wiring.Component):
             with state("WALK_EVAL"):
                 bucket = current(cur.table)
                 free, free_way = _first([~bucket[w].valid for w in range(ways)])
+                # Only the state and the load depend on ``free`` (timing); target is unused
+                # until set again if the walk goes on.
+                m.d.sync += target.eq(Cat(free_way, cur.bucket, cur.table))
+                read_next(path[0].bucket, when=free)
                 with m.If(free):
-                    m.d.sync += target.eq(Cat(free_way, cur.bucket, cur.table))
-                    read_next(path[0].table, path[0].bucket)
                     goto("MOVE_READ")
                 with m.Else():
                     goto("MASK")
@@ -482,29 +545,32 @@ class PopularityCAM(wiring.Component):
             with state("MOVE_READ"):
                 goto("MOVE_WAIT0")
 
-            settle("MOVE_WAIT", "MOVE_WRITE")
+            # Waiting for the moves register before MOVE_WRITE keeps moves.ready out of the
+            # path shift and the read address logic (timing).
+            settle("MOVE_WAIT", "MOVE_WRITE", go=moves_free)
 
             with state("MOVE_WRITE"):
                 src = path[0]
-                with m.If(moves_free):
-                    write(target)
-                    m.d.sync += [
-                        self.moves.valid.eq(1),
-                        self.moves.payload.src.eq(slot_of(src)),
-                        self.moves.payload.dst.eq(slot_of(target)),
-                        target.eq(src),
-                        *(path[j].eq(path[j + 1]) for j in range(self.max_kicks - 1)),
-                        path_valid.eq(path_valid[1:]),
-                    ]
-                    with m.If(~path_valid[1]):
-                        goto("PLACE")
-                    with m.Else():
-                        read_next(path[1].table, path[1].bucket)
-                        goto("MOVE_READ")
+                write(target)
+                m.d.sync += [
+                    self.moves.valid.eq(1),
+                    self.moves.payload.src.eq(slot_of(src)),
+                    self.moves.payload.dst.eq(slot_of(target)),
+                    target.eq(src),
+                    *(path[j].eq(path[j + 1]) for j in range(self.max_kicks - 1)),
+                    path_valid.eq(path_valid[1:]),
+                ]
+                read_next(path[1].bucket, when=path_valid[1])
+                with m.If(path_valid[1]):
+                    goto("MOVE_READ")
+                with m.Else():
+                    goto("PLACE")
 
+            # The write repeats while the response waits for the last move to be taken, so
+            # moves.ready stays out of the write port logic (timing).
             with state("PLACE"):
+                write(target)
                 with m.If(moves_free):
-                    write(target)
                     respond(CAMStatus.OK, slot_of(target), path_len)
 
         return m

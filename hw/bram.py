@@ -1,0 +1,89 @@
+"""BucketTable: a block-RAM table of bucket words (``ways`` entry lanes side by side), shared by
+the AccessLearner and the PopularityCAM.
+"""
+from amaranth.hdl import Cat, ClockSignal, Const, Elaboratable, Instance, Module, Signal
+from amaranth.lib.memory import Memory
+
+__all__ = ["BucketTable"]
+
+
+def _dp16kd_addr(port, addr):
+    """DP16KD address pins of ``port`` for a 9-bit-wide word address (pins 3..13)."""
+    pins = Cat(addr, Const(0, 11))[:11]
+    return {f"i_AD{port}{i}": pins[i - 3] if i >= 3 else 0 for i in range(14)}
+
+
+class BucketTable(Elaboratable):
+    """The bucket words: ``depth`` words of ``ways`` entries of ``width`` bits, one write port
+    and one read port, both in ``sync``.
+
+    Write: ``write_addr``, ``write_en`` (one bit per entry lane), ``write_data`` (one entry,
+    written to every enabled lane) take effect at the end of the cycle. Read, every cycle:
+    ``read_data`` in cycle t+LATENCY is word ``read_addr`` of cycle t, from a register. A
+    read of the word being written in cycle t returns undefined data in the written lanes
+    (with ``primitive="ecp5"`` the other lanes are separate block RAMs and read correctly).
+    ``primitive``: None infers a Memory followed by two registers; "ecp5" instantiates DP16KD
+    block RAMs (depth <= 2048, 9-bit ports) whose output register is the first of them, with
+    a 0.95 ns clock-to-out instead of 5.8 ns (Yosys does not infer it). The last register is
+    in the fabric, so the block RAMs' long routes end at flip-flops, not at logic.
+    """
+    LATENCY = 3
+
+    def __init__(self, *, depth, ways, width, primitive=None):
+        if primitive not in (None, "ecp5"):
+            raise ValueError(f"primitive must be None or 'ecp5', not {primitive!r}")
+        if primitive == "ecp5" and depth > 2048:
+            raise ValueError(f"the ECP5 table holds at most 2048 buckets, not {depth}")
+        self.depth, self.ways, self.width, self.primitive = depth, ways, width, primitive
+        self.write_addr = Signal(range(depth))
+        self.write_en = Signal(ways)
+        self.write_data = Signal(width)
+        self.read_addr = Signal(range(depth))
+        self.read_data = Signal(ways * width)
+
+    @staticmethod
+    def dp16kd(**ports):
+        """One DP16KD block RAM (the tests substitute a model: Instances do not simulate)."""
+        return Instance("DP16KD", **ports)
+
+    def elaborate(self, platform):
+        m = Module()
+        if self.primitive == "ecp5":
+            # One DP16KD per 9 bits of an entry lane, 2048 x 9: port A writes, port B reads.
+            for lane in range(self.ways):
+                for lsb in range(0, self.width, 9):
+                    bits = min(9, self.width - lsb)
+                    dout = Signal(9, name=f"dout_{lane}_{lsb}")
+                    m.submodules[f"bram_{lane}_{lsb}"] = self.dp16kd(
+                        p_DATA_WIDTH_A=9, p_DATA_WIDTH_B=9, p_REGMODE_A="NOREG",
+                        p_REGMODE_B="OUTREG", p_WRITEMODE_A="NORMAL", p_WRITEMODE_B="NORMAL",
+                        p_RESETMODE="SYNC", p_CSDECODE_A="0b000", p_CSDECODE_B="0b000",
+                        p_GSR="DISABLED",
+                        i_CLKA=ClockSignal(), i_CEA=1, i_OCEA=1, i_RSTA=0,
+                        i_WEA=self.write_en[lane], i_CSA0=0, i_CSA1=0, i_CSA2=0,
+                        **_dp16kd_addr("A", self.write_addr),
+                        **{f"i_DIA{i}": self.write_data[lsb + i] if i < bits else 0
+                           for i in range(18)},
+                        i_CLKB=ClockSignal(), i_CEB=1, i_OCEB=1, i_RSTB=0, i_WEB=0,
+                        i_CSB0=0, i_CSB1=0, i_CSB2=0,
+                        **_dp16kd_addr("B", self.read_addr),
+                        **{f"i_DIB{i}": 0 for i in range(18)},
+                        **{f"o_DOB{i}": dout[i] for i in range(9)})
+                    m.d.sync += self.read_data[lane * self.width + lsb:][:bits].eq(dout)
+        else:
+            m.submodules.memory = memory = Memory(
+                shape=self.width * self.ways, depth=self.depth, init=[],
+                # Read-during-write data is don't-care: without this Yosys emulates old-data
+                # reads with a bypass mux behind the block-RAM output.
+                attrs={"no_rw_check": 1})
+            wr = memory.write_port(granularity=self.width)
+            rd = memory.read_port()
+            m.d.comb += [
+                wr.addr.eq(self.write_addr),
+                wr.en.eq(self.write_en),
+                wr.data.eq(self.write_data.replicate(self.ways)),
+                rd.addr.eq(self.read_addr),
+            ]
+            array_out = Signal.like(rd.data)
+            m.d.sync += [array_out.eq(rd.data), self.read_data.eq(array_out)]
+        return m
