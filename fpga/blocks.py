@@ -1,7 +1,9 @@
 """The block configurations that `hotline fpga report` synthesises, per device.
 
 ECP5 LFE5U-85F-6 gets the product configuration (16384-entry CAM, default learner) at the
-125 MHz target; iCE40 UP5K gets a reduced one that fits (1024-entry CAM) at 30 MHz.
+125 MHz target; iCE40 UP5K gets a reduced one that fits (1024-entry CAM) at 30 MHz. The whole
+``accelerator`` (HotlineAccelerator: fragmenter, learner, row DMA with a 64-bit AXI4 master,
+CSRs) has its own target, 100 MHz on ECP5.
 """
 from hotline.hw.access_learner import AccessLearner
 from hotline.hw.cold_key_set import ColdKeySet
@@ -10,6 +12,7 @@ from hotline.hw.popularity_cam import PopularityCAM
 from .synth import DEVICES, synth_report
 
 TARGET_MHZ = {"ecp5-85f": 125, "ice40-up5k": 30}
+BLOCK_TARGET_MHZ = {("accelerator", "ecp5-85f"): 100}
 
 _CAM = {"ecp5-85f": lambda: PopularityCAM(16384, primitive="ecp5"),
         "ice40-up5k": lambda: PopularityCAM(1024, max_kicks=16)}
@@ -18,11 +21,27 @@ _LEARNER = {"ecp5-85f": lambda: AccessLearner(primitive="ecp5"),
 _COLD = {"ecp5-85f": lambda: ColdKeySet(32768, max_keys=16384),
          "ice40-up5k": lambda: ColdKeySet(1024, max_keys=1024)}
 
+
+def _accelerator(dev):
+    from hotline.hw.accelerator import HotlineAccelerator
+    if dev == "ecp5-85f":  # B = 1024 Criteo batches: 26 * 1024 lookups, 16384 hot rows
+        return HotlineAccelerator(
+            fragmenter=dict(cam=dict(entries=16384, primitive="ecp5"),
+                            cold=dict(capacity=32768, max_keys=16384), max_batch_samples=1024),
+            learner=dict(primitive="ecp5"), dma=dict(data_width=64))
+    return HotlineAccelerator(
+        fragmenter=dict(cam=dict(entries=1024, max_kicks=16), cold=dict(capacity=1024, max_keys=1024),
+                        max_batch_samples=256),
+        learner=dict(buckets=64, ways=4, count_bits=16),
+        dma=dict(data_width=32, fifo_beats=32, max_chunks=16, max_burst_beats=8, num_tables=8))
+
+
 BLOCKS = {
     "cam": lambda dev: _CAM[dev](),
     "learner": lambda dev: _LEARNER[dev](),
     "cam+learner": lambda dev: (_CAM[dev](), _LEARNER[dev]()),
     "cold-key-set": lambda dev: _COLD[dev](),
+    "accelerator": _accelerator,
 }
 
 
@@ -32,7 +51,7 @@ def report(block, device, build_dir="build/synth", freq_mhz=None, seed=1):
         raise ValueError(f"unknown block {block!r} (choose from {', '.join(BLOCKS)})")
     if device not in DEVICES:
         raise ValueError(f"unknown device {device!r} (choose from {', '.join(DEVICES)})")
-    freq = freq_mhz or TARGET_MHZ[device]
+    freq = freq_mhz or BLOCK_TARGET_MHZ.get((block, device), TARGET_MHZ[device])
     name = block.replace("+", "_").replace("-", "_")
     out = synth_report(BLOCKS[block](device), device, name=name, freq_mhz=freq,
                        build_dir=build_dir, seed=seed)

@@ -10,9 +10,9 @@ arrive, and a summary passes once its keys have. This needs a summary to become 
 later than any key written after it, which holds for the Fragmenter's two equal
 ``SyncFIFOBuffered`` (same write-to-read latency, no read bubbles while data is queued).
 
-``o`` carries {end, key, popular, non_popular, cold, overflow}: ``end = 0`` beats are cold keys
-(only ``key`` is meaningful), ``end = 1`` beats close a batch with its summary. Combinational
-path from the inputs to ``o``; one beat per cycle; full backpressure.
+``o`` carries {end, key, popular, non_popular, cold, overflow}: ``end = 0`` beats are cold
+keys (the summary fields are 0), ``end = 1`` beats close a batch with its summary (``key`` is
+0). Combinational path from the inputs to ``o``; one beat per cycle; full backpressure.
 """
 from amaranth import *
 from amaranth.lib import data, stream, wiring
@@ -40,10 +40,12 @@ class BatchKeyMerge(wiring.Component):
         summary = self.batches.payload
         keys_left = ~self.batches.valid | (forwarded != summary.cold)
         o = self.o.payload
+        # Fields that do not belong to the beat are 0, not the other FIFO's (maybe undefined)
+        # output.
         for name in self.keys.payload.shape().members:
-            m.d.comb += getattr(o, name).eq(getattr(self.keys.payload, name))
+            m.d.comb += getattr(o, name).eq(Mux(keys_left, getattr(self.keys.payload, name), 0))
         for name in summary.shape().members:
-            m.d.comb += getattr(o, name).eq(getattr(summary, name))
+            m.d.comb += getattr(o, name).eq(Mux(keys_left, 0, getattr(summary, name)))
         with m.If(keys_left):
             m.d.comb += [self.o.valid.eq(self.keys.valid), self.keys.ready.eq(self.o.ready)]
             with m.If(self.keys.valid & self.o.ready):

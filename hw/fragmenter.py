@@ -16,7 +16,8 @@ behind its own FIFO:
 
 ``cmd`` / ``resp`` / ``moves`` are the CAM's command ports (load the hot set between batches).
 ``counters`` count lookups, hits, samples, popular samples, cold rows, batches and cold-set
-overflows since reset (48 bits, wrapping).
+overflows since reset or ``clear_counters`` (48 bits, wrapping; a beat in the clearing cycle is
+not counted).
 
 Timing: one lookup per cycle sustained, also across batch boundaries (the cold set needs no
 clearing pass between batches, except one pass of ``cold_capacity // 8`` cycles every 255
@@ -79,6 +80,7 @@ class Fragmenter(wiring.Component):
             "resp": Out(self.cam.resp.signature),
             "moves": Out(self.cam.moves.signature),
             "counters": Out(data.StructLayout({n: COUNTER_BITS for n in COUNTERS})),
+            "clear_counters": In(1),
         }
         ports.update({n: Out(stream.Signature(l)) for n, l in self.layouts.items()})
         super().__init__(ports)
@@ -182,4 +184,6 @@ class Fragmenter(wiring.Component):
                 m.d.sync += [sample.eq(sample + f.eos), popular.eq(popular + ends_popular),
                              non_popular.eq(non_popular + ends_non_popular),
                              cold_rows.eq(cold_rows + new_cold), overflow.eq(overflow | o.overflow)]
+        with m.If(self.clear_counters):  # overrides this cycle's increments
+            m.d.sync += c.eq(0)
         return m

@@ -43,6 +43,11 @@ def pack(layout, **arrays):
 
 
 def unpack(layout, values):
+    """Fields of packed payloads (ints; layouts wider than 64 bits take Python ints)."""
+    if layout.size > 64:
+        values = [int(v) for v in values]
+        return {name: np.array([(v >> offset) & ((1 << width) - 1) for v in values], np.int64)
+                for name, offset, width in _fields(layout)}
     values = np.asarray(values, np.uint64)
     return {name: ((values >> np.uint64(offset)) & np.uint64((1 << width) - 1)).astype(np.int64)
             for name, offset, width in _fields(layout)}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import commands
+from . import commands, train
 from .data import FORMATS, real_data_files
 from .errors import HotlineError
 from .report import plot_stream, table, write_json
@@ -120,16 +120,47 @@ def build_parser():
     p.add_argument("--out", default="build/sim", help="directory for JSON and PNG (default build/sim)")
     p.set_defaults(func=cmd_sim)
 
+    p = sub.add_parser("gather", help="co-simulate the whole accelerator: fragment, gather every "
+                       "batch's cold rows from real host tables by DMA, scatter them back",
+                       epilog=EPILOG_DATA + "\n\nThe host tables live in a file-backed memory "
+                       "that the RTL's AXI4 master reads and writes (cocotbext-axi AxiRam); each "
+                       "batch's staging rows are compared with a numpy gather, and after a "
+                       "stand-in training step (+1 on every byte) and the scatter, the tables "
+                       "with a numpy scatter.\n\nexample:\n  hotline gather ../shared/data/"
+                       "criteo_kaggle/train_head1999.csv.gz --backend verilator --dim 16 "
+                       "--batch-size 256 --hot-rows 1024 --verify --json gather.json",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    _data_args(p)
+    _hot_args(p)
+    p.add_argument("--batch-size", type=_positive_int, required=True, metavar="B")
+    p.add_argument("--backend", choices=("verilator", "icarus"), default="verilator")
+    p.add_argument("--data-width", type=int, choices=(64, 128, 256), default=64,
+                   help="AXI4 data width in bits (default 64)")
+    p.add_argument("--banks", type=int, choices=(1, 2), default=2,
+                   help="staging banks: 2 overlaps the next gather with the current step")
+    p.add_argument("--busy", type=_fraction, default=0.0,
+                   help="probability of a stall cycle on every lookup and result stream")
+    p.add_argument("--max-samples", type=_positive_int, help="only the first N samples")
+    p.add_argument("--verify", action="store_true",
+                   help="exit 2 when a gathered or scattered row differs from numpy (the "
+                        "streams and counters are always checked against the model)")
+    p.add_argument("--build-dir", default="build/gather", help="where RTL builds are kept")
+    p.set_defaults(func=cmd_gather)
+
+    train.add_parser(sub)  # hotline train (sw/train.py)
+
     f = sub.add_parser("fpga", help="FPGA synthesis reports (yosys + nextpnr from YoWASP)")
     fsub = f.add_subparsers(dest="fpga_command", required=True, metavar="ACTION")
     p = fsub.add_parser("report", help="synthesise, place and route one block; report LUT4, FF, "
                         "block RAM and Fmax against the target",
-                        epilog="blocks: cam, learner, cam+learner, cold-key-set. The ECP5 "
-                        "configuration is the product one (16384-entry CAM) at 125 MHz; iCE40 "
-                        "UP5K gets a reduced one (1024 entries) at 30 MHz.\n\nexample:\n  hotline "
+                        epilog="blocks: cam, learner, cam+learner, cold-key-set, accelerator (the "
+                        "whole top). The ECP5 configuration is the product one (16384-entry "
+                        "CAM) at 125 MHz (the whole accelerator: 100 MHz); iCE40 UP5K gets a "
+                        "reduced one (1024 entries) at 30 MHz.\n\nexample:\n  hotline "
                         "fpga report cam+learner --device ecp5-85f --json synth.json",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("block", choices=("cam", "learner", "cam+learner", "cold-key-set"))
+    p.add_argument("block", choices=("cam", "learner", "cam+learner", "cold-key-set",
+                                     "accelerator"))
     p.add_argument("--device", choices=("ecp5-85f", "ice40-up5k"), default="ecp5-85f")
     p.add_argument("--freq", type=float, metavar="MHZ", help="clock constraint (default: target)")
     p.add_argument("--build-dir", default="build/synth")
@@ -217,6 +248,29 @@ def cmd_fragment(args):
         _say(f"hotline: note: {n}")
     write_json(args.json, res)
     print(table(commands.fragment_table_rows(res), ["", "value"]))
+    return 0
+
+
+def cmd_gather(args):
+    from hotline.sim.accelerator_run import gather_run
+
+    _check_out(args.json)
+    k = commands.resolve_hot_rows(args.hot_rows, args.hot_bytes, args.dim)
+    ds = _load(args)
+    res = gather_run(ds, k, args.batch_size, args.dim or 16, args.backend, args.profile_fraction,
+                     args.data_width, args.banks, args.busy, args.build_dir, args.max_samples,
+                     args.verify)
+    for n in res["notes"]:
+        _say(f"hotline: note: {n}")
+    write_json(args.json, res)
+    print(table([("data", res["data"]), ("backend", res["backend"]), ("samples", res["samples"]),
+                 ("batches", res["batches"]), ("hot rows", res["hot_rows"]),
+                 ("row bytes / bus bits", f"{res['row_bytes']} / {res['data_width']}"),
+                 ("rows gathered", res["rows_gathered"]), ("rows scattered", res["rows_scattered"]),
+                 ("mismatched staging rows", res["mismatched_rows"]),
+                 ("mismatched table rows", res["mismatched_table_rows"]),
+                 ("DMA errors", res["errors"]), ("cycles", res["cycles"]),
+                 ("read beats / DMA-active cycle", res["bus_utilization"])], ["", "value"]))
     return 0
 
 

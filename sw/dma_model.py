@@ -191,8 +191,8 @@ class RowDMAModel:
         row = keys & ((1 << self.row_bits) - 1)
         desc_bad = ((rb == 0) | (rb % b != 0) | (rb > st.stride) | (base % b != 0)
                     | (base + nrows * rb > top))[table]
-        staging_bad = (st.base % b or st.stride % b
-                       or st.base + st.banks * st.slots * st.stride > top or bank >= st.banks)
+        staging_bad = bool(st.base % b or st.stride % b
+                           or st.base + st.banks * st.slots * st.stride > top or bank >= st.banks)
         slot = np.arange(len(keys))
         cause = np.full(len(keys), -1, np.int64)
         for name, bad in (("slot", staging_bad | (slot >= st.slots)), ("desc", desc_bad),

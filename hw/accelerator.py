@@ -1,0 +1,268 @@
+"""HotlineAccelerator: the top. CSR slave, AXI4 master, lookup stream in, result streams out.
+
+Blocks: ``Fragmenter`` (PopularityCAM + ColdKeySet + sample classification), ``AccessLearner``
+(taps the accepted lookups, never stalls them), one ``RowDMA`` engine shared by the gather and
+the scatter (one AXI4 master; batches run one at a time, in the order they are ready), and the
+``CSRBank`` generated from ``hotline.hw.regmap.HOTLINE_REGISTERS`` (docs/registers.md).
+
+Streams (payloads are ``data.StructLayout``):
+- ``lookups`` In {key, eos, eob, empty}: as ``Fragmenter.lookups``.
+- ``remap``, ``popular``, ``non_popular`` Out: as the Fragmenter's.
+- ``batch_keys`` Out {end, key, popular, non_popular, cold, overflow}: each batch's distinct
+  cold keys in cold-slot order (``end`` = 0), then its summary (``end`` = 1); see
+  ``BatchKeyMerge``.
+- ``scatter_keys`` In {key, end}: the keys of each scatter batch in cold-slot order, closed by
+  an ``end`` beat; one batch per ``SCATTER_CMD`` write (which names the staging bank).
+- ``dma_done`` Out {scatter, rows, errors}: one per DMA batch (gathers and scatters in the
+  order they ran) after its last write response.
+
+Gather: with ``CONFIG.gather_enable`` set, batch ``n``'s cold rows go to staging bank
+``n mod STAGING_BANKS`` (bank counter reset by ``clear_counters``), slot = cold slot. Its keys
+reach the DMA as soon as the Fragmenter emits them, so the gather overlaps the fragmenting.
+A scatter batch waits until no gather batch is running. Read every output stream
+concurrently: a full one stalls the lookups behind it (and the gather, which shares them).
+
+CSR side effects: ``CAM_CMD`` pushes {op, CAM_KEY} into a ``CMD_DEPTH``-entry FIFO (write no
+more commands than responses taken plus ``CMD_DEPTH``); ``CAM_RESP`` and ``CAM_MOVE`` pop their
+FIFOs; ``LEARNER_ADDR`` reads one learner entry (``STATUS.learner_valid`` after
+``READ_LATENCY`` + 1 cycles; the learner must be stopped). ``DESC_COMMIT`` writes a table
+descriptor. Counters are 64-bit views of the blocks' 48-bit counters (the learner's 32-bit).
+"""
+from amaranth import *
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+from .access_learner import READ_LATENCY, AccessLearner
+from .axi import AXI4LiteSignature, AXI4Signature
+from .batch_key_merge import BatchKeyMerge
+from .csr import CSRBank
+from .fragmenter import Fragmenter
+from .regmap import HOTLINE_REGISTERS
+from .row_dma import CAUSES, RowDMA
+from .stream_fork import StreamFork
+
+__all__ = ["HotlineAccelerator"]
+
+CSR_ADDR_WIDTH = 12
+
+
+class HotlineAccelerator(wiring.Component):
+    """Parameters: ``fragmenter`` (``Fragmenter`` keyword arguments: cam, cold,
+    max_batch_samples, fifo_depth), ``learner`` (``AccessLearner`` keyword arguments),
+    ``dma`` (``RowDMA`` keyword arguments: addr_width, data_width, num_tables, row_bits, ...).
+    """
+    CMD_DEPTH = 16
+
+    def __init__(self, *, fragmenter=None, learner=None, dma=None):
+        self.fragmenter = Fragmenter(**(fragmenter or {}))
+        self.learner = AccessLearner(**(learner or {}))
+        self.dma = RowDMA(None, framing="end", **(dma or {}))
+        f, d = self.fragmenter, self.dma
+        self.merge = BatchKeyMerge(f.layouts["cold_keys"], f.layouts["batches"])
+        self.csr = CSRBank(HOTLINE_REGISTERS, CSR_ADDR_WIDTH, constants={
+            "CAM_ENTRIES": f.cam.entries, "COLD_MAX_KEYS": f.cold.max_keys,
+            "NUM_TABLES": d.num_tables, "ROW_BITS": d.row_bits, "DATA_WIDTH": d.data_width,
+            "ADDR_WIDTH": d.addr_width,
+            "LEARNER_ENTRIES": self.learner.buckets * self.learner.ways,
+            "MAX_BATCH_SAMPLES": f.max_batch_samples})
+        super().__init__({
+            "axil": In(AXI4LiteSignature(CSR_ADDR_WIDTH)),
+            "bus": Out(AXI4Signature(d.addr_width, d.data_width)),
+            "lookups": In(stream.Signature(f.lookups.payload.shape())),
+            **{name: Out(stream.Signature(f.layouts[name]))
+               for name in ("remap", "popular", "non_popular")},
+            "batch_keys": Out(stream.Signature(self.merge.out_layout)),
+            "scatter_keys": In(stream.Signature(d.keys.payload.shape())),
+            "dma_done": Out(stream.Signature(data.StructLayout(
+                {**dict(d.done.payload.shape().members), "scatter": 1}))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.fragmenter = frag = self.fragmenter
+        m.submodules.learner = learner = self.learner
+        m.submodules.dma = dma = self.dma
+        m.submodules.merge = merge = self.merge
+        m.submodules.csr = csr = self.csr
+        m.submodules.fork = fork = StreamFork(self.merge.out_layout, n=2)
+
+        wiring.connect(m, wiring.flipped(self.axil), csr.axil)
+        wiring.connect(m, dma.bus, wiring.flipped(self.bus))
+        control = csr.port_of("CONTROL")
+        control_stb = csr.control_stb
+        config = csr.port_of("CONFIG")
+        clear_counters = control_stb & control[0]
+        clear_errors = control_stb & control[1]
+        gather_enable, learner_tap = config[0], config[1]
+
+        # ---- lookups: fragmenter, and the learner's tap on accepted beats ---------------
+        wiring.connect(m, wiring.flipped(self.lookups), frag.lookups)
+        beat = self.lookups.payload
+        m.d.comb += [
+            learner.lookups.valid.eq(self.lookups.valid & self.lookups.ready & learner_tap
+                                     & ~beat.empty),
+            learner.lookups.payload.eq(beat.key),
+            learner.start.eq(control_stb & control[2]),
+            learner.stop.eq(control_stb & control[3]),
+            learner.clear.eq(control_stb & control[4]),
+            frag.clear_counters.eq(clear_counters),
+        ]
+        for name in ("remap", "popular", "non_popular"):
+            wiring.connect(m, getattr(frag, name), wiring.flipped(getattr(self, name)))
+
+        # ---- cold keys + batch summaries: to the host and to the gather -----------------
+        wiring.connect(m, frag.cold_keys, merge.keys)
+        wiring.connect(m, frag.batches, merge.batches)
+        wiring.connect(m, merge.o, fork.i)
+        wiring.connect(m, fork.o0, wiring.flipped(self.batch_keys))
+        m.d.comb += fork.enable.eq(Cat(1, gather_enable))
+        gather = fork.o1
+
+        # ---- DMA engine: gather and scatter batches, one at a time ----------------------
+        m.submodules.scatter_cmds = scatter_cmds = SyncFIFOBuffered(width=1, depth=self.CMD_DEPTH)
+        m.d.comb += [scatter_cmds.w_en.eq(csr.scatter_cmd_stb),
+                     scatter_cmds.w_data.eq(csr.field_of("SCATTER_CMD", "bank"))]
+        # The engine's done records carry no direction: remember each batch's, in order.
+        m.submodules.directions = directions = SyncFIFOBuffered(width=1, depth=32)
+        gather_bank = Signal()
+        banks = csr.field_of("STAGING_BANKS", "banks")
+        with m.If(clear_counters):
+            m.d.sync += gather_bank.eq(0)
+        with m.FSM(name="dma_feed"):
+            with m.State("IDLE"):
+                with m.If(~directions.w_rdy):
+                    pass  # 32 batches await their done records: wait for the host to take one
+                with m.Elif(gather.valid):
+                    m.d.comb += [dma.cmd.valid.eq(1), dma.cmd.payload.bank.eq(gather_bank)]
+                    with m.If(dma.cmd.ready):
+                        m.next = "GATHER"
+                with m.Elif(scatter_cmds.r_rdy):
+                    m.d.comb += [dma.cmd.valid.eq(1), dma.cmd.payload.scatter.eq(1),
+                                 dma.cmd.payload.bank.eq(scatter_cmds.r_data),
+                                 scatter_cmds.r_en.eq(dma.cmd.ready)]
+                    with m.If(dma.cmd.ready):
+                        m.next = "SCATTER"
+            with m.State("GATHER"):
+                m.d.comb += [dma.keys.valid.eq(gather.valid), gather.ready.eq(dma.keys.ready),
+                             dma.keys.payload.key.eq(gather.payload.key),
+                             dma.keys.payload.end.eq(gather.payload.end)]
+                with m.If(gather.valid & dma.keys.ready & gather.payload.end):
+                    m.d.sync += gather_bank.eq(~gather_bank & (banks == 2))
+                    m.next = "IDLE"
+            with m.State("SCATTER"):
+                wiring.connect(m, wiring.flipped(self.scatter_keys), dma.keys)
+                with m.If(self.scatter_keys.valid & dma.keys.ready & self.scatter_keys.payload.end):
+                    m.next = "IDLE"
+        m.d.comb += [
+            directions.w_en.eq(dma.cmd.valid & dma.cmd.ready),
+            directions.w_data.eq(dma.cmd.payload.scatter),
+            self.dma_done.valid.eq(dma.done.valid & directions.r_rdy),
+            dma.done.ready.eq(self.dma_done.ready & directions.r_rdy),
+            directions.r_en.eq(dma.done.valid & self.dma_done.ready),
+            self.dma_done.payload.rows.eq(dma.done.payload.rows),
+            self.dma_done.payload.errors.eq(dma.done.payload.errors),
+            self.dma_done.payload.scatter.eq(directions.r_data),
+        ]
+
+        m.d.comb += [
+            dma.desc_we.eq(csr.desc_commit_stb),
+            dma.desc_table.eq(csr.field_of("DESC_TABLE", "table")),
+            dma.desc_base.eq(Cat(csr.desc_base_lo, csr.desc_base_hi)),
+            dma.desc_rows.eq(csr.desc_rows),
+            dma.desc_row_bytes.eq(csr.desc_row_bytes),
+            dma.staging_base.eq(Cat(csr.staging_base_lo, csr.staging_base_hi)),
+            dma.staging_stride.eq(csr.staging_stride),
+            dma.staging_slots.eq(csr.staging_slots),
+            dma.staging_banks.eq(banks),
+            dma.clear_counters.eq(clear_counters),
+            dma.clear_errors.eq(clear_errors),
+        ]
+
+        # ---- CAM command port through the CSRs ------------------------------------------
+        cam = frag.cam
+        fifos = {}
+        for name, port, layout in (("cmd", frag.cmd, frag.cmd.payload.shape()),
+                                   ("resp", frag.resp, frag.resp.payload.shape()),
+                                   ("moves", frag.moves, frag.moves.payload.shape())):
+            fifos[name] = fifo = SyncFIFOBuffered(width=layout.size, depth=self.CMD_DEPTH)
+            m.submodules[f"cam_{name}_fifo"] = fifo
+        cmd_f, resp_f, moves_f = fifos["cmd"], fifos["resp"], fifos["moves"]
+        cmd_word = Signal(frag.cmd.payload.shape())
+        m.d.comb += [
+            cmd_word.op.eq(csr.field_of("CAM_CMD", "op")), cmd_word.key.eq(csr.cam_key),
+            cmd_f.w_data.eq(cmd_word), cmd_f.w_en.eq(csr.cam_cmd_stb),
+            frag.cmd.valid.eq(cmd_f.r_rdy), frag.cmd.payload.eq(cmd_f.r_data),
+            cmd_f.r_en.eq(frag.cmd.ready),
+            resp_f.w_data.eq(frag.resp.payload), resp_f.w_en.eq(frag.resp.valid),
+            frag.resp.ready.eq(resp_f.w_rdy),
+            moves_f.w_data.eq(frag.moves.payload), moves_f.w_en.eq(frag.moves.valid),
+            frag.moves.ready.eq(moves_f.w_rdy),
+        ]
+        resp = frag.resp.payload.shape()(resp_f.r_data)
+        move = frag.moves.payload.shape()(moves_f.r_data)
+        m.d.comb += [
+            # Gated: an empty FIFO's read data is undefined (X in a 4-state simulator).
+            csr.cam_resp.eq(Mux(resp_f.r_rdy, Cat(resp.slot, C(0, 16 - cam.slot_width),
+                                resp.moves, C(0, 8 - len(resp.moves)), resp.status,
+                                C(0, 5), C(1, 1)), 0)),
+            resp_f.r_en.eq(csr.cam_resp_rstb),
+            csr.cam_move.eq(Mux(moves_f.r_rdy, Cat(move.src, C(0, 15 - cam.slot_width), move.dst,
+                                C(0, 15 - cam.slot_width), C(0, 1), C(1, 1)), 0)),
+            moves_f.r_en.eq(csr.cam_move_rstb),
+        ]
+
+        # ---- learner readout ------------------------------------------------------------
+        read_wait = Signal(range(READ_LATENCY + 2))
+        learner_valid = Signal()
+        with m.If(csr.learner_addr_stb):
+            m.d.sync += [learner.read_addr.eq(csr.learner_addr), read_wait.eq(READ_LATENCY + 1),
+                         learner_valid.eq(0)]
+        with m.Elif(read_wait != 0):
+            m.d.sync += read_wait.eq(read_wait - 1)
+            with m.If(read_wait == 1):
+                m.d.sync += [csr.learner_key.eq(learner.read_data.key),
+                             csr.learner_count.eq(learner.read_data.count),
+                             learner_valid.eq(1)]
+
+        # ---- status, errors, counters ---------------------------------------------------
+        running_scatter = Signal()
+        with m.If(dma.cmd.valid & dma.cmd.ready):
+            m.d.sync += running_scatter.eq(dma.cmd.payload.scatter)
+        cause = Signal(len(CAUSES))
+        m.d.comb += cause.eq(dma.error_cause.as_value())
+        status = {
+            "gather_busy": dma.busy & ~running_scatter, "scatter_busy": dma.busy & running_scatter,
+            "cam_busy": cmd_f.r_rdy | ~frag.cmd.ready, "cold_clearing": frag.cold.clearing,
+            "learner_active": learner.active, "resp_valid": resp_f.r_rdy,
+            "move_valid": moves_f.r_rdy, "learner_valid": learner_valid, "error": cause.any(),
+        }
+        for name, value in status.items():
+            m.d.comb += csr.field_of("STATUS", name).eq(value)
+        for n, name in enumerate(CAUSES):
+            m.d.comb += csr.field_of("ERROR_CAUSE", name).eq(cause[n])
+
+        cycles = Signal(48)
+        gather_rows = Signal(48)
+        scatter_rows = Signal(48)
+        done = self.dma_done
+        done_fire = done.valid & done.ready
+        m.d.sync += [
+            cycles.eq(Mux(clear_counters, 0, cycles + 1)),
+            gather_rows.eq(Mux(clear_counters, 0, gather_rows)
+                           + Mux(done_fire & ~done.payload.scatter, done.payload.rows, 0)),
+            scatter_rows.eq(Mux(clear_counters, 0, scatter_rows)
+                            + Mux(done_fire & done.payload.scatter, done.payload.rows, 0)),
+        ]
+        fc = frag.counters
+        counters = {
+            "cycles": cycles, "lookups": fc.lookups, "hits": fc.hits, "samples": fc.samples,
+            "popular_samples": fc.popular_samples, "cold_rows": fc.cold_rows,
+            "batches": fc.batches, "overflows": fc.overflows, "gather_rows": gather_rows,
+            "scatter_rows": scatter_rows, "dma_bytes_read": dma.bytes_read,
+            "dma_bytes_written": dma.bytes_written, "window_errors": dma.window_errors,
+            "axi_errors": dma.axi_errors, "learner_dropped": learner.dropped,
+        }
+        for name, value in counters.items():
+            m.d.comb += getattr(csr, name).eq(value)
+        return m

@@ -1,0 +1,257 @@
+"""HotlineAccelerator testbench: the whole top, driven the way the host runtime drives it.
+
+The job (a pickle named by $HOTLINE_JOB) gives the host memory file (mapped by cocotbext-axi
+``AxiRam`` on ``bus``: the RTL really reads and writes the bytes the host wrote), the table
+descriptors and staging window (written through ``AxiLiteMaster`` on ``axil``), the hot keys
+(inserted through the CAM_* registers), the lookup beats per batch and stall probabilities.
+
+Per batch ``b``, as a double-buffered trainer would (2 staging banks): push batch ``b + 1``'s
+lookups, wait for its gather, then "train" batch ``b`` (add ``job['delta']`` to every byte of
+its staging rows, modulo 256), scatter them back (SCATTER_CMD + ``scatter_keys``) and wait. The
+staging bank of every batch is snapshotted right after its gather. With one bank the next batch
+is pushed only after the scatter. Results (every output stream's beats, CAM responses, the
+snapshots, the counters read through the CSRs, cycle and bus statistics, bus-window
+violations) go to $HOTLINE_RESULT; ``hotline.sim.accelerator_run`` compares them.
+"""
+import os
+import pickle
+import random
+import time
+import warnings
+import mmap
+
+import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import ReadOnly, RisingEdge
+
+from hotline.registers import ADDR, REGS, decode, encode
+from hotline.sim.tb_streams import StreamSink, StreamSource
+
+warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"cocotbext\.axi")
+
+OUTPUTS = ("remap", "popular", "non_popular", "batch_keys", "dma_done")
+COUNTER_NAMES = [r.name for r in REGS if r.width == 64]
+
+
+class BusMonitor:
+    """Counts R beats and DMA-active cycles; records AR/AW bursts outside the windows."""
+
+    def __init__(self, dut, windows, bus_bytes):
+        self.dut, self.windows, self.bus_bytes = dut, windows, bus_bytes
+        self.r_beats = self.w_beats = self.active = 0
+        self.outstanding = 0
+        self.violations = []
+
+    def _check(self, kind, addr, beats):
+        if self.windows is None:
+            return
+        end = addr + beats * self.bus_bytes
+        if not any(lo <= addr and end <= hi for lo, hi in self.windows):
+            self.violations.append((kind, addr, beats))
+        if addr // 4096 != (end - 1) // 4096:
+            self.violations.append((kind + " crosses 4 KiB", addr, beats))
+
+    async def run(self):
+        d = self.dut
+        while True:
+            await ReadOnly()
+            if int(d.bus__arvalid.value) and int(d.bus__arready.value):
+                self._check("read", int(d.bus__araddr.value), int(d.bus__arlen.value) + 1)
+                self.outstanding += 1
+            if int(d.bus__awvalid.value) and int(d.bus__awready.value):
+                self._check("write", int(d.bus__awaddr.value), int(d.bus__awlen.value) + 1)
+                self.outstanding += 1
+            if int(d.bus__rvalid.value) and int(d.bus__rready.value):
+                self.r_beats += 1
+                self.outstanding -= int(d.bus__rlast.value)
+            if int(d.bus__wvalid.value) and int(d.bus__wready.value):
+                self.w_beats += 1
+            if int(d.bus__bvalid.value) and int(d.bus__bready.value):
+                self.outstanding -= 1
+            self.active += self.outstanding > 0
+            await RisingEdge(d.clk)
+
+
+class TB:
+    """Clock, reset, CSR master, host memory, lookup / scatter-key sources, output sinks."""
+
+    def __init__(self, dut, job):
+        from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
+
+        self.dut, self.job = dut, job
+        Clock(dut.clk, 10, unit="ns").start()
+        self.memfile = open(job["memory"], "r+b")
+        self.mem = mmap.mmap(self.memfile.fileno(), 0)
+        self.csr = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "axil", bus_separator="__"),
+                                 dut.clk, dut.rst)
+        self.ram = AxiRam(AxiBus.from_prefix(dut, "bus", bus_separator="__"), dut.clk, dut.rst,
+                          size=len(self.mem), mem=self.mem)
+        busy_in, busy_out = job.get("busy_in", 0.0), job.get("busy_out", 0.0)
+        self.lookups = StreamSource(dut, "lookups", busy_in, 1)
+        self.scatter_keys = StreamSource(dut, "scatter_keys", busy_in, 2)
+        self.sinks = {n: StreamSink(dut, n, busy_out, 10 + i) for i, n in enumerate(OUTPUTS)}
+        self.monitor = BusMonitor(dut, job.get("windows"), len(dut.bus__rdata) // 8)
+
+    async def reset(self):
+        d = self.dut
+        d.rst.value = 1
+        for _ in range(3):
+            await RisingEdge(d.clk)
+        d.rst.value = 0
+        await RisingEdge(d.clk)
+        for sink in self.sinks.values():
+            cocotb.start_soon(sink.run())
+        cocotb.start_soon(self.monitor.run())
+
+    async def write(self, name, value=None, **fields):
+        value = encode(name, **fields) if value is None else value
+        await self.csr.write_dword(ADDR.__dict__[name], value & 0xFFFFFFFF)
+        if REGS[name].width == 64 or value >> 32:
+            raise ValueError(f"{name}: 32-bit writes only")
+
+    async def read(self, name):
+        reg = REGS[name]
+        lo = await self.csr.read_dword(reg.offset)
+        if reg.width == 64:
+            return lo | (await self.csr.read_dword(reg.offset + 4)) << 32
+        return lo
+
+    async def wait_until(self, cond, what, limit=2_000_000):
+        for _ in range(limit):
+            if cond():
+                return
+            await RisingEdge(self.dut.clk)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    async def setup(self):
+        job = self.job
+        for t, (base, rows, row_bytes) in job["tables"].items():
+            await self.write("DESC_TABLE", table=t)
+            await self.write("DESC_BASE_LO", base & 0xFFFFFFFF)
+            await self.write("DESC_BASE_HI", base >> 32)
+            await self.write("DESC_ROWS", rows)
+            await self.write("DESC_ROW_BYTES", row_bytes)
+            await self.write("DESC_COMMIT", 1)
+        base, stride, slots, banks = job["staging"]
+        await self.write("STAGING_BASE_LO", base & 0xFFFFFFFF)
+        await self.write("STAGING_BASE_HI", base >> 32)
+        await self.write("STAGING_STRIDE", stride)
+        await self.write("STAGING_SLOTS", slots)
+        await self.write("STAGING_BANKS", banks=banks)
+        await self.write("CONFIG", gather_enable=1, learner_tap=0)
+
+    async def load_hot_set(self, keys):
+        """Insert ``keys`` in order; returns [(status, slot, moves)] and the relocations."""
+        responses, moves = [], []
+        for key in keys:
+            await self.write("CAM_KEY", int(key))
+            await self.write("CAM_CMD", op="insert")
+            while True:
+                r = decode("CAM_RESP", await self.read("CAM_RESP"))
+                if r["valid"]:
+                    break
+            for _ in range(r["moves"]):
+                mv = decode("CAM_MOVE", await self.read("CAM_MOVE"))
+                assert mv["valid"], "CAM_RESP announced a move that CAM_MOVE does not hold"
+                moves.append((mv["src"], mv["dst"]))
+            responses.append((r["status"], r["slot"], r["moves"]))
+        return responses, moves
+
+    def dma_done(self, scatter):
+        got = self.sinks["dma_done"].got
+        return sum(1 for v in got if (v >> 32) & 1 == scatter)
+
+    def batch_cold_keys(self, b):
+        """Cold keys of batch ``b`` from the ``batch_keys`` stream (needs it complete)."""
+        keys, batch = [], 0
+        for v in self.sinks["batch_keys"].got:
+            if v & 1:
+                if batch == b:
+                    return keys
+                batch, keys = batch + 1, []
+            elif batch == b:
+                keys.append((v >> 1) & 0xFFFFFFFF)
+        raise AssertionError(f"batch {b} not complete on batch_keys")
+
+    def batches_closed(self):
+        return sum(v & 1 for v in self.sinks["batch_keys"].got)
+
+    async def scatter(self, b, bank):
+        keys = self.batch_cold_keys(b)
+        await self.write("SCATTER_CMD", bank=bank)
+        await self.scatter_keys.send([k << 1 for k in keys] + [1])
+        want = b + 1
+        await self.wait_until(lambda: self.dma_done(1) >= want, f"scatter of batch {b}")
+        return keys
+
+
+def _train(mem, job, bank, n):
+    """The stand-in training step: every byte of the first ``n`` slots of ``bank`` += delta."""
+    base, stride, slots, _ = job["staging"]
+    lo = base + bank * slots * stride
+    view = memoryview(mem)[lo:lo + n * stride]
+    data = bytes((x + job["delta"]) & 0xFF for x in view)
+    mem[lo:lo + n * stride] = data
+
+
+@cocotb.test()
+async def run_job(dut):
+    with open(os.environ["HOTLINE_JOB"], "rb") as f:
+        job = pickle.load(f)
+    tb = TB(dut, job)
+    await tb.reset()
+    t0 = time.perf_counter()
+    await tb.setup()
+    responses, moves = await tb.load_hot_set(job["hot_keys"])
+    await tb.write("CONTROL", clear_counters=1)
+    base, stride, slots, banks = job["staging"]
+    batches = job["batches"]  # list of lookup-beat payload lists
+    snapshots = []
+    pushing = None
+
+    def push(b):
+        return cocotb.start_soon(tb.lookups.send(batches[b]))
+
+    async def gathered(b):
+        await tb.wait_until(lambda: tb.dma_done(0) >= b + 1, f"gather of batch {b}")
+        await tb.wait_until(lambda: tb.batches_closed() >= b + 1, f"batch {b} summary")
+        n = len(tb.batch_cold_keys(b))
+        lo = base + (b % banks) * slots * stride
+        snapshots.append(bytes(tb.mem[lo:lo + n * stride]))
+        return n
+
+    cycles_t0 = tb.monitor.active
+    if batches:
+        pushing = push(0)
+        n = await gathered(0)
+    for b in range(len(batches)):
+        if banks == 2 and b + 1 < len(batches):
+            await pushing
+            pushing = push(b + 1)
+            n_next = await gathered(b + 1)
+        _train(tb.mem, job, b % banks, n)
+        await tb.scatter(b, b % banks)
+        if banks == 1 and b + 1 < len(batches):
+            await pushing
+            pushing = push(b + 1)
+            n_next = await gathered(b + 1)
+        if b + 1 < len(batches):
+            n = n_next
+    total = sum(len(x) for x in batches)
+    for _ in range(50):
+        await RisingEdge(dut.clk)
+    counters = {name: await tb.read(name) for name in COUNTER_NAMES}
+    status = decode("STATUS", await tb.read("STATUS"))
+    cause = decode("ERROR_CAUSE", await tb.read("ERROR_CAUSE"))
+    result = {
+        "streams": {n: s.got for n, s in tb.sinks.items()},
+        "responses": responses, "moves": moves, "snapshots": snapshots,
+        "counters": counters, "status": status, "error_cause": cause,
+        "r_beats": tb.monitor.r_beats, "w_beats": tb.monitor.w_beats,
+        "dma_active_cycles": tb.monitor.active - cycles_t0,
+        "violations": tb.monitor.violations, "lookup_beats": total,
+        "wall_seconds": time.perf_counter() - t0,
+    }
+    tb.mem.flush()
+    with open(os.environ["HOTLINE_RESULT"], "wb") as f:
+        pickle.dump(result, f)
