@@ -17,6 +17,13 @@ Sections:
   K = 5% and 10% of the distinct keys (target 0.98), and simulator speeds;
 - synthesis: LUT4 / FF / block RAM / Fmax of cam, learner and cam+learner on LFE5U-85F-6
   (target 125 MHz, <= 50% of the block RAM) and the 1024-entry CAM on iCE40 UP5K;
+- dma: RowDMA read-channel utilisation (beats per cycle from the first AR to the last B,
+  against the peak 1.0) gathering 64-byte and 256-byte rows with a 32-cycle memory latency,
+  per AXI data width, and the gathered GB/s at the whole accelerator's synthesised Fmax (at its
+  100 MHz target when the synthesis section did not run);
+- gather: the whole accelerator co-simulated on a real Criteo file (generator when absent):
+  rows gathered and scattered (every row checked against numpy), read beats per DMA-active
+  cycle, simulated cycles/s;
 - train: DLRM training throughput (samples/s, one torch thread) of the ``hotline`` and
   ``device-only`` modes beside ``baseline`` on the same generated stream and seed, with the
   host-to-device bytes and the final losses (which must agree).
@@ -43,7 +50,7 @@ from .synth import synth_criteo
 
 
 SECTIONS = ("fragment_model", "criteo_parse", "fragment_rtl", "cam", "learner", "synthesis",
-            "train")
+            "dma", "gather", "train")
 
 
 def _best_of(fn, repeat):
@@ -188,7 +195,7 @@ def bench_synthesis(quick):
     from hotline.fpga.blocks import report
     jobs = ([("cam", "ice40-up5k")] if quick else
             [("cam", "ecp5-85f"), ("learner", "ecp5-85f"), ("cam+learner", "ecp5-85f"),
-             ("cam", "ice40-up5k")])
+             ("accelerator", "ecp5-85f"), ("cam", "ice40-up5k")])
     out, rows = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for block, device in jobs:
@@ -200,6 +207,44 @@ def bench_synthesis(quick):
             rows.append([f"{block} block RAM", device, f"{r['bram']} of {r['bram_available']}",
                          "budget 50%", r["bram_fraction"] / 0.5])
     return out, rows
+
+
+def bench_dma(quick, fmax_mhz=None):
+    """Read utilisation of the row DMA with a 32-cycle memory, per width and row size."""
+    from hotline.sim.bench_row_dma import bench_sweep
+
+    widths, sizes, rows = ((64,), (64, 256), 256) if quick else ((64, 128, 256), (64, 256), 2048)
+    mhz = fmax_mhz or 100.0
+    out = {"latency": 32, "rows": rows, "clock_mhz": mhz,
+           "clock": "accelerator Fmax (synthesis section)" if fmax_mhz else "100 MHz target",
+           "runs": []}
+    table_rows = []
+    for w in widths:
+        for r in bench_sweep(w, list(sizes), latency=32, rows=rows):
+            r["gathered_gb_per_s"] = r["read_utilization"] * (w // 8) * mhz * 1e6 / 1e9
+            out["runs"].append(r)
+            table_rows.append([f"DMA {r['row_bytes']} B rows", f"{w}-bit AXI, latency 32",
+                               f"{r['read_utilization']:.3f} beats/cycle "
+                               f"({r['gathered_gb_per_s']:.2f} GB/s)", "peak 1.0", r["read_utilization"]])
+    return out, table_rows
+
+
+def bench_gather(quick):
+    """The accelerator top gathering and scattering a real stream (Verilator)."""
+    from .commands import open_data
+    from hotline.sim.accelerator_run import gather_run
+
+    files = [p for p in real_data_files() if "train_head1999" in p.name]
+    spec = str(files[0]) if files else "synth:criteo-kaggle:2000"
+    with tempfile.TemporaryDirectory() as tmp:
+        r = gather_run(open_data(spec), 1024, 256, dim=16, backend="verilator",
+                       build_dir=tmp, max_samples=300 if quick else None, verify=True)
+    r.pop("counters", None)
+    return r, [["gather+scatter (top)", r["data"][:40],
+                f"{r['rows_gathered']:,} rows, {r['mismatched_rows']} wrong",
+                "numpy gather/scatter", r["bus_utilization"]],
+               ["top co-simulation", "verilator + cocotb",
+                f"{r['simulated_cycles_per_second']:,.0f} cycles/s", "-", 0.0]]
 
 
 def bench_train(quick):
@@ -254,10 +299,15 @@ def main(argv=None):
                      f"{r['reference_mb_per_s']:.1f} MB/s csv.reader", r["ratio_vs_reference"]])
     for name, fn in (("fragment_rtl", bench_fragment_rtl), ("cam", bench_cam),
                      ("learner", bench_learner), ("synthesis", bench_synthesis),
-                     ("train", bench_train)):
+                     ("dma", None), ("gather", bench_gather), ("train", bench_train)):
         if name in want:
             print(f"bench: {name} ...", file=sys.stderr, flush=True)
-            results[name], more = fn(args.quick)
+            if name == "dma":
+                acc = [r for r in results.get("synthesis") or []
+                       if isinstance(r, dict) and r.get("block") == "accelerator"]
+                results[name], more = bench_dma(args.quick, acc[0]["fmax_mhz"] if acc else None)
+            else:
+                results[name], more = fn(args.quick)
             rows += more
     write_json(args.out, results)
     print(table(rows, ["benchmark", "data", "result", "same-run reference", "ratio"]))
