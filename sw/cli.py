@@ -30,13 +30,16 @@ def _positive_int(text):
     return v
 
 
-def _fraction(text):
+def _fraction(text, low_open=True):
+    """A float in (0, 1] (``low_open``) or [0, 1) (for a held-out share)."""
     try:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0.0 < v <= 1.0:
+    if low_open and not 0.0 < v <= 1.0:
         raise argparse.ArgumentTypeError(f"must be in (0, 1], not {v}")
+    if not low_open and not 0.0 <= v < 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), not {v}")
     return v
 
 

@@ -959,13 +959,8 @@ def _widths(text):
 
 
 def _test_fraction(text):
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0.0 <= v < 1.0:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1), not {v}")
-    return v
+    from .cli import _fraction
+    return _fraction(text, low_open=False)
 
 
 EXAMPLE = """example:
