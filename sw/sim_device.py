@@ -120,7 +120,10 @@ class SimDevice(Device):
         self.seq = (self.seq + 1) & 0xFFFF
         frame = encode(kind, self.seq, payload)
         for attempt in range(self.retries + 1):
-            self.sock.sendall(frame)
+            try:
+                self.sock.sendall(frame)
+            except OSError as e:
+                raise LinkError(f"{self.url}: the link to the simulator failed ({e})") from None
             deadline = time.monotonic() + self.timeout
             while time.monotonic() < deadline:
                 try:
@@ -133,6 +136,9 @@ class SimDevice(Device):
                     except socket.timeout:
                         self._check_alive()
                         continue
+                    except OSError as e:
+                        raise LinkError(f"{self.url}: the link to the simulator failed ({e})") \
+                            from None
                     if not data:
                         self._check_alive()
                         raise LinkError(f"{self.url}: the simulator closed the link")

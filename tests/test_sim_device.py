@@ -72,14 +72,58 @@ def test_sim_device_matches_model(tmp_path):
     assert got[2] == want[2]
 
 
-def test_dead_simulator_raises_link_error(tmp_path):
+class FlakySocket:
+    """Wraps the link socket: flips one bit of the next frame sent or of the next bytes
+    received, once each when armed."""
+
+    def __init__(self, sock):
+        self.sock, self.corrupt_send, self.corrupt_recv = sock, False, False
+
+    def sendall(self, data):
+        if self.corrupt_send:
+            self.corrupt_send = False
+            data = bytearray(data)
+            data[len(data) // 2] ^= 0x04
+        return self.sock.sendall(bytes(data))
+
+    def recv(self, n):
+        data = self.sock.recv(n)
+        if self.corrupt_recv and data:
+            self.corrupt_recv = False
+            data = bytearray(data)
+            data[-1] ^= 0x80
+        return bytes(data)
+
+    def __getattr__(self, name):
+        return getattr(self.sock, name)
+
+
+def test_link_faults(tmp_path):
+    """Corrupted request and response frames are retried; a stopped simulator times out and a
+    dead one raises LinkError; close() always ends the process group."""
+    import os
+    import signal
+
     simulator_or_skip("verilator")
     config = AcceleratorConfig.for_workload(16, 8, 64)
     mem = HostMemory(1 << 20, tmp_path / "m.bin")
     dev = hotline.open("sim://verilator", config=config, memory=mem, build_dir=tmp_path / "b",
                        timeout=20)
-    dev.kill()  # the whole simulator process group, as a crash would
-    with pytest.raises(LinkError):
-        dev.counters()
-    dev.close()
+    try:
+        dev.sock = flaky = FlakySocket(dev.sock)
+        flaky.corrupt_send = True
+        dev.regs.write("SCRATCH", 0x1234ABCD)          # NAK, resent
+        flaky.corrupt_recv = True
+        assert dev.regs.read("SCRATCH") == 0x1234ABCD   # bad response, resent, cached answer
+        assert not flaky.corrupt_send and not flaky.corrupt_recv
+        dev.timeout, dev.retries = 2, 0
+        os.killpg(dev.proc.pid, signal.SIGSTOP)
+        with pytest.raises(LinkError, match="no answer"):
+            dev.counters()
+        os.killpg(dev.proc.pid, signal.SIGCONT)
+        dev.kill()  # the whole simulator process group, as a crash would
+        with pytest.raises(LinkError):
+            dev.regs.read("ID")
+    finally:
+        dev.close()
     assert dev.proc.poll() is not None
