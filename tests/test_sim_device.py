@@ -127,3 +127,19 @@ def test_link_faults(tmp_path):
     finally:
         dev.close()
     assert dev.proc.poll() is not None
+
+
+@pytest.mark.slow
+def test_train_over_sim_gives_model_losses(tmp_path):
+    """hotline train --device-url sim://verilator: the same per-step losses and counters as
+    model:// on a small real stream (the RTL gathers and scatters the trainer's rows)."""
+    simulator_or_skip("verilator")
+    from hotline.train import TrainConfig, prepare_data, train
+
+    ds = open_data(str(real_file("criteo_kaggle/train_random4584.csv.gz")), limit=400)
+    data = prepare_data(ds, 0.1)
+    reports = [train(data, TrainConfig(mode="hotline", batch_size=64, hot_rows=300, dim=8,
+                                       bottom=(16,), top=(16,), threads=1, device_url=url))
+               for url in ("model://", "sim://verilator")]
+    assert reports[0]["losses"] == reports[1]["losses"]
+    assert reports[0]["counters"] == reports[1]["counters"]
