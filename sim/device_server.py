@@ -17,7 +17,7 @@ import sys
 from collections import deque
 
 import cocotb
-from cocotb.triggers import ClockCycles, RisingEdge
+from cocotb.triggers import ClockCycles
 
 from hotline.link import FrameError, FrameReader, encode, pack_results, unpack_u64
 

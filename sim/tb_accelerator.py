@@ -13,12 +13,11 @@ is pushed only after the scatter. Results (every output stream's beats, CAM resp
 snapshots, the counters read through the CSRs, cycle and bus statistics, bus-window
 violations) go to $HOTLINE_RESULT; ``hotline.sim.accelerator_run`` compares them.
 """
+import mmap
 import os
 import pickle
-import random
 import time
 import warnings
-import mmap
 
 import cocotb
 from cocotb.clock import Clock

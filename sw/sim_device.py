@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 
 from .device import BatchResult, Device, register_backend
-from .device_model import AcceleratorConfig, HotPlacement
+from .device_model import HotPlacement
 from .errors import HotlineError
 from .link import FrameError, FrameReader, LinkError, encode, pack_u64, unpack_results
-from .registers import ADDR, ID_VALUE, RegisterFile, decode
+from .registers import ID_VALUE, RegisterFile, decode
 
 SIMULATORS = ("verilator", "icarus")
 RESULT_STREAMS = ("remap", "popular", "non_popular", "batch_keys", "dma_done")
