@@ -18,6 +18,7 @@ Rows carry their optimizer state: a row is ``dim`` floats, plus one row-wise Ada
 accumulator with ``--optimizer adagrad``, padded to a multiple of 8 bytes (the DMA bus word),
 so moving a row between host memory, staging and the hot table moves its state with it.
 """
+import abc
 import argparse
 import math
 import os
@@ -232,7 +233,7 @@ def _torch():
     return torch
 
 
-class _Trainer:
+class _Trainer(abc.ABC):
     """What every mode shares: the DLRM, its dense optimizer, the sparse row update, the loop
     over batches, evaluation, checkpoints. Subclasses supply where rows live and `train_batch`."""
 
@@ -335,22 +336,22 @@ class _Trainer:
         return t.detach().requires_grad_(True)
 
     # -- what a mode provides ---------------------------------------------------------
-    def setup(self):
-        raise NotImplementedError
+    @abc.abstractmethod
+    def setup(self): ...
 
-    def train_batch(self, j, prefetch):
-        raise NotImplementedError
+    @abc.abstractmethod
+    def train_batch(self, j, prefetch): ...
 
+    @abc.abstractmethod
     def eval_rows(self, keys):
         """(rows tensor, lookup -> row index) for evaluation, from wherever rows live now."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def tables(self):
         """The current tables, one float32 array [rows, layout floats] per table (copies)."""
-        raise NotImplementedError
 
-    def load_tables(self, tables):
-        raise NotImplementedError
+    @abc.abstractmethod
+    def load_tables(self, tables): ...
 
     def begin_epoch(self, first_batch):
         pass
