@@ -13,7 +13,17 @@ Requests: ``WRITE32`` {addr u32, value u32}, ``READ32`` {addr u32} -> ``DATA`` {
 ``LOOKUPS`` {beats: u64 each, the accelerator's ``lookups`` payloads},
 ``SCATTER_KEYS`` {beats: u64 each, ``scatter_keys`` payloads}, ``RESULTS`` -> ``DATA`` {per
 output stream: count u32 then u64 payloads, every beat collected since the last RESULTS},
-``QUIT``. Result beats travel as 16 bytes each (payloads up to 128 bits). Responses: ``ACK``, ``DATA``, ``NAK``, ``ERROR`` {utf-8 message}.
+``QUIT``, ``INFO`` -> ``DATA`` {window_bytes u32, max_request u32, clock_hz u32, baud u32},
+``MEM_WRITE`` {addr u32, 0 u32, bytes (a multiple of 8)} -> ``ACK``, ``MEM_READ`` {addr u32,
+length u32} -> ``DATA`` {bytes}. Result beats travel as 16 bytes each (payloads up to 128 bits).
+Responses: ``ACK``, ``DATA``, ``NAK``, ``ERROR`` {utf-8 message}, ``BUSY`` (the request was
+not taken because the device's input buffer is full: fetch ``RESULTS``, then resend).
+
+The memory requests reach the device's own memory window (a board's block RAM standing in for
+host memory: bus addresses ``0 .. window_bytes``; ``addr`` and lengths are multiples of 8). A
+request payload is at most ``max_request`` bytes (``INFO``); ``clock_hz``/``baud`` are 0 where
+there is no UART (co-simulation over a socket). A board answers ``INFO``; the co-simulation
+server too, with its host memory as the window.
 """
 import struct
 import zlib
@@ -25,7 +35,8 @@ from .errors import HotlineError
 MAGIC = 0xA5
 HEADER = struct.Struct("<BBHIH")
 TYPES = {"WRITE32": 1, "READ32": 2, "LOOKUPS": 3, "SCATTER_KEYS": 4, "RESULTS": 5, "QUIT": 6,
-         "ACK": 0x81, "DATA": 0x82, "NAK": 0x83, "ERROR": 0x84}
+         "INFO": 7, "MEM_WRITE": 8, "MEM_READ": 9,
+         "ACK": 0x81, "DATA": 0x82, "NAK": 0x83, "ERROR": 0x84, "BUSY": 0x85}
 NAMES = {v: k for k, v in TYPES.items()}
 MAX_PAYLOAD = 1 << 28
 
@@ -59,6 +70,14 @@ class FrameReader:
 
     def feed(self, data):
         self.buf += data
+
+    def needed(self):
+        """Bytes still missing from the frame at the head of the buffer (at least 1); meant
+        after `next` returned None, so a reader can ask a port for exactly one frame."""
+        if len(self.buf) < HEADER.size:
+            return HEADER.size - len(self.buf)
+        length = HEADER.unpack_from(self.buf)[3]
+        return max(1, HEADER.size + length + 4 - len(self.buf))
 
     def next(self):
         """The next complete frame, None if more bytes are needed; raises FrameError."""

@@ -1,0 +1,64 @@
+"""The boards Hotline builds for, and the accelerator configuration each one carries.
+
+A board top (`hotline.fpga.board_top.BoardTop`) holds the HotlineAccelerator, the UART host
+link bridge and an on-board block-RAM memory window that stands in for host memory. The
+configurations are reduced from the product one so that the accelerator, the window and the
+link buffers fit the part's block RAM together; the UART runs at ``baud`` from the board clock.
+"""
+from dataclasses import dataclass, field
+
+from hotline.device_model import AcceleratorConfig
+
+__all__ = ["BoardSpec", "BOARDS", "board"]
+
+
+@dataclass(frozen=True)
+class BoardSpec:
+    """One board: ``platform`` names its amaranth-boards class (module, class), ``device`` a
+    key of `hotline.fpga.synth.DEVICES`; ``clock_hz`` is the board oscillator the design runs
+    from; ``window_bytes`` the memory window; ``max_request`` the link's request payload limit
+    (the bridge's receive buffer); ``result_depth`` the beats each result stream buffers."""
+    name: str
+    platform: tuple
+    device: str
+    clock_hz: int
+    baud: int
+    config: AcceleratorConfig
+    learner: dict = field(default_factory=dict)
+    data_width: int = 64
+    num_tables: int = 32
+    window_bytes: int = 32768
+    max_request: int = 2048
+    result_depth: int = 512
+
+    @property
+    def divisor(self):
+        """Clock cycles per UART bit."""
+        return round(self.clock_hz / self.baud)
+
+
+_ECP5_CONFIG = AcceleratorConfig(cam_entries=2048, cold_capacity=2048, cold_max_keys=1024,
+                                 max_batch_samples=256)
+_ECP5_LEARNER = dict(buckets=256, ways=4, count_bits=16)
+
+BOARDS = {b.name: b for b in (
+    BoardSpec("ulx3s-85f", ("amaranth_boards.ulx3s", "ULX3S_85F_Platform"), "ecp5-85f",
+              25_000_000, 1_000_000, _ECP5_CONFIG, _ECP5_LEARNER, window_bytes=65536),
+    BoardSpec("orangecrab-85f", ("amaranth_boards.orangecrab_r0_2", "OrangeCrabR0_2_85FPlatform"),
+              "ecp5-85f", 48_000_000, 1_000_000, _ECP5_CONFIG, _ECP5_LEARNER,
+              window_bytes=65536),
+    BoardSpec("icebreaker", ("amaranth_boards.icebreaker", "ICEBreakerPlatform"), "ice40-up5k",
+              12_000_000, 1_000_000,
+              AcceleratorConfig(cam_entries=256, cold_capacity=256, cold_max_keys=128,
+                                max_batch_samples=64, cold_epoch_bits=8),
+              dict(buckets=16, ways=4, count_bits=16), num_tables=8,
+              window_bytes=4096, max_request=512, result_depth=128),
+)}
+
+
+def board(name):
+    """The `BoardSpec` called ``name``; a clear error for an unknown one."""
+    try:
+        return BOARDS[name]
+    except KeyError:
+        raise ValueError(f"unknown board {name!r} (choose from {', '.join(BOARDS)})") from None
