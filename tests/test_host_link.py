@@ -303,18 +303,25 @@ def test_corrupt_truncated_and_malformed_frames():
 
 
 def test_busy_when_the_ring_is_full():
-    keys = list(range(1, 257))  # 2 KiB each: the ring holds two such frames
+    """The ring holds 512 words; a frame that does not fit its free space is refused whole."""
+    rng = random.Random(3)
+    sizes = {1: 256, 2: 240, 3: 24, 4: 16, 6: 24}
+    keys = {seq: [rng.getrandbits(64) for _ in range(n)] for seq, n in sizes.items()}
 
     async def bench(ctx, link):
         link.sink_ready = False
         for seq in (1, 2):
-            assert await link.request(ctx, "LOOKUPS", seq, pack_u64(keys)) == ("ACK", seq, b"")
-        assert await link.request(ctx, "LOOKUPS", 3, pack_u64(keys)) == ("BUSY", 3, b"")
+            assert await link.request(ctx, "LOOKUPS", seq, pack_u64(keys[seq])) == ("ACK", seq, b"")
+        # 16 words free (17: the drain holds one word already taken from the ring): 24 do
+        # not fit, 16 do, and then 2 do not.
+        assert await link.request(ctx, "LOOKUPS", 3, pack_u64(keys[3])) == ("BUSY", 3, b"")
+        assert await link.request(ctx, "LOOKUPS", 4, pack_u64(keys[4])) == ("ACK", 4, b"")
+        assert await link.request(ctx, "LOOKUPS", 5, pack_u64(keys[4][:2])) == ("BUSY", 5, b"")
         link.sink_ready = True
-        await ctx.tick().repeat(300)
-        assert await link.request(ctx, "LOOKUPS", 4, pack_u64(keys)) == ("ACK", 4, b"")
-        await ctx.tick().repeat(600)
-        assert link.got["lookups"] == keys * 3
+        await ctx.tick().repeat(700)
+        assert await link.request(ctx, "LOOKUPS", 6, pack_u64(keys[6])) == ("ACK", 6, b"")
+        await ctx.tick().repeat(100)
+        assert link.got["lookups"] == keys[1] + keys[2] + keys[4] + keys[6]
     run(bench)
 
 
