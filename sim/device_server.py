@@ -1,25 +1,39 @@
 """The simulated device: the HotlineAccelerator RTL under cocotb, served over the host link.
 
 ``python -m hotline.sim.device_server SPEC.json`` builds the top for the spec's configuration
-and runs this module's cocotb test, which connects to the host's loopback TCP port and serves
-`hotline.link` frames: CSR accesses go through ``AxiLiteMaster`` on ``axil``, lookup batches
-and scatter keys into the ``lookups`` / ``scatter_keys`` streams (in order, one feeder each),
-and every output stream is collected continuously and handed out on ``RESULTS``. The AXI4
-master reads and writes the host's memory file (``AxiRam`` over an mmap of it), so the RTL
-gathers from and scatters to the very tables the trainer uses. `hotline.sim_device.SimDevice`
-is the host side.
+and runs this module's cocotb test, which serves `hotline.link` frames: CSR accesses go
+through ``AxiLiteMaster`` on ``axil``, lookup batches and scatter keys into the ``lookups`` /
+``scatter_keys`` streams (in order, one feeder each), and every output stream is collected
+continuously and handed out on ``RESULTS``. The AXI4 master reads and writes the memory file
+(``AxiRam`` over an mmap of it), which is also the window of ``INFO``, ``MEM_WRITE`` and
+``MEM_READ``.
+
+By default the server connects to the host's loopback port ``spec["port"]``, and the memory is
+the host's own `HostMemory` file (`hotline.sim_device.SimDevice`). With ``"listen": true`` it
+listens on ``spec["port"]`` (0: any; the port is written to the file ``spec["ready"]``) and
+serves one connection after another until a ``QUIT``, as a board serves its UART: a
+`hotline.serial_device.SerialDevice` reaches it at ``serial://socket://127.0.0.1:PORT`` and
+mirrors its host memory into the server's separate file (`serve_in_background`). Optional
+spec entries: ``max_request`` (bytes, default `MAX_PAYLOAD`; larger requests are an
+``ERROR``) and ``input_beats`` (a stream request that would queue more beats than this is
+answered ``BUSY``, as a board's full input buffer is; unbounded by default).
 """
+import contextlib
 import json
 import os
 import select
 import socket
+import struct
 import sys
+import time
 from collections import deque
+from pathlib import Path
 
 import cocotb
 from cocotb.triggers import ClockCycles
 
-from hotline.link import FrameError, FrameReader, encode, pack_results, unpack_u64
+from hotline.link import MAX_PAYLOAD, FrameError, FrameReader, LinkError, encode, \
+    pack_results, unpack_u64
 
 from .tb_accelerator import OUTPUTS, TB
 
@@ -27,37 +41,43 @@ POLL_CYCLES = 8
 
 
 class Feeder:
-    """Sends queued beat lists into one stream source, in order."""
+    """Sends queued beat lists into one stream source, in order; ``queued``: beats not sent."""
 
     def __init__(self, source):
-        self.source, self.queue, self.busy = source, deque(), False
+        self.source, self.queue, self.busy, self.queued = source, deque(), False, 0
 
     def push(self, beats):
         self.queue.append(beats)
+        self.queued += len(beats)
         if not self.busy:
             self.busy = True
             cocotb.start_soon(self._run())
 
     async def _run(self):
         while self.queue:
-            await self.source.send(self.queue.popleft())
+            beats = self.queue.popleft()
+            await self.source.send(beats)
+            self.queued -= len(beats)
         self.busy = False
 
 
-@cocotb.test()
-async def serve(dut):
-    spec = json.loads(os.environ["HOTLINE_DEVICE_SPEC"])
-    tb = TB(dut, {"memory": spec["memory"]})
-    await tb.reset()
-    sock = socket.create_connection(("127.0.0.1", spec["port"]))
-    sock.setblocking(False)
-    reader = FrameReader()
-    feeders = {"LOOKUPS": Feeder(tb.lookups), "SCATTER_KEYS": Feeder(tb.scatter_keys)}
-    taken = dict.fromkeys(OUTPUTS, 0)
-    last_seq, last_response = None, None
-    idle = 0
+class Server:
+    """Answers host-link requests on the testbench; feeders and result cursors outlive a
+    connection (the RTL does), the response cache does not."""
 
-    async def handle(kind, payload):
+    def __init__(self, tb, spec):
+        self.tb = tb
+        self.max_request = spec.get("max_request", MAX_PAYLOAD)
+        self.input_beats = spec.get("input_beats")
+        self.feeders = {"LOOKUPS": Feeder(tb.lookups), "SCATTER_KEYS": Feeder(tb.scatter_keys)}
+        self.taken = dict.fromkeys(OUTPUTS, 0)
+
+    async def handle(self, kind, payload):
+        """The response (kind, payload) to one request."""
+        tb = self.tb
+        if len(payload) > self.max_request:
+            return "ERROR", f"{kind} request of {len(payload)} bytes exceeds max_request " \
+                            f"{self.max_request}".encode()
         if kind == "WRITE32":
             addr, value = int.from_bytes(payload[:4], "little"), int.from_bytes(payload[4:8], "little")
             await tb.csr.write_dword(addr, value)
@@ -65,57 +85,158 @@ async def serve(dut):
         if kind == "READ32":
             value = await tb.csr.read_dword(int.from_bytes(payload[:4], "little"))
             return "DATA", int(value).to_bytes(4, "little")
-        if kind in feeders:
-            feeders[kind].push([int(v) for v in unpack_u64(payload)])
+        if kind in self.feeders:
+            beats = [int(v) for v in unpack_u64(payload)]
+            feeder = self.feeders[kind]
+            if self.input_beats is not None and feeder.queued + len(beats) > self.input_beats:
+                if len(beats) > self.input_beats:
+                    return "ERROR", f"{kind}: {len(beats)} beats exceed the {self.input_beats}" \
+                                    f"-beat input buffer".encode()
+                return "BUSY", b""
+            feeder.push(beats)
             return "ACK", b""
         if kind == "RESULTS":
             out = []
             for name in OUTPUTS:
                 got = tb.sinks[name].got
-                out.append(got[taken[name]:])
-                taken[name] = len(got)
+                out.append(got[self.taken[name]:])
+                self.taken[name] = len(got)
             return "DATA", pack_results(out)
+        if kind == "INFO":
+            return "DATA", struct.pack("<IIII", len(tb.mem), self.max_request, 0, 0)
+        if kind in ("MEM_WRITE", "MEM_READ"):
+            return self._memory(kind, payload)
         return "ERROR", f"unexpected {kind} frame".encode()
 
-    while True:
-        wait = 0.01 if idle > 1000 else 0
-        readable, _, _ = select.select([sock], [], [], wait)
-        if readable:
-            data = sock.recv(1 << 20)
-            if not data:
-                break  # the host closed the link
-            reader.feed(data)
-            idle = 0
-        else:
-            idle += 1
-        while True:
-            try:
-                frame = reader.next()
-            except FrameError as e:
-                sock.setblocking(True)
-                sock.sendall(encode("NAK", 0, str(e).encode()))
-                sock.setblocking(False)
-                continue
-            if frame is None:
-                break
-            kind, seq, payload = frame
-            if kind == "QUIT":
-                sock.setblocking(True)
-                sock.sendall(encode("ACK", seq))
-                sock.close()
-                return
-            if seq != last_seq:
-                rkind, rpayload = await handle(kind, payload)
-                last_seq, last_response = seq, encode(rkind, seq, rpayload)
+    def _memory(self, kind, payload):
+        if len(payload) < 8:
+            return "ERROR", f"{kind} payload of {len(payload)} bytes (at least 8)".encode()
+        addr, length = struct.unpack_from("<II", payload)
+        if kind == "MEM_WRITE":
+            length = len(payload) - 8
+        span = f"{kind} [{addr:#x}, {addr + length:#x})"
+        if addr % 8 or length % 8:
+            return "ERROR", f"{span}: address and length must be multiples of 8".encode()
+        if addr + length > len(self.tb.mem):
+            return "ERROR", f"{span} is outside the {len(self.tb.mem):#x}-byte memory " \
+                            f"window".encode()
+        if kind == "MEM_WRITE":
+            self.tb.mem[addr:addr + length] = payload[8:]
+            return "ACK", b""
+        if length > self.max_request:
+            return "ERROR", f"{span}: more than max_request {self.max_request} bytes".encode()
+        return "DATA", bytes(self.tb.mem[addr:addr + length])
+
+    async def session(self, sock):
+        """Serve one connection; True if it ended with QUIT, False when the host went away."""
+        dut = self.tb.dut
+        sock.setblocking(False)
+        reader = FrameReader()
+        last_seq, last_response = None, None
+        idle = 0
+
+        def send(data):
             sock.setblocking(True)
-            sock.sendall(last_response)
+            sock.sendall(data)
             sock.setblocking(False)
-        await ClockCycles(dut.clk, POLL_CYCLES)
+
+        try:
+            while True:
+                wait = 0.01 if idle > 1000 else 0
+                readable, _, _ = select.select([sock], [], [], wait)
+                if readable:
+                    data = sock.recv(1 << 20)
+                    if not data:
+                        return False
+                    reader.feed(data)
+                    idle = 0
+                else:
+                    idle += 1
+                while True:
+                    try:
+                        frame = reader.next()
+                    except FrameError as e:
+                        send(encode("NAK", 0, str(e).encode()))
+                        continue
+                    if frame is None:
+                        break
+                    kind, seq, payload = frame
+                    if kind == "QUIT":
+                        send(encode("ACK", seq))
+                        return True
+                    if seq != last_seq:
+                        rkind, rpayload = await self.handle(kind, payload)
+                        last_seq, last_response = seq, encode(rkind, seq, rpayload)
+                    send(last_response)
+                await ClockCycles(dut.clk, POLL_CYCLES)
+        except OSError:
+            return False  # the connection broke: as good as closed
+        finally:
+            sock.close()
+
+
+@cocotb.test()
+async def serve(dut):
+    spec = json.loads(os.environ["HOTLINE_DEVICE_SPEC"])
+    tb = TB(dut, {"memory": spec["memory"]})
+    await tb.reset()
+    server = Server(tb, spec)
+    if not spec.get("listen"):
+        await server.session(socket.create_connection(("127.0.0.1", spec["port"])))
+        return
+    listener = socket.create_server(("127.0.0.1", spec["port"]))
+    listener.setblocking(False)
+    ready = Path(spec["ready"])
+    tmp = ready.with_name(ready.name + ".tmp")
+    tmp.write_text(str(listener.getsockname()[1]))
+    tmp.replace(ready)  # atomic: the host never reads half a port number
+    try:
+        while True:
+            readable, _, _ = select.select([listener], [], [], 0.01)
+            if not readable:
+                await ClockCycles(dut.clk, POLL_CYCLES)
+            elif await server.session(listener.accept()[0]):
+                return
+    finally:
+        listener.close()
+
+
+@contextlib.contextmanager
+def serve_in_background(config, memory_path, window_bytes, build_dir, simulator="verilator",
+                        data_width=64, start_timeout=900.0, **options):
+    """Run a listen-mode server for ``config`` whose memory window is a new zeroed file of
+    ``window_bytes`` at ``memory_path``; yields its url (``serial://socket://127.0.0.1:PORT``)
+    and ends the server on exit. ``options`` go into the spec (``max_request``,
+    ``input_beats``)."""
+    from hotline.sim_device import kill_server, spawn_server
+
+    memory_path = Path(memory_path)
+    with open(memory_path, "wb") as f:
+        f.truncate(window_bytes)
+    ready = memory_path.with_name(memory_path.name + ".port")
+    ready.unlink(missing_ok=True)
+    spec = {"listen": True, "port": 0, "ready": str(ready.resolve()),
+            "memory": str(memory_path.resolve()), **options}
+    proc, log, log_path = spawn_server(spec, build_dir, config, simulator, data_width)
+    try:
+        deadline = time.monotonic() + start_timeout
+        while not ready.exists():
+            if proc.poll() is not None:
+                raise LinkError(f"the device server exited with status {proc.returncode}; see "
+                                f"{log_path}")
+            if time.monotonic() > deadline:
+                raise LinkError(f"the device server did not listen within {start_timeout:.0f} s;"
+                                f" see {log_path}")
+            time.sleep(0.2)
+        yield f"serial://socket://127.0.0.1:{int(ready.read_text())}"
+    finally:
+        kill_server(proc)
+        log.close()
 
 
 def main(argv=None):
     """Build and run the served top: ``SPEC.json`` has port, memory, config, data_width,
-    simulator, build_dir."""
+    simulator, build_dir and the optional entries of the module docstring."""
     from hotline.device_model import AcceleratorConfig
 
     from .accelerator_run import accelerator

@@ -394,8 +394,7 @@ class ModelDevice(Device):
 
 
 _BACKENDS = {"model": ModelDevice}
-_NOT_YET = {"sim": "the sim:// backend (RTL co-simulation) is not available yet",
-            "serial": "the serial:// backend (a board over UART) is not available yet"}
+_SHIPPED = ("model", "sim", "serial")  # the others register on import (hotline.<scheme>_device)
 
 
 def register_backend(scheme, factory):
@@ -404,8 +403,8 @@ def register_backend(scheme, factory):
 
 
 def open(url="model://", *, config=None, memory=None, **options):  # noqa: A001 (the API name)
-    """Open the accelerator at ``url`` (``model://``; ``sim://SIMULATOR``, ``serial://PORT``
-    once their backends are registered). ``config``: the `AcceleratorConfig`; ``memory``: the
+    """Open the accelerator at ``url`` (``model://``, ``sim://verilator|icarus``,
+    ``serial://PORT``: see the backends' modules). ``config``: the `AcceleratorConfig`; ``memory``: the
     `HostMemory` the DMA reads and writes."""
     url = str(url)
     scheme, sep, _ = url.partition("://")
@@ -420,10 +419,8 @@ def open(url="model://", *, config=None, memory=None, **options):  # noqa: A001 
             if e.name != f"{__package__}.{scheme}_device":
                 raise
     if scheme not in _BACKENDS:
-        if scheme in _NOT_YET:
-            raise HotlineError(f"{url}: {_NOT_YET[scheme]}; use model://")
         raise HotlineError(f"{url}: unknown device scheme {scheme!r} (known: "
-                           f"{', '.join(sorted(set(_BACKENDS) | set(_NOT_YET)))})")
+                           f"{', '.join(sorted(set(_BACKENDS) | set(_SHIPPED)))})")
     if memory is not None and not isinstance(memory, HostMemory):
         raise HotlineError(f"memory must be a HostMemory, not {type(memory).__name__}")
     return _BACKENDS[scheme](url, config=config, memory=memory, **options)

@@ -69,3 +69,15 @@ def test_dropped_byte_is_detected():
 def test_results_roundtrip_wide_beats():
     streams = [[0, 1, (1 << 127) | 5], [], [2 ** 64 + 3]]
     assert unpack_results(pack_results(streams), 3) == streams
+
+
+def test_needed_asks_for_exactly_the_rest_of_a_frame():
+    frames = [encode("DATA", 5, bytes(range(40))), encode("ACK", 6), encode("NAK", 7, b"x")]
+    data, at, r = b"".join(frames), 0, FrameReader()
+    for frame in frames:
+        while (got := r.next()) is None:
+            n = r.needed()
+            r.feed(data[at:at + n])
+            at += n
+        assert encode(got[0], got[1], got[2]) == frame and not r.buf  # never past the frame
+    assert at == len(data)

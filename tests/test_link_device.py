@@ -1,0 +1,102 @@
+"""LinkDevice's request loop against a scripted far end: BUSY fetches RESULTS and resends under
+a new seq, NAK / a corrupt response resend the same seq, stale duplicates are skipped, silence
+and ERROR raise LinkError, and stream beats are split at max_request."""
+import time
+
+import pytest
+
+from hotline.link import FrameReader, LinkError, encode, pack_results, unpack_u64
+from hotline.link_device import RESULT_STREAMS, LinkDevice
+
+
+class Scripted(LinkDevice):
+    """A LinkDevice whose far end is ``answer(kind, seq, payload) -> bytes``; ``sent`` logs
+    every request frame that reached it."""
+
+    def __init__(self, answer, timeout=1.0, retries=2):
+        super().__init__("test://", None, None, timeout, retries)
+        self.answer, self.sent, self.inbox = answer, [], bytearray()
+
+    def _send(self, data):
+        r = FrameReader()
+        r.feed(data)
+        frame = r.next()
+        self.sent.append(frame)
+        self.inbox += self.answer(*frame)
+
+    def _recv(self, n):
+        if not self.inbox:
+            time.sleep(0.01)
+        data = bytes(self.inbox[:n])
+        del self.inbox[:n]
+        return data
+
+
+def results(seq, remap=()):
+    return encode("DATA", seq, pack_results([list(remap)] + [[]] * (len(RESULT_STREAMS) - 1)))
+
+
+def test_busy_fetches_results_then_resends_under_a_new_seq():
+    def answer(kind, seq, payload):
+        if kind == "RESULTS":
+            return results(seq, [7, 8])
+        busy = sum(k == "LOOKUPS" for k, _, _ in dev.sent) == 1
+        return encode("BUSY" if busy else "ACK", seq)
+
+    dev = Scripted(answer)
+    assert dev.request("LOOKUPS", b"\x01" * 16) == ("ACK", b"")
+    assert [k for k, _, _ in dev.sent] == ["LOOKUPS", "RESULTS", "LOOKUPS"]
+    seqs = [s for _, s, _ in dev.sent]
+    assert len(set(seqs)) == 3 and seqs == sorted(seqs)
+    assert dev.sent[0][2] == dev.sent[2][2] == b"\x01" * 16
+    assert dev.pending["remap"] == [7, 8]
+    assert dev.link_stats == {"busy": 1, "resends": 0}
+
+
+def test_busy_until_the_timeout_raises():
+    dev = Scripted(lambda kind, seq, payload: results(seq) if kind == "RESULTS"
+                   else encode("BUSY", seq), timeout=0.3)
+    t0 = time.monotonic()
+    with pytest.raises(LinkError, match="stayed busy for LOOKUPS"):
+        dev.request("LOOKUPS", b"\x00" * 8)
+    assert 0.3 <= time.monotonic() - t0 < 2
+    assert {k for k, _, _ in dev.sent} == {"LOOKUPS", "RESULTS"} and dev.link_stats["busy"] > 1
+
+
+def test_nak_and_corrupt_response_resend_the_same_seq_and_stale_answers_are_skipped():
+    def answer(kind, seq, payload):
+        n = len(dev.sent)
+        if n == 1:
+            return encode("NAK", 0)
+        if n == 2:
+            bad = bytearray(encode("DATA", seq, b"\x11\x22\x33\x44"))
+            bad[-6] ^= 0x01
+            return bytes(bad)
+        return encode("DATA", seq - 1, b"\x99\x99\x99\x99") + encode("DATA", seq, b"\x11\x22\x33\x44")
+
+    dev = Scripted(answer)
+    assert dev.request("READ32", b"\x08\x00\x00\x00") == ("DATA", b"\x11\x22\x33\x44")
+    assert len({s for _, s, _ in dev.sent}) == 1 and len(dev.sent) == 3
+    assert dev.link_stats["resends"] == 2
+
+
+def test_silence_and_error_raise():
+    dev = Scripted(lambda kind, seq, payload: b"", timeout=0.1, retries=2)
+    with pytest.raises(LinkError, match="no answer to READ32"):
+        dev.request("READ32", b"\x00" * 4)
+    assert len(dev.sent) == 3
+    dev = Scripted(lambda kind, seq, payload: encode("ERROR", seq, b"window overrun"))
+    with pytest.raises(LinkError, match="device error: window overrun"):
+        dev.request("MEM_READ", b"\x00" * 8)
+    dev = Scripted(lambda kind, seq, payload: encode("NAK", 0), retries=1)
+    with pytest.raises(LinkError, match="still corrupt after 1 resends"):
+        dev.request("READ32", b"\x00" * 4)
+
+
+def test_stream_beats_split_at_max_request():
+    dev = Scripted(lambda kind, seq, payload: encode("ACK", seq))
+    dev.max_request = 23  # two 8-byte beats per frame
+    beats = [1, 2 ** 64 - 1, 3, 4, 5]
+    dev._send_beats("LOOKUPS", beats)
+    assert [len(p) for _, _, p in dev.sent] == [16, 16, 8]
+    assert [int(v) for _, _, p in dev.sent for v in unpack_u64(p)] == beats

@@ -1,0 +1,164 @@
+"""serial:// against the accelerator RTL served in listen mode (`serve_in_background`): its
+memory window is a separate file, so every byte the DMA moves was mirrored by SerialDevice.
+
+One server (one Verilator build) for the module, with a small max_request (the server refuses
+anything larger, so every payload path must split) and an input buffer of one request (so
+LOOKUPS meet BUSY). Parity with model:// on a real stream (or the built-in generator), host
+memory coherence, the open-time checks, and link faults through a damaging TCP proxy."""
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import hotline
+from conftest import DATA, simulator_or_skip
+from device_session import MEMORY_BYTES, assert_sessions_match, session, session_config
+from hotline.commands import open_data
+from hotline.data import Dataset
+from hotline.device_model import AcceleratorConfig
+from hotline.errors import HotlineError
+from hotline.host_memory import HostMemory
+from hotline.link import LinkError
+from hotline.planner import exact_hot_set
+
+BATCH = 64
+MAX_REQUEST = 4096
+
+
+def stream():
+    """200 samples of the real Criteo file, else of the generator with rows renumbered densely
+    per table (its tables have the full Criteo sizes, far beyond the memory window)."""
+    real = DATA / "criteo_kaggle/train_random4584.csv.gz"
+    if real.exists():
+        return open_data(str(real)).head(200)
+    ds = open_data("synth:criteo-kaggle:200")
+    tables, indices = ds.tables, ds.indices.copy()
+    sizes = np.ones(ds.num_features, np.int64)
+    for t in range(ds.num_features):
+        rows, indices[tables == t] = np.unique(indices[tables == t], return_inverse=True)
+        sizes[t] = max(1, len(rows))
+    return Dataset(ds.lengths, indices, sizes, name=ds.name)
+
+
+@pytest.fixture(scope="module")
+def board(tmp_path_factory):
+    """(stream, hot keys, url, window file) of a listen-mode server for the session config."""
+    simulator_or_skip("verilator")
+    from hotline.sim.device_server import serve_in_background
+
+    ds = stream()
+    hot = exact_hot_set(ds.keys, 300).keys
+    tmp = tmp_path_factory.mktemp("board")
+    with serve_in_background(session_config(hot, BATCH), tmp / "window.bin", MEMORY_BYTES,
+                             tmp / "build", max_request=MAX_REQUEST,
+                             input_beats=MAX_REQUEST // 8) as url:
+        yield ds, hot, url, tmp / "window.bin"
+
+
+def test_serial_device_matches_model_and_mirrors_memory(board, tmp_path):
+    ds, hot, url, window = board
+    want = session("model://", ds, hot, BATCH, tmp_path, "model")
+    got = session(url, ds, hot, BATCH, tmp_path, "serial", timeout=60)
+    # Host memory equal to model:// after the scatters is the coherence check: the gathers
+    # and scatters ran on the device's own window.
+    assert_sessions_match(got, want, batches=4)
+    assert np.array_equal(np.fromfile(window, np.uint8)[:MEMORY_BYTES], got[1]), \
+        "the device window is not a mirror of host memory"
+    assert got[4].link_stats["busy"] > 0, "LOOKUPS never met a full input buffer"
+    assert got[4].info()["max_request"] == MAX_REQUEST
+
+
+def test_open_checks_memory_window_and_configuration(board, tmp_path):
+    ds, hot, url, _ = board
+    config = session_config(hot, BATCH)
+    with HostMemory(MEMORY_BYTES + 8, tmp_path / "big.bin") as mem:
+        with pytest.raises(HotlineError, match=f"host memory of {MEMORY_BYTES + 8:,} bytes does "
+                                               f"not fit the device's {MEMORY_BYTES:,}-byte"):
+            hotline.open(url, config=config, memory=mem)
+    other = AcceleratorConfig(**{**config.as_dict(), "cam_entries": 2 * config.cam_entries})
+    with HostMemory(1 << 16, tmp_path / "small.bin") as mem:
+        with pytest.raises(HotlineError, match=f"CAM_ENTRIES is {config.cam_entries}, "
+                                               f"config.cam_entries {other.cam_entries}"):
+            hotline.open(url, config=other, memory=mem)
+        with hotline.open(url, config=config, memory=mem) as dev:
+            info = dev.info()
+            assert (info["window_bytes"], info["data_width"]) == (MEMORY_BYTES, 64)
+
+
+def test_open_needs_a_port_that_opens(tmp_path):
+    with HostMemory(1 << 12, tmp_path / "m.bin") as mem:
+        with pytest.raises(HotlineError, match="no port"):
+            hotline.open("serial://", memory=mem)
+        with pytest.raises(LinkError, match="cannot open /nonexistent/tty"):
+            hotline.open("serial:///nonexistent/tty", memory=mem)
+
+
+class Proxy:
+    """A TCP relay between SerialDevice and the server that damages traffic on demand:
+    ``faults[direction]`` ("up": host to device, "down") = "drop" (a byte) or "flip" (a bit)
+    hits the next chunk; ``blackhole`` swallows everything; `close` cuts both sides."""
+
+    def __init__(self, url):
+        self.target = int(url.rsplit(":", 1)[1])
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"serial://socket://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.faults = {"up": None, "down": None}
+        self.blackhole = False
+        self.socks = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        host, _ = self.listener.accept()
+        device = socket.create_connection(("127.0.0.1", self.target))
+        self.socks = [host, device]
+        threading.Thread(target=self._pump, args=(host, device, "up"), daemon=True).start()
+        self._pump(device, host, "down")
+
+    def _pump(self, src, dst, direction):
+        while True:
+            try:
+                data = bytearray(src.recv(1 << 16))
+            except OSError:
+                return
+            if not data:
+                return
+            fault, self.faults[direction] = self.faults[direction], None
+            if fault == "drop":
+                del data[len(data) // 2]
+            elif fault == "flip":
+                data[len(data) // 2] ^= 0x10
+            if not self.blackhole:
+                dst.sendall(data)
+
+    def close(self):
+        for s in self.socks:
+            s.shutdown(socket.SHUT_RDWR)
+            s.close()
+        self.listener.close()
+
+
+def test_link_faults_are_recovered_and_a_dead_link_raises(board, tmp_path):
+    ds, hot, url, _ = board
+    proxy = Proxy(url)
+    with HostMemory(1 << 16, tmp_path / "m.bin") as mem, \
+            hotline.open(proxy.url, config=session_config(hot, BATCH), memory=mem,
+                         timeout=1.5, retries=3) as dev:
+        for i, (direction, fault) in enumerate([("up", "flip"), ("down", "flip"),
+                                                 ("up", "drop"), ("down", "drop")]):
+            time.sleep(0.2)  # let any late duplicate of the last exchange arrive first
+            dev.regs.read("ID")
+            before = dev.link_stats["resends"]
+            proxy.faults[direction] = fault
+            dev.regs.write("SCRATCH", 0x1234ABC0 + i)
+            assert dev.regs.read("SCRATCH") == 0x1234ABC0 + i, (direction, fault)
+            assert proxy.faults[direction] is None and dev.link_stats["resends"] > before
+        proxy.blackhole = True
+        t0 = time.monotonic()
+        with pytest.raises(LinkError, match="no answer to READ32"):
+            dev.regs.read("SCRATCH")
+        assert time.monotonic() - t0 >= 4 * 1.5
+        proxy.close()
+        with pytest.raises(LinkError, match="link failed"):
+            dev.regs.read("SCRATCH")
