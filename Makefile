@@ -61,8 +61,12 @@ train: $(STAMP)
 	    --mode $(MODE) --batch-size $(BATCH_SIZE) --hot-rows $(TRAIN_HOT) --epochs 1 \
 	    --threads $(TRAIN_THREADS) $(TRAIN_ARGS) --json build/train/train.json --plot build/train/train.png
 
+# make fpga BOARD=ulx3s-85f|orangecrab-85f|icebreaker|all (see `hotline fpga build --help`):
+# bitstream in build/boards/BOARD/, report in build/boards/BOARD.json.
+BOARD ?= ulx3s-85f
+
 fpga: $(STAMP)
-	@echo "make fpga: board builds are not built yet (issue #7)" >&2; exit 2
+	$(BIN)/hotline fpga build --board $(BOARD) --json build/boards/$(BOARD).json
 
 clean:
 	rm -rf build sim_build .pytest_cache

@@ -14,14 +14,14 @@ CSR bank hangs off a BAR through an AXI4-Lite master, and the streams are fed by
 DMA queues instead of the UART bridge.
 """
 from amaranth import *
-from amaranth.lib import wiring
+from amaranth.lib import io, wiring
 from amaranth.lib.wiring import In, Out
 
 from hotline.hw.host_link import HostLinkBridge
 from hotline.hw.uart import UARTRx, UARTTx
 from hotline.hw.window_ram import WindowRAM
 
-__all__ = ["RESULT_STREAMS", "BoardTop", "BoardBuild"]
+__all__ = ["RESULT_STREAMS", "BoardTop", "BoardBuild", "uart_pins"]
 
 RESULT_STREAMS = ("remap", "popular", "non_popular", "batch_keys", "dma_done")
 
@@ -70,6 +70,14 @@ class BoardTop(wiring.Component):
         return m
 
 
+def uart_pins(m, platform):
+    """The platform's ``uart`` 0 rx and tx pins (only those: not rts/dtr) as (rx, tx) values."""
+    uart = platform.request("uart", 0, dir="-")
+    m.submodules.rx_pin = rx_pin = io.Buffer("i", uart.rx)
+    m.submodules.tx_pin = tx_pin = io.Buffer("o", uart.tx)
+    return rx_pin.i, tx_pin.o
+
+
 class BoardBuild(Elaboratable):
     """`BoardTop` on a platform's pins: UART resource ``uart`` 0, the default clock."""
 
@@ -79,6 +87,6 @@ class BoardBuild(Elaboratable):
     def elaborate(self, platform):
         m = Module()
         m.submodules.top = top = BoardTop(self.spec)
-        uart = platform.request("uart", 0)
-        m.d.comb += [top.rx.eq(uart.rx.i), uart.tx.o.eq(top.tx)]
+        rx, tx = uart_pins(m, platform)
+        m.d.comb += [top.rx.eq(rx), tx.eq(top.tx)]
         return m

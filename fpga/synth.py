@@ -17,7 +17,7 @@ from amaranth.back import rtlil
 from amaranth.hdl import Elaboratable
 from amaranth.lib import wiring
 
-__all__ = ["DEVICES", "PinTop", "synth_report"]
+__all__ = ["DEVICES", "PinTop", "read_reports", "synth_report"]
 
 DEVICES = {
     "ecp5-85f": {
@@ -83,7 +83,8 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
 
     Returns a dict: device, name, freq_mhz, seed (nextpnr's), lut4, ff, bram (cells after
     synthesis), lut4_available/ff_available/bram_available, utilization (nextpnr's per-bel
-    used/available), fmax_mhz, timing_ok (fmax >= freq_mhz) and the build directory.
+    used/available), fmax_mhz, clocks (see `read_reports`), timing_ok (fmax >= freq_mhz) and
+    the build directory.
     """
     dev = DEVICES[device]
     out = Path(build_dir) / f"{name}_{device}"
@@ -100,12 +101,30 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
     if not (out / "report.json").exists():
         raise RuntimeError(f"nextpnr failed; see {out / 'nextpnr.log'}")
 
-    cells = json.loads((out / "stat.json").read_text())["modules"][f"\\{name}"]["num_cells_by_type"]
-    report = json.loads((out / "report.json").read_text())
-    util = report["utilization"]
-    fmax = min((c["achieved"] for c in report["fmax"].values()), default=0.0)
+    r = read_reports(out, name, device)
+    fmax = r["fmax_mhz"]
     return {
-        "device": device, "name": name, "freq_mhz": freq_mhz, "seed": seed,
+        "device": device, "name": name, "freq_mhz": freq_mhz, "seed": seed, **r,
+        "fmax_mhz": round(fmax, 1),
+        "timing_ok": fmax >= freq_mhz,
+        "build_dir": str(out),
+    }
+
+
+def read_reports(out, top, device, stat="stat.json", report="report.json"):
+    """Cell counts from yosys's ``stat -json`` (module ``top``) and nextpnr's ``--report``, both
+    in directory ``out``, for ``device`` (a key of DEVICES).
+
+    Returns lut4, ff, bram (cells after synthesis), lut4_available/ff_available/bram_available
+    and utilization (nextpnr's per-bel used/available), fmax_mhz (the slowest clock's; 0.0
+    without clocked paths) and clocks ({net: {"achieved", "constraint"}} in MHz).
+    """
+    dev = DEVICES[device]
+    out = Path(out)
+    cells = json.loads((out / stat).read_text())["modules"][f"\\{top}"]["num_cells_by_type"]
+    rep = json.loads((out / report).read_text())
+    util = rep["utilization"]
+    return {
         "lut4": cells.get(dev["lut"], 0),
         "ff": sum(n for cell, n in cells.items() if cell.startswith(dev["ff"])),
         "bram": cells.get(dev["bram"], 0),
@@ -113,7 +132,6 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
         "ff_available": util[dev["ff_bel"]]["available"],
         "bram_available": util[dev["bram_bel"]]["available"],
         "utilization": util,
-        "fmax_mhz": round(fmax, 1),
-        "timing_ok": fmax >= freq_mhz,
-        "build_dir": str(out),
+        "fmax_mhz": min((c["achieved"] for c in rep["fmax"].values()), default=0.0),
+        "clocks": rep["fmax"],
     }

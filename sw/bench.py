@@ -24,6 +24,9 @@ Sections:
 - gather: the whole accelerator co-simulated on a real Criteo file (generator when absent):
   rows gathered and scattered (every row checked against numpy), read beats per DMA-active
   cycle, simulated cycles/s;
+- boards: each board's bitstream (`hotline fpga build`): LUT4 / FF / block RAM against the
+  part and Fmax against the board clock; slow (minutes per ECP5 board), so ``--quick`` leaves
+  it out unless it is named with ``--only``;
 - train: DLRM training throughput (samples/s, one torch thread) of the ``hotline`` and
   ``device-only`` modes beside ``baseline`` on the same generated stream and seed, with the
   host-to-device bytes and the final losses (which must agree).
@@ -50,7 +53,8 @@ from .synth import synth_criteo
 
 
 SECTIONS = ("fragment_model", "criteo_parse", "fragment_rtl", "cam", "learner", "synthesis",
-            "dma", "gather", "train")
+            "dma", "gather", "boards", "train")
+SLOW_SECTIONS = ("boards",)  # not in --quick runs unless named with --only
 
 
 def _best_of(fn, repeat):
@@ -209,6 +213,34 @@ def bench_synthesis(quick):
     return out, rows
 
 
+def bench_boards(quick):
+    """Every board's bitstream build; a failed build is recorded with its error."""
+    from hotline.fpga.board_build import BoardBuildError, build_board
+    from hotline.fpga.boards import BOARDS
+    out, rows = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in BOARDS:
+            try:
+                r = build_board(name, tmp)
+            except BoardBuildError as e:
+                r = dict(e.result or {"board": name}, error=str(e))
+            for key in ("build_dir", "bitstream"):  # inside the deleted temporary directory
+                r.pop(key, None)
+            out.append(r)
+            if "fmax_mhz" not in r:
+                rows.append([f"{name} bitstream", "-", "FAILED", r["error"][:40], 0.0])
+                continue
+            rows.append([f"{name} Fmax", r["device"], f"{r['fmax_mhz']} MHz",
+                         f"board clock {r['constraint_mhz']:g} MHz",
+                         r["fmax_mhz"] / r["constraint_mhz"]])
+            rows.append([f"{name} LUT4/FF/BRAM", r["device"],
+                         f"{r['lut4']:,} / {r['ff']:,} / {r['bram']}",
+                         f"of {r['lut4_available']:,} / {r['ff_available']:,} / "
+                         f"{r['bram_available']}",
+                         max(r["lut4_fraction"], r["ff_fraction"], r["bram_fraction"])])
+    return out, rows
+
+
 def bench_dma(quick, fmax_mhz=None):
     """Read utilisation of the row DMA with a 32-cycle memory, per width and row size."""
     from hotline.sim.bench_row_dma import bench_sweep
@@ -279,7 +311,7 @@ def main(argv=None):
     p.add_argument("--only", nargs="*", choices=SECTIONS)
     p.add_argument("--quick", action="store_true", help="small sizes (CI smoke run)")
     args = p.parse_args(argv)
-    want = args.only or SECTIONS
+    want = args.only or [s for s in SECTIONS if not (args.quick and s in SLOW_SECTIONS)]
     results = {}
     if args.only and Path(args.out).exists():
         # A partial run updates its sections of an earlier full run.
@@ -299,7 +331,8 @@ def main(argv=None):
                      f"{r['reference_mb_per_s']:.1f} MB/s csv.reader", r["ratio_vs_reference"]])
     for name, fn in (("fragment_rtl", bench_fragment_rtl), ("cam", bench_cam),
                      ("learner", bench_learner), ("synthesis", bench_synthesis),
-                     ("dma", None), ("gather", bench_gather), ("train", bench_train)):
+                     ("dma", None), ("gather", bench_gather), ("boards", bench_boards),
+                     ("train", bench_train)):
         if name in want:
             print(f"bench: {name} ...", file=sys.stderr, flush=True)
             if name == "dma":

