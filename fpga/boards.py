@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from hotline.device_model import AcceleratorConfig
 
-__all__ = ["BoardSpec", "BOARDS", "board"]
+__all__ = ["BoardSpec", "BOARDS", "board", "buildable"]
 
 
 @dataclass(frozen=True)
@@ -17,7 +17,9 @@ class BoardSpec:
     """One board: ``platform`` names its amaranth-boards class (module, class), ``device`` a
     key of `hotline.fpga.synth.DEVICES`; ``clock_hz`` is the board oscillator the design runs
     from; ``window_bytes`` the memory window; ``max_request`` the link's request payload limit
-    (the bridge's receive buffer); ``result_depth`` the beats each result stream buffers."""
+    (the bridge's receive buffer); ``result_depth`` the beats each result stream buffers;
+    ``does_not_fit`` says why the design cannot fit the part (such a board is left out of
+    ``all`` builds; building it alone reports the overflow)."""
     name: str
     platform: tuple
     device: str
@@ -30,6 +32,7 @@ class BoardSpec:
     window_bytes: int = 32768
     max_request: int = 2048
     result_depth: int = 512
+    does_not_fit: str = ""
 
     @property
     def divisor(self):
@@ -52,7 +55,10 @@ BOARDS = {b.name: b for b in (
               AcceleratorConfig(cam_entries=256, cold_capacity=256, cold_max_keys=128,
                                 max_batch_samples=64, cold_epoch_bits=8),
               dict(buckets=16, ways=4, count_bits=16), num_tables=8,
-              window_bytes=4096, max_request=512, result_depth=128),
+              window_bytes=4096, max_request=512, result_depth=128,
+              does_not_fit="even this smallest configuration needs 17.3k LUT4 and 103 block RAMs "
+                           "(the UP5K has 5,280 and 30): the row DMA and the fragmenter alone "
+                           "exceed it"),
 )}
 
 
@@ -62,3 +68,8 @@ def board(name):
         return BOARDS[name]
     except KeyError:
         raise ValueError(f"unknown board {name!r} (choose from {', '.join(BOARDS)})") from None
+
+
+def buildable():
+    """The boards an ``all`` build covers: those whose design fits."""
+    return [name for name, b in BOARDS.items() if not b.does_not_fit]

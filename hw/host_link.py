@@ -17,7 +17,9 @@ Serve: one frame at a time (one more may wait). A bad header or CRC -> ``NAK``; 
 of the last served frame -> its response again (``RESULTS`` replays the same beats from the
 `ReplayBuffer`s); otherwise ``WRITE32``/``READ32`` become AXI4-Lite accesses on ``csr``,
 ``RESULTS`` sends every beat buffered per result stream (count u32, then 16 bytes per beat),
-``MEM_READ`` reads the window after the ring has drained, ``INFO`` returns the constants,
+``MEM_READ`` reads the window (answered ``BUSY`` while committed ``MEM_WRITE`` words are still
+in the ring: waiting could deadlock behind lookups stalled on full result buffers, which only
+the host's next ``RESULTS`` frees), ``INFO`` returns the constants,
 ``QUIT`` is acknowledged. Malformed requests get ``ERROR`` with a short message.
 
 Ports: ``rx`` In / ``tx`` Out byte streams; ``csr`` AXI4-Lite master; ``mem``
@@ -124,6 +126,10 @@ class HostLinkBridge(wiring.Component):
         free_words = self.ring_words - (wcommit - rptr)[:ring_bits]
         header_len = Cat(length[8:32], byte)  # the length once its last byte is in
 
+        mem_pending = Signal(ring_bits)    # committed MEM_WRITE data words not yet written
+        mem_committed = Signal(ring_bits)  # data words of the MEM_WRITE committed this cycle
+        mem_written = Signal()
+
         def deliver(good):
             with m.If(~pend):
                 m.d.sync += [pend.eq(1), p_good.eq(good), p_kind.eq(kind), p_seq.eq(seq),
@@ -131,6 +137,8 @@ class HostLinkBridge(wiring.Component):
             new = ~pend & good & store & (reject == 0) & ~(last_valid & (seq == last_seq))
             with m.If(new):
                 m.d.sync += wcommit.eq(wspec)
+                with m.If(kind == T["MEM_WRITE"]):
+                    m.d.comb += mem_committed.eq(length[3:] - 1)
             with m.Else():
                 m.d.sync += wspec.eq(wcommit)
 
@@ -232,7 +240,8 @@ class HostLinkBridge(wiring.Component):
                 m.d.sync += mem_word.eq(mem_word + 1)
         with m.If(issue):
             m.d.sync += [rptr.eq(rptr + 1), d_valid.eq(1)]
-        drained = (rptr == wcommit) & ~d_valid
+        m.d.comb += mem_written.eq(take & (d_tag == _MEMDATA))
+        m.d.sync += mem_pending.eq(mem_pending + mem_committed - mem_written)
 
         # ---- server: request -> response, then the response's bytes ----------------------
         # s_*: the response being sent; c_*: the response of the last served seq (resent when
@@ -265,7 +274,8 @@ class HostLinkBridge(wiring.Component):
             with m.State("IDLE"):
                 with m.If(pend):
                     m.d.sync += [pend.eq(0), s_seq.eq(p_seq), replay.eq(0)]
-                    with m.If(~p_good | (p_reject == _BUSY)):
+                    busy = (p_reject == _BUSY) | ((p_kind == T["MEM_READ"]) & (mem_pending != 0))
+                    with m.If(~p_good | busy):
                         m.d.sync += [s_kind.eq(Mux(p_good, T["BUSY"], T["NAK"])),
                                      s_src.eq(_NONE)]
                         m.next = "START"
@@ -335,7 +345,7 @@ class HostLinkBridge(wiring.Component):
                     m.d.comb += [b.begin.eq(1) for b in buffers]
                     m.d.comb += [b.replay.eq(replay) for b in buffers]
                     m.next = "START"  # the counts are valid from the next cycle
-                with m.Elif((c_src != _MEM) | drained):  # earlier MEM_WRITEs land first
+                with m.Else():
                     m.next = "START"
             with m.State("START"):
                 m.d.sync += [sh_n.eq(0), res_i.eq(0), res_left.eq(0), res_count_next.eq(1),

@@ -65,10 +65,12 @@ def simulator_available(simulator):
 
 
 def run_cocotb(component, toplevel, test_module, build_dir, simulator="verilator",
-               testcase=None, extra_env=None, waves=False, seed=None):
+               testcase=None, extra_env=None, waves=False, seed=None, wrapper=None):
     """Export ``component``, build it with ``simulator`` and run cocotb ``test_module``.
 
-    ``build_dir`` holds the Verilog, the simulator build and ``results.xml``. Raises
+    ``build_dir`` holds the Verilog, the simulator build and ``results.xml``. ``wrapper``
+    (name, Verilog text): a module around ``toplevel`` that becomes the simulated top (built
+    with ``--timing`` on Verilator, so it may generate its own clock). Raises
     ``CocotbFailure`` if any test fails; returns the results path otherwise.
     """
     from cocotb_tools.runner import get_runner
@@ -77,11 +79,18 @@ def run_cocotb(component, toplevel, test_module, build_dir, simulator="verilator
     if simulator not in SIMULATORS:
         raise ValueError(f"unknown simulator {simulator!r} (choose from {', '.join(SIMULATORS)})")
     build_dir = Path(build_dir).resolve()
-    source = export_verilog(component, toplevel, build_dir / f"{toplevel}.v")
+    sources = [export_verilog(component, toplevel, build_dir / f"{toplevel}.v")]
     build_args = []
+    if wrapper is not None:
+        toplevel, text = wrapper
+        sources.append(build_dir / f"{toplevel}.v")
+        sources[-1].write_text(text)
+        if simulator == "verilator":
+            # Only the wrapper's ports are driven from Python: the rest may be optimised.
+            build_args += ["--timing", "-CFLAGS", "-fcoroutines -std=c++20", "--no-public-flat-rw"]
     if simulator == "verilator":
         verilator_root()
-        build_args = ["-Wno-fatal", "-O3"]
+        build_args += ["-Wno-fatal", "-O3"]
         # cocotb runs make itself: pass the fix as a command-line variable through MAKEFLAGS.
         flags = os.environ.get("MAKEFLAGS", "")
         if VERILATOR_FIX_ARGS[1] not in flags:
@@ -93,7 +102,7 @@ def run_cocotb(component, toplevel, test_module, build_dir, simulator="verilator
     env = dict(extra_env or {})
     if module_dir:
         env["PYTHONPATH"] = module_dir + os.pathsep + os.environ.get("PYTHONPATH", "")
-    runner.build(verilog_sources=[source], hdl_toplevel=toplevel, build_dir=build_dir,
+    runner.build(verilog_sources=sources, hdl_toplevel=toplevel, build_dir=build_dir,
                  build_args=build_args, always=True, waves=waves, timescale=TIMESCALE,
                  log_file=build_dir / "build.log")
     results = runner.test(hdl_toplevel=toplevel, test_module=test_module, build_dir=build_dir,

@@ -376,10 +376,13 @@ def cmd_fpga_report(args):
 
 def cmd_fpga_build(args):
     from hotline.fpga.board_build import BoardBuildError, build_board
-    from hotline.fpga.boards import BOARDS
+    from hotline.fpga.boards import BOARDS, buildable
     if args.json:
         _check_out(args.json)
-    names = list(BOARDS) if args.board == "all" else [args.board]
+    names = buildable() if args.board == "all" else [args.board]
+    if args.board == "all":
+        for name in set(BOARDS) - set(names):
+            _say(f"hotline fpga: skipping {name}: {BOARDS[name].does_not_fit}")
     results, failures = [], []
     for name in names:
         _say(f"hotline fpga: building {name} in {args.build_dir}/{name} (seed {args.seed})")

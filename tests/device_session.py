@@ -1,7 +1,14 @@
-"""A Device API session shared by the backend parity tests (model:// against the others)."""
+"""Shared by the backend parity tests (model:// against sim://, serial://, the board
+co-simulation): a Device API session, a dense real stream, a link-damaging TCP proxy."""
+import socket
+import threading
+
 import numpy as np
 
 import hotline
+from conftest import DATA
+from hotline.commands import open_data
+from hotline.data import Dataset
 from hotline.device_model import AcceleratorConfig
 from hotline.host_memory import HostMemory
 
@@ -14,21 +21,23 @@ def session_config(hot, batch):
     return AcceleratorConfig.for_workload(len(hot), batch, 26 * batch)
 
 
-def session(url, ds, hot, batch, tmp_path, name, **options):
+def session(url, ds, hot, batch, tmp_path, name, config=None, memory_bytes=MEMORY_BYTES,
+            row_bytes=ROW_BYTES, align=4096, **options):
     """Open ``url``, register tables and staging in a fresh memory with the same contents,
     load the hot set, run every batch double-buffered (+1 on each staging byte, scatter);
     return (results, memory bytes, counters, placement, the closed device)."""
-    config = session_config(hot, batch)
-    mem = HostMemory(MEMORY_BYTES, tmp_path / f"{name}.bin")
+    ROW_BYTES = row_bytes
+    config = config or session_config(hot, batch)
+    mem = HostMemory(memory_bytes, tmp_path / f"{name}.bin")
     rng = np.random.default_rng(0)
     out = []
     with hotline.open(url, config=config, memory=mem, **options) as dev:
         for t, rows in enumerate(ds.table_sizes.tolist()):
-            w = mem.alloc(rows * ROW_BYTES, name=f"t{t}")
+            w = mem.alloc(rows * ROW_BYTES, align, name=f"t{t}")
             mem.array[w.base:w.end] = rng.integers(0, 256, w.size, dtype=np.uint8)
             dev.set_table(t, w, rows, ROW_BYTES)
         slots = config.cold_max_keys
-        staging = mem.alloc(2 * slots * ROW_BYTES, name="staging")
+        staging = mem.alloc(2 * slots * ROW_BYTES, align, name="staging")
         dev.set_staging(staging, ROW_BYTES, slots, banks=2)
         placement = dev.load_hot_set(hot)
         offsets = ds.sample_offsets
@@ -66,3 +75,60 @@ def assert_sessions_match(got, want, batches):
         assert (g.bank, g.overflow, g.gather, g.scatter) == (w.bank, w.overflow, w.gather, w.scatter)
     assert np.array_equal(got[1], want[1]), "host memory differs after the scatters"
     assert got[2] == want[2]
+
+
+def dense_stream(samples):
+    """``samples`` samples of the real Criteo file, else of the generator, with rows renumbered
+    densely per table (same access pattern; the tables then fit a small memory window)."""
+    real = DATA / "criteo_kaggle/train_random4584.csv.gz"
+    ds = open_data(str(real) if real.exists() else f"synth:criteo-kaggle:{samples}").head(samples)
+    tables, indices = ds.tables, ds.indices.copy()
+    sizes = np.ones(ds.num_features, np.int64)
+    for t in range(ds.num_features):
+        rows, indices[tables == t] = np.unique(indices[tables == t], return_inverse=True)
+        sizes[t] = max(1, len(rows))
+    return Dataset(ds.lengths, indices, sizes, name=ds.name)
+
+
+class Proxy:
+    """A TCP relay between SerialDevice and the server that damages traffic on demand:
+    ``faults[direction]`` ("up": host to device, "down") = "drop" (a byte) or "flip" (a bit)
+    hits the next chunk; ``blackhole`` swallows everything; `close` cuts both sides."""
+
+    def __init__(self, url):
+        self.target = int(url.rsplit(":", 1)[1])
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"serial://socket://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.faults = {"up": None, "down": None}
+        self.blackhole = False
+        self.socks = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        host, _ = self.listener.accept()
+        device = socket.create_connection(("127.0.0.1", self.target))
+        self.socks = [host, device]
+        threading.Thread(target=self._pump, args=(host, device, "up"), daemon=True).start()
+        self._pump(device, host, "down")
+
+    def _pump(self, src, dst, direction):
+        while True:
+            try:
+                data = bytearray(src.recv(1 << 16))
+            except OSError:
+                return
+            if not data:
+                return
+            fault, self.faults[direction] = self.faults[direction], None
+            if fault == "drop":
+                del data[len(data) // 2]
+            elif fault == "flip":
+                data[len(data) // 2] ^= 0x10
+            if not self.blackhole:
+                dst.sendall(data)
+
+    def close(self):
+        for s in self.socks:
+            s.shutdown(socket.SHUT_RDWR)
+            s.close()
+        self.listener.close()

@@ -1,7 +1,6 @@
 """The HotlineAccelerator top in co-simulation: real host tables gathered and scattered by the
 RTL's AXI4 master, every stream beat and counter against the model, every row against numpy;
 and the sim:// device backend against model:// through the same Device API."""
-import numpy as np
 import pytest
 
 from conftest import real_file, simulator_or_skip

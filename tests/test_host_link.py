@@ -209,6 +209,7 @@ def test_memory_window():
             assert await link.request(ctx, "MEM_WRITE", seq, struct.pack("<II", addr, 0) + data) \
                 == ("ACK", seq, b"")
             ref[addr:addr + n] = data
+            await ctx.tick().repeat(n // 8 + 4)  # the ring drains into the window
             a = rng.randrange(0, WINDOW // 8) * 8
             length = rng.randrange(0, (WINDOW - a) // 8 + 1) * 8
             seq += 1
@@ -322,6 +323,25 @@ def test_busy_when_the_ring_is_full():
         assert await link.request(ctx, "LOOKUPS", 6, pack_u64(keys[6])) == ("ACK", 6, b"")
         await ctx.tick().repeat(100)
         assert link.got["lookups"] == keys[1] + keys[2] + keys[4] + keys[6]
+    run(bench)
+
+
+def test_memory_read_behind_stalled_lookups_is_busy_not_stuck():
+    """A MEM_READ may not overtake a MEM_WRITE still in the ring behind lookups that wait for
+    the host to drain results; it is answered BUSY (not held, which would deadlock)."""
+    data = bytes(range(64))
+
+    async def bench(ctx, link):
+        link.sink_ready = False
+        assert await link.request(ctx, "LOOKUPS", 1, pack_u64(range(8))) == ("ACK", 1, b"")
+        assert await link.request(ctx, "MEM_WRITE", 2, struct.pack("<II", 64, 0) + data) == \
+            ("ACK", 2, b"")
+        read = struct.pack("<II", 64, 64)
+        assert await link.request(ctx, "MEM_READ", 3, read) == ("BUSY", 3, b"")
+        assert await link.request(ctx, "READ32", 4, bytes(4)) == ("DATA", 4, bytes(4))
+        link.sink_ready = True
+        await ctx.tick().repeat(50)
+        assert await link.request(ctx, "MEM_READ", 5, read) == ("DATA", 5, data)
     run(bench)
 
 

@@ -5,18 +5,15 @@ One server (one Verilator build) for the module, with a small max_request (the s
 anything larger, so every payload path must split) and an input buffer of one request (so
 LOOKUPS meet BUSY). Parity with model:// on a real stream (or the built-in generator), host
 memory coherence, the open-time checks, and link faults through a damaging TCP proxy."""
-import socket
-import threading
 import time
 
 import numpy as np
 import pytest
 
 import hotline
-from conftest import DATA, simulator_or_skip
-from device_session import MEMORY_BYTES, assert_sessions_match, session, session_config
-from hotline.commands import open_data
-from hotline.data import Dataset
+from conftest import simulator_or_skip
+from device_session import (MEMORY_BYTES, Proxy, assert_sessions_match, dense_stream, session,
+                            session_config)
 from hotline.device_model import AcceleratorConfig
 from hotline.errors import HotlineError
 from hotline.host_memory import HostMemory
@@ -27,28 +24,13 @@ BATCH = 64
 MAX_REQUEST = 4096
 
 
-def stream():
-    """200 samples of the real Criteo file, else of the generator with rows renumbered densely
-    per table (its tables have the full Criteo sizes, far beyond the memory window)."""
-    real = DATA / "criteo_kaggle/train_random4584.csv.gz"
-    if real.exists():
-        return open_data(str(real)).head(200)
-    ds = open_data("synth:criteo-kaggle:200")
-    tables, indices = ds.tables, ds.indices.copy()
-    sizes = np.ones(ds.num_features, np.int64)
-    for t in range(ds.num_features):
-        rows, indices[tables == t] = np.unique(indices[tables == t], return_inverse=True)
-        sizes[t] = max(1, len(rows))
-    return Dataset(ds.lengths, indices, sizes, name=ds.name)
-
-
 @pytest.fixture(scope="module")
 def board(tmp_path_factory):
     """(stream, hot keys, url, window file) of a listen-mode server for the session config."""
     simulator_or_skip("verilator")
     from hotline.sim.device_server import serve_in_background
 
-    ds = stream()
+    ds = dense_stream(200)
     hot = exact_hot_set(ds.keys, 300).keys
     tmp = tmp_path_factory.mktemp("board")
     with serve_in_background(session_config(hot, BATCH), tmp / "window.bin", MEMORY_BYTES,
@@ -93,50 +75,6 @@ def test_open_needs_a_port_that_opens(tmp_path):
             hotline.open("serial://", memory=mem)
         with pytest.raises(LinkError, match="cannot open /nonexistent/tty"):
             hotline.open("serial:///nonexistent/tty", memory=mem)
-
-
-class Proxy:
-    """A TCP relay between SerialDevice and the server that damages traffic on demand:
-    ``faults[direction]`` ("up": host to device, "down") = "drop" (a byte) or "flip" (a bit)
-    hits the next chunk; ``blackhole`` swallows everything; `close` cuts both sides."""
-
-    def __init__(self, url):
-        self.target = int(url.rsplit(":", 1)[1])
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"serial://socket://127.0.0.1:{self.listener.getsockname()[1]}"
-        self.faults = {"up": None, "down": None}
-        self.blackhole = False
-        self.socks = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        host, _ = self.listener.accept()
-        device = socket.create_connection(("127.0.0.1", self.target))
-        self.socks = [host, device]
-        threading.Thread(target=self._pump, args=(host, device, "up"), daemon=True).start()
-        self._pump(device, host, "down")
-
-    def _pump(self, src, dst, direction):
-        while True:
-            try:
-                data = bytearray(src.recv(1 << 16))
-            except OSError:
-                return
-            if not data:
-                return
-            fault, self.faults[direction] = self.faults[direction], None
-            if fault == "drop":
-                del data[len(data) // 2]
-            elif fault == "flip":
-                data[len(data) // 2] ^= 0x10
-            if not self.blackhole:
-                dst.sendall(data)
-
-    def close(self):
-        for s in self.socks:
-            s.shutdown(socket.SHUT_RDWR)
-            s.close()
-        self.listener.close()
 
 
 def test_link_faults_are_recovered_and_a_dead_link_raises(board, tmp_path):
