@@ -2,6 +2,7 @@
 co-simulation): a Device API session, a dense real stream, a link-damaging TCP proxy."""
 import socket
 import threading
+import time
 
 import numpy as np
 
@@ -132,3 +133,28 @@ class Proxy:
             s.shutdown(socket.SHUT_RDWR)
             s.close()
         self.listener.close()
+
+
+def check_link_faults(dev, proxy, timeout, settle=0.2):
+    """Through ``proxy``, a flipped bit and a dropped byte in each direction are recovered by
+    resending (CSR writes and reads still agree); a link that swallows everything raises
+    "no answer" after the retries. ``timeout``: the device's request timeout."""
+    from hotline.link import LinkError
+    for i, (direction, fault) in enumerate([("up", "flip"), ("down", "flip"),
+                                             ("up", "drop"), ("down", "drop")]):
+        time.sleep(settle)  # let any late duplicate of the last exchange arrive first
+        dev.regs.read("ID")
+        before = dev.link_stats["resends"]
+        proxy.faults[direction] = fault
+        dev.regs.write("SCRATCH", 0x1234ABC0 + i)
+        assert dev.regs.read("SCRATCH") == 0x1234ABC0 + i, (direction, fault)
+        assert proxy.faults[direction] is None and dev.link_stats["resends"] > before
+    proxy.blackhole = True
+    t0 = time.monotonic()
+    try:
+        dev.regs.read("SCRATCH")
+    except LinkError as e:
+        assert "no answer to READ32" in str(e)
+    else:
+        raise AssertionError("a link that answers nothing did not raise LinkError")
+    assert time.monotonic() - t0 >= 3 * timeout

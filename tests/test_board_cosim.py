@@ -8,11 +8,10 @@ import pytest
 
 import hotline
 from conftest import simulator_or_skip
-from device_session import Proxy, assert_sessions_match, dense_stream, session
+from device_session import Proxy, assert_sessions_match, check_link_faults, dense_stream, session
 from hotline.errors import HotlineError
 from hotline.fpga.boards import BOARDS
 from hotline.host_memory import HostMemory
-from hotline.link import LinkError
 from hotline.planner import exact_hot_set
 
 BOARD = BOARDS["ulx3s-85f"]
@@ -64,16 +63,5 @@ def test_board_link_faults_are_caught_by_the_rtl_crc(board, tmp_path):
     with HostMemory(4096, tmp_path / "m.bin") as mem, \
             hotline.open(proxy.url, config=BOARD.config, memory=mem, timeout=5,
                          retries=3) as dev:
-        for i, (direction, fault) in enumerate([("up", "flip"), ("down", "flip"),
-                                                 ("up", "drop"), ("down", "drop")]):
-            time.sleep(0.5)  # let any late duplicate of the last exchange arrive first
-            dev.regs.read("ID")
-            before = dev.link_stats["resends"]
-            proxy.faults[direction] = fault
-            dev.regs.write("SCRATCH", 0x5A5A0000 + i)
-            assert dev.regs.read("SCRATCH") == 0x5A5A0000 + i, (direction, fault)
-            assert proxy.faults[direction] is None and dev.link_stats["resends"] > before
-        proxy.blackhole = True
-        with pytest.raises(LinkError, match="no answer"):
-            dev.regs.read("SCRATCH")
+        check_link_faults(dev, proxy, 5, settle=0.5)
         proxy.close()

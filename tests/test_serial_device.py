@@ -5,15 +5,14 @@ One server (one Verilator build) for the module, with a small max_request (the s
 anything larger, so every payload path must split) and an input buffer of one request (so
 LOOKUPS meet BUSY). Parity with model:// on a real stream (or the built-in generator), host
 memory coherence, the open-time checks, and link faults through a damaging TCP proxy."""
-import time
 
 import numpy as np
 import pytest
 
 import hotline
 from conftest import simulator_or_skip
-from device_session import (MEMORY_BYTES, Proxy, assert_sessions_match, dense_stream, session,
-                            session_config)
+from device_session import (MEMORY_BYTES, Proxy, assert_sessions_match, check_link_faults,
+                            dense_stream, session, session_config)
 from hotline.device_model import AcceleratorConfig
 from hotline.errors import HotlineError
 from hotline.host_memory import HostMemory
@@ -83,20 +82,7 @@ def test_link_faults_are_recovered_and_a_dead_link_raises(board, tmp_path):
     with HostMemory(1 << 16, tmp_path / "m.bin") as mem, \
             hotline.open(proxy.url, config=session_config(hot, BATCH), memory=mem,
                          timeout=1.5, retries=3) as dev:
-        for i, (direction, fault) in enumerate([("up", "flip"), ("down", "flip"),
-                                                 ("up", "drop"), ("down", "drop")]):
-            time.sleep(0.2)  # let any late duplicate of the last exchange arrive first
-            dev.regs.read("ID")
-            before = dev.link_stats["resends"]
-            proxy.faults[direction] = fault
-            dev.regs.write("SCRATCH", 0x1234ABC0 + i)
-            assert dev.regs.read("SCRATCH") == 0x1234ABC0 + i, (direction, fault)
-            assert proxy.faults[direction] is None and dev.link_stats["resends"] > before
-        proxy.blackhole = True
-        t0 = time.monotonic()
-        with pytest.raises(LinkError, match="no answer to READ32"):
-            dev.regs.read("SCRATCH")
-        assert time.monotonic() - t0 >= 4 * 1.5
+        check_link_faults(dev, proxy, 1.5)
         proxy.close()
         with pytest.raises(LinkError, match="link failed"):
             dev.regs.read("SCRATCH")
