@@ -13,6 +13,10 @@ from .synth import DEVICES, synth_report
 
 TARGET_MHZ = {"ecp5-85f": 125, "ice40-up5k": 30}
 BLOCK_TARGET_MHZ = {("accelerator", "ecp5-85f"): 100}
+# The whole top: flat synthesis makes YoWASP yosys's ABC exit without a word (the netlist is too
+# big for it), so it is mapped module by module; nextpnr's router2 routes it in minutes where
+# router1 had not converged after an hour (194 of 208 block RAMs make it congested).
+BLOCK_FLOW = {"accelerator": {"synth_args": "-noflatten", "pnr_args": ("--router", "router2")}}
 
 _CAM = {"ecp5-85f": lambda: PopularityCAM(16384, primitive="ecp5"),
         "ice40-up5k": lambda: PopularityCAM(1024, max_kicks=16)}
@@ -54,7 +58,7 @@ def report(block, device, build_dir="build/synth", freq_mhz=None, seed=1):
     freq = freq_mhz or BLOCK_TARGET_MHZ.get((block, device), TARGET_MHZ[device])
     name = block.replace("+", "_").replace("-", "_")
     out = synth_report(BLOCKS[block](device), device, name=name, freq_mhz=freq,
-                       build_dir=build_dir, seed=seed)
+                       build_dir=build_dir, seed=seed, **BLOCK_FLOW.get(block, {}))
     out["block"] = block
     out["bram_fraction"] = out["bram"] / out["bram_available"] if out["bram_available"] else 0.0
     return out

