@@ -119,7 +119,7 @@ class HostLinkBridge(wiring.Component):
 
         # The frame handed to the server (one may wait while another response is sent).
         pend = Signal()
-        p_good, p_kind, p_seq, p_len = Signal(), Signal(8), Signal(16), Signal(32)
+        p_good, p_kind, p_seq = Signal(), Signal(8), Signal(16)
         p_args, p_reject = Signal(64), Signal(4)
         last_valid, last_seq = Signal(), Signal(16)
 
@@ -133,7 +133,7 @@ class HostLinkBridge(wiring.Component):
         def deliver(good):
             with m.If(~pend):
                 m.d.sync += [pend.eq(1), p_good.eq(good), p_kind.eq(kind), p_seq.eq(seq),
-                             p_len.eq(length), p_args.eq(args), p_reject.eq(reject)]
+                             p_args.eq(args), p_reject.eq(reject)]
             new = ~pend & good & store & (reject == 0) & ~(last_valid & (seq == last_seq))
             with m.If(new):
                 m.d.sync += wcommit.eq(wspec)
