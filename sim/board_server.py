@@ -156,21 +156,16 @@ class BoardCosim:
 
     def __init__(self, board_name, build_dir="build/boardsim", simulator="verilator",
                  start_timeout=1200.0):
-        import subprocess
         from hotline.fpga.boards import board
+        from hotline.sim_device import start_server
         board(board_name)  # a clear error for an unknown board, before any build
         build = Path(build_dir) / f"{board_name}_{simulator}"
-        build.mkdir(parents=True, exist_ok=True)
         port_file = build / "port"
         port_file.unlink(missing_ok=True)
         spec = {"board": board_name, "build_dir": str(build.resolve()), "simulator": simulator,
                 "port_file": str(port_file.resolve())}
-        (build / "spec.json").write_text(json.dumps(spec))
-        self.log_path = build / "server.log"
-        self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "hotline.sim.board_server",
-                                      str(build / "spec.json")], stdout=self._log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc, self._log, self.log_path = start_server("hotline.sim.board_server", spec,
+                                                           build)
         deadline = time.monotonic() + start_timeout
         while not port_file.exists() or not port_file.read_text():
             if self.proc.poll() is not None or time.monotonic() > deadline:

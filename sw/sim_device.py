@@ -24,22 +24,28 @@ from .link_device import LinkDevice
 SIMULATORS = ("verilator", "icarus")
 
 
-def spawn_server(spec, build_dir, config, simulator, data_width):
-    """Start `hotline.sim.device_server` on ``spec`` (plus the build's config, simulator, data
-    width and directory) in its own process group; its output goes to ``server.log`` there.
-    Returns (process, open log file, log path)."""
-    tag = "_".join(str(v) for v in config.as_dict().values())
-    build = Path(build_dir) / f"{simulator}_{data_width}_{tag}"
+def start_server(module, spec, build):
+    """Run ``python -m module BUILD/spec.json`` (``spec`` written there) in its own process
+    group, so `kill_server` also ends the simulator it starts; its output goes to
+    ``BUILD/server.log``. Returns (process, open log file, log path)."""
     build.mkdir(parents=True, exist_ok=True)
-    spec = {**spec, "config": config.as_dict(), "data_width": data_width,
-            "simulator": simulator, "build_dir": str(build.resolve())}
     (build / "spec.json").write_text(json.dumps(spec))
     log_path = build / "server.log"
     log = open(log_path, "w")
-    proc = subprocess.Popen([sys.executable, "-m", "hotline.sim.device_server",
-                             str(build / "spec.json")], stdout=log, stderr=subprocess.STDOUT,
-                            env=dict(os.environ), start_new_session=True)  # one group: sim included
+    proc = subprocess.Popen([sys.executable, "-m", module, str(build / "spec.json")],
+                            stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ),
+                            start_new_session=True)
     return proc, log, log_path
+
+
+def spawn_server(spec, build_dir, config, simulator, data_width):
+    """Start `hotline.sim.device_server` on ``spec`` (plus the build's config, simulator, data
+    width and directory) with `start_server`. Returns (process, open log file, log path)."""
+    tag = "_".join(str(v) for v in config.as_dict().values())
+    build = Path(build_dir) / f"{simulator}_{data_width}_{tag}"
+    spec = {**spec, "config": config.as_dict(), "data_width": data_width,
+            "simulator": simulator, "build_dir": str(build.resolve())}
+    return start_server("hotline.sim.device_server", spec, build)
 
 
 def kill_server(proc):
