@@ -256,7 +256,9 @@ class Device(abc.ABC):
 
     def scatter(self, bank, cold_keys):
         """Write staging bank ``bank``'s slots 0..len(cold_keys)-1 back to the rows of
-        ``cold_keys``; returns the DMA completion ``{"rows", "errors"}``."""
+        ``cold_keys``; returns the DMA completion ``{"rows", "errors"}``. It runs after the
+        gathers of every batch pushed before it (a batch pushed next sees the rows it wrote;
+        one already pushed does not)."""
         self._check_open()
         if self.staging is None:
             raise HotlineError("scatter: no staging buffer registered (set_staging)")

@@ -208,18 +208,16 @@ class LinkDevice(Device):
     def _pull(self, p):
         from hotline.sim.fragmenter_run import unpack
         gather = self.staging is not None
-        deadline = time.monotonic() + self.timeout
-        while True:
-            ends = [i for i, v in enumerate(self.pending["batch_keys"]) if v & 1]
-            done = [v for v in self.pending["dma_done"] if not self._is_scatter(v)]
-            if (len(self.pending["remap"]) >= p["lookups"] and ends
-                    and len(self.pending["popular"]) + len(self.pending["non_popular"]) >= p["samples"]
-                    and (done or not gather)):
-                break
-            if time.monotonic() > deadline:
-                raise LinkError(f"{self.url}: batch {p['batch_id']} incomplete after "
-                                f"{self.timeout:.0f} s")
-            self._fetch()
+
+        def complete():
+            return (len(self.pending["remap"]) >= p["lookups"]
+                    and any(v & 1 for v in self.pending["batch_keys"])
+                    and len(self.pending["popular"]) + len(self.pending["non_popular"])
+                    >= p["samples"]
+                    and (not gather or any(not self._is_scatter(v)
+                                           for v in self.pending["dma_done"])))
+        self._wait(complete, f"batch {p['batch_id']}")
+        ends = [i for i, v in enumerate(self.pending["batch_keys"]) if v & 1]
         bk = unpack(self.layouts["batch_keys"], self._take("batch_keys", ends[0] + 1))
         summary = {k: int(v[-1]) for k, v in bk.items()}
         remap = unpack(self.layouts["remap"], self._take("remap", p["lookups"]))
@@ -245,18 +243,29 @@ class LinkDevice(Device):
 
     def _scatter(self, bank, cold_keys):
         from hotline.sim.fragmenter_run import pack
+        # The engine runs whichever batch is ready first, so a scatter issued while a pushed
+        # batch's keys are still in the fragmenter would overtake its gather (which would
+        # then read the scattered rows). Device.scatter is ordered after the gathers of every
+        # batch pushed before it: wait for their done records first.
+        if self.staging is not None:
+            self._wait(lambda: sum(not self._is_scatter(v) for v in self.pending["dma_done"])
+                       >= len(self._in_flight), "the gathers before a scatter")
         self.regs.write("SCATTER_CMD", bank=bank)
         n = len(cold_keys)
         self._send_beats("SCATTER_KEYS", pack(self.layouts["scatter_keys"],
                                               key=np.r_[cold_keys.astype(np.uint64), 0],
                                               end=np.r_[np.zeros(n, np.uint64), 1]))
+        self._wait(lambda: any(self._is_scatter(v) for v in self.pending["dma_done"]),
+                   "the scatter")
+        i = next(i for i, v in enumerate(self.pending["dma_done"]) if self._is_scatter(v))
+        return self._dma_done(self.pending["dma_done"].pop(i))
+
+    def _wait(self, ready, what):
+        """Fetch results until ``ready()``; `LinkError` after ``timeout`` seconds."""
         deadline = time.monotonic() + self.timeout
-        while True:
-            for i, v in enumerate(self.pending["dma_done"]):
-                if self._is_scatter(v):
-                    return self._dma_done(self.pending["dma_done"].pop(i))
+        while not ready():
             if time.monotonic() > deadline:
-                raise LinkError(f"{self.url}: scatter not done after {self.timeout:.0f} s")
+                raise LinkError(f"{self.url}: {what} not done after {self.timeout:.0f} s")
             self._fetch()
 
     def _counters(self):
