@@ -22,7 +22,7 @@ _CAM = {"ecp5-85f": lambda: PopularityCAM(16384, primitive="ecp5"),
         "ice40-up5k": lambda: PopularityCAM(1024, max_kicks=16)}
 _LEARNER = {"ecp5-85f": lambda: AccessLearner(primitive="ecp5"),
             "ice40-up5k": lambda: AccessLearner(buckets=64, ways=4, count_bits=16)}
-_COLD = {"ecp5-85f": lambda: ColdKeySet(32768, max_keys=16384),
+_COLD = {"ecp5-85f": lambda: ColdKeySet(32768, max_keys=16384, primitive="ecp5"),
          "ice40-up5k": lambda: ColdKeySet(1024, max_keys=1024)}
 
 
@@ -31,7 +31,8 @@ def _accelerator(dev):
     if dev == "ecp5-85f":  # B = 1024 Criteo batches: 26 * 1024 lookups, 16384 hot rows
         return HotlineAccelerator(
             fragmenter=dict(cam=dict(entries=16384, primitive="ecp5"),
-                            cold=dict(capacity=32768, max_keys=16384), max_batch_samples=1024),
+                            cold=dict(capacity=32768, max_keys=16384, primitive="ecp5"),
+                            max_batch_samples=1024),
             learner=dict(primitive="ecp5"), dma=dict(data_width=64))
     return HotlineAccelerator(
         fragmenter=dict(cam=dict(entries=1024, max_kicks=16), cold=dict(capacity=1024, max_keys=1024),

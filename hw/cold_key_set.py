@@ -19,18 +19,26 @@ Epochs count 1 .. 2**epoch_bits - 1 (0 = never valid). After the batch with the 
 and after reset, both memories are cleared (``capacity // (2 * ways)`` cycles, ``i.ready`` low,
 ``clearing`` high).
 
-Timing: ``i`` -> ``o`` latency ``LATENCY`` = 3 cycles, one beat per cycle sustained, in order.
-``o`` backpressure stalls the pipeline (no loss, duplication or bubble); ``i.ready`` follows
-``o.ready`` combinationally. A key inserted by one beat is seen by the very next beat (the
-read ports are transparent to the write ports).
+Timing: ``i`` -> ``o`` latency ``LATENCY`` = 7 cycles (from the ``i`` handshake to ``o.valid``
+when ``o`` is not stalled), one beat per cycle sustained, in order. The pipeline itself never
+stalls: its beats wait in an ``OutputQueue`` of ``QUEUE_DEPTH + 1`` entries, and ``i.ready`` is
+low while the beats accepted and not yet delivered could fill it (no loss, duplication or
+bubble; ``o.ready`` reaches ``i.ready`` through a register only). The tables are
+``BucketTable`` block RAMs (banks of at most ``BANK_DEPTH`` buckets) read every cycle into
+registers, and written one cycle late through registers; a read misses the inserts of the
+``FORWARD`` beats ahead of it, which the decision takes from their recorded outcomes (key
+comparisons with them are made at the start of the pipeline), so a key inserted by one beat
+is seen by the very next one. Timing paths end at flip-flops; the loop from one decision to
+the next is a few LUTs (forwarded hit, free-way count, way choice).
 """
 from amaranth import *
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, ceil_log2
 
+from .bram import BucketTable
 from .hashing import h3_hash, h3_masks
+from .popularity_cam import OutputQueue
 
 __all__ = ["ColdKeySet"]
 
@@ -56,12 +64,22 @@ class ColdKeySet(wiring.Component):
 
     Parameters: ``capacity`` (hash-set entries, power of two), ``ways`` (per bucket, power of
     two), ``stash``, ``max_keys`` (slots per batch), ``key_width``, ``user_width``,
-    ``epoch_bits``, ``seeds`` (two distinct H3 seeds).
+    ``epoch_bits``, ``seeds`` (two distinct H3 seeds), ``primitive`` (the tables'
+    ``BucketTable`` primitive: None infers block RAM, for simulation and any FPGA; "ecp5":
+    DP16KD instances that use their output register).
     """
-    LATENCY = 3
+    LATENCY = 7
+    # Buckets per block-RAM bank (BucketTable's "ecp5" limit).
+    BANK_DEPTH = 2048
+    # Results the output queue holds besides its output register: enough for one beat per
+    # cycle (LATENCY beats are outstanding then).
+    QUEUE_DEPTH = 8
+    # Beats ahead whose inserts a table read can miss, hence forwarded: BucketTable.LATENCY,
+    # plus the match stage between the read and the decision, plus the write register.
+    FORWARD = BucketTable.LATENCY + 2
 
     def __init__(self, capacity=32768, *, ways=4, stash=4, max_keys=32768, key_width=32,
-                 user_width=1, epoch_bits=8, seeds=(11, 12)):
+                 user_width=1, epoch_bits=8, seeds=(11, 12), primitive=None):
         for name, value in (("capacity", capacity), ("ways", ways)):
             if value < 1 or value & (value - 1):
                 raise ValueError(f"{name} must be a power of two, not {value}")
@@ -71,7 +89,7 @@ class ColdKeySet(wiring.Component):
             raise ValueError("need stash >= 1, max_keys >= 1, epoch_bits >= 2, two distinct seeds")
         self.capacity, self.ways, self.stash, self.max_keys = capacity, ways, stash, max_keys
         self.key_width, self.user_width, self.epoch_bits = key_width, user_width, epoch_bits
-        self.seeds = tuple(seeds)
+        self.seeds, self.primitive = tuple(seeds), primitive
         self.buckets = capacity // (2 * ways)
         self.slot_width = bits_for(max_keys - 1)
         self.masks = [h3_masks(s, key_width, ceil_log2(self.buckets)) for s in seeds]
@@ -92,107 +110,222 @@ class ColdKeySet(wiring.Component):
         ways, tables = self.ways, (0, 1)
         bucket_bits = ceil_log2(self.buckets)
         max_epoch = (1 << self.epoch_bits) - 1
+        window = self.FORWARD
 
-        rd, wr = [], []
+        # The tables read every cycle, from a register (BucketTable). Writes reach them one
+        # cycle late through registers (timing), so a word read at s1 misses the writes of the
+        # ``window`` beats ahead of it: their effect is forwarded (see the decide stage).
+        # A table deeper than BANK_DEPTH is split into banks, selected after the read
+        # registers, so each block RAM output goes to flip-flops only (timing).
+        bank_bits = max(0, bucket_bits - ceil_log2(self.BANK_DEPTH))
+        low_bits = bucket_bits - bank_bits
+        table = [[BucketTable(depth=self.buckets >> bank_bits, ways=ways,
+                              width=self.entry_layout.size, primitive=self.primitive)
+                  for b in range(1 << bank_bits)] for t in tables]
+        wr_addr = [Signal(bucket_bits, name=f"wr_addr{t}", reset_less=True) for t in tables]
+        wr_en = [[Signal(ways, name=f"wr_en{t}_{b}") for b in range(1 << bank_bits)] for t in tables]
+        wr_data = Signal(self.entry_layout, reset_less=True)
         for t in tables:
-            mem = Memory(shape=self.bucket_layout, depth=self.buckets, init=[])
-            m.submodules[f"table{t}"] = mem
-            wr.append(mem.write_port(granularity=1))  # one enable bit per way
-            rd.append(mem.read_port(transparent_for=(wr[-1],)))
+            for b, bank in enumerate(table[t]):
+                m.submodules[f"table{t}_{b}"] = bank
+                m.d.comb += [bank.write_addr.eq(wr_addr[t][:low_bits]), bank.write_en.eq(wr_en[t][b]),
+                             bank.write_data.eq(wr_data)]
 
-        epoch = Signal(self.epoch_bits, init=1)
         count = Signal(range(self.max_keys + 1))
-        stash_key = Array(Signal(self.key_width, name=f"stash_key{i}") for i in range(self.stash))
-        stash_slot = Array(Signal(self.slot_width, name=f"stash_slot{i}") for i in range(self.stash))
+        stash_key = Array(Signal(self.key_width, name=f"stash_key{i}", reset_less=True)
+                          for i in range(self.stash))
+        stash_slot = Array(Signal(self.slot_width, name=f"stash_slot{i}", reset_less=True)
+                           for i in range(self.stash))
         stash_valid = Signal(self.stash)
 
-        beat = data.StructLayout({"valid": 1, "key": self.key_width, "insert": 1, "eob": 1,
-                                  "user": self.user_width,
-                                  "bucket": data.ArrayLayout(bucket_bits, 2)})
-        s1, s2 = Signal(beat), Signal(beat)
+        # Pipeline, never stalled: s1 (hashes registered: the tables' read address), s2, s3,
+        # sm (the words read are in table[t].read_data: match), sd (decide), then so into the
+        # output queue. Each beat carries the epoch of its batch, counted at the input.
+        # Comparisons with the ``window`` beats ahead, made at s1 and carried along:
+        # same_key[k] / same_bucket[k][t]: the beat k + 1 ahead is valid, in the same batch,
+        # an insert (same_key only) with the same key / the same bucket in table t.
+        stages = 2 + BucketTable.LATENCY  # s1 .. sd
+        way_bits = max(1, ceil_log2(ways))
+        beat = data.StructLayout({
+            "key": self.key_width, "insert": 1, "eob": 1, "user": self.user_width,
+            "epoch": self.epoch_bits, "bucket": data.ArrayLayout(bucket_bits, 2),
+            "same_key": window, "same_bucket": data.ArrayLayout(2, window)})
+        s = [Signal(beat, name=f"s{j + 1}", reset_less=True) for j in range(stages)]
+        valid = Signal(stages)  # of s1 .. sd
+        sm, sd, vd = s[-2], s[-1], valid[-1]
+        # What the last ``window`` beats decided (hist[0]: the beat decided in the last cycle).
+        hist_layout = data.StructLayout({"wrote": 2, "stored": 1, "slot": self.slot_width})
+        hist = [Signal(hist_layout, name=f"hist{k}", reset_less=True) for k in range(window)]
+        last = Signal(data.StructLayout({"key": self.key_width, "epoch": self.epoch_bits,
+                                         "insert": 1, "bucket": data.ArrayLayout(bucket_bits, 2)}),
+                      reset_less=True)  # of the beat decided in the last cycle
+        last_valid = Signal()
 
         clearing = self.clearing
         clear_addr = Signal(bucket_bits)
-        advance = (~self.o.valid | self.o.ready) & ~clearing
-        # Near the last epoch, stop taking beats while a batch end is in flight: the beat after
-        # the last epoch's batch must read the memories after the clearing pass.
-        ending = (s1.valid & s1.eob) | (s2.valid & s2.eob)
-        m.d.comb += self.i.ready.eq(advance & ~(ending & (epoch >= max_epoch - 1)))
 
+        m.submodules.queue = queue = OutputQueue(self.o.payload.shape(), self.QUEUE_DEPTH)
+        wiring.connect(m, queue.o, wiring.flipped(self.o))
+        capacity = self.QUEUE_DEPTH + 1
+        outstanding = Signal(range(capacity + 1))
+        room = Signal(init=1)  # outstanding < capacity, registered
+        taken = self.i.valid & self.i.ready
+        given = self.o.valid & self.o.ready
+        with m.If(taken & ~given):
+            m.d.sync += [outstanding.eq(outstanding + 1), room.eq(outstanding < capacity - 1)]
+        with m.Elif(given & ~taken):
+            m.d.sync += [outstanding.eq(outstanding - 1), room.eq(1)]
+
+        # The input counts the batches. After the end of the last epoch's batch no beat is
+        # taken until the clearing pass is over: the next beat must read the cleared tables.
+        in_epoch = Signal(self.epoch_bits, init=1)
+        wrap_wait = Signal()
+        m.d.comb += self.i.ready.eq(room & ~clearing & ~wrap_wait)
+        with m.If(taken & self.i.payload.eob):
+            m.d.sync += in_epoch.eq(Mux(in_epoch == max_epoch, 1, in_epoch + 1))
+            with m.If(in_epoch == max_epoch):
+                m.d.sync += wrap_wait.eq(1)
+        with m.If(clearing):
+            m.d.sync += wrap_wait.eq(0)
+
+        m.d.sync += valid.eq(Cat(taken, valid[:-1]))
+        m.d.sync += [
+            s[0].key.eq(self.i.payload.key),
+            s[0].insert.eq(self.i.payload.insert),
+            s[0].eob.eq(self.i.payload.eob),
+            s[0].user.eq(self.i.payload.user),
+            s[0].epoch.eq(in_epoch),
+        ]
+        m.d.sync += [s[0].bucket[t].eq(h3_hash(self.i.payload.key, self.masks[t])) for t in tables]
+        carried = ("key", "insert", "eob", "user", "epoch", "bucket")
+        for j in range(1, stages):
+            m.d.sync += [getattr(s[j], f).eq(getattr(s[j - 1], f)) for f in carried]
+            if j >= 2:
+                m.d.sync += [s[j].same_key.eq(s[j - 1].same_key),
+                             s[j].same_bucket.eq(s[j - 1].same_bucket)]
+        ahead = ([(valid[j], s[j]) for j in range(1, stages)] + [(last_valid, last)])[:window]
+        assert len(ahead) == window
+        for k, (v, b) in enumerate(ahead):
+            in_batch = valid[0] & v & (b.epoch == s[0].epoch)
+            m.d.sync += s[1].same_key[k].eq(in_batch & b.insert & (b.key == s[0].key))
+            for t in tables:
+                m.d.sync += s[1].same_bucket[k][t].eq(in_batch & (b.bucket[t] == s[0].bucket[t]))
         for t in tables:
-            m.d.comb += [rd[t].addr.eq(s1.bucket[t]), rd[t].en.eq(advance)]
+            m.d.comb += [bank.read_addr.eq(s[0].bucket[t][:low_bits]) for bank in table[t]]
 
-        with m.If(advance):
-            m.d.sync += [
-                s1.valid.eq(self.i.valid & self.i.ready),
-                s1.key.eq(self.i.payload.key),
-                s1.insert.eq(self.i.payload.insert),
-                s1.eob.eq(self.i.payload.eob),
-                s1.user.eq(self.i.payload.user),
-                s2.eq(s1),
-            ]
-            m.d.sync += [s1.bucket[t].eq(h3_hash(self.i.payload.key, self.masks[t])) for t in tables]
-
-        # Stage 2: match against both buckets and the stash, decide and write.
-        bucket = [self.bucket_layout(rd[t].data) for t in tables]
-        live = [[bucket[t][w].epoch == epoch for w in range(ways)] for t in tables]
-        way_hit = [[live[t][w] & (bucket[t][w].key == s2.key) for w in range(ways)] for t in tables]
-        stash_hit = [stash_valid[i] & (stash_key[i] == s2.key) for i in range(self.stash)]
-        found = Cat(*way_hit[0], *way_hit[1], *stash_hit).any()
-        found_slot = C(0, self.slot_width)
+        # Match (sm): the words as read, against the key and the beat's epoch; the stash; and
+        # the outcomes of the beats 2 .. window ahead (in hist[0 ..] now). Registered into
+        # ``mr``, for both outcomes of the beat just ahead (``e``: it took a way of the bucket).
+        match = data.StructLayout({
+            "hit": 1, "slot": self.slot_width,
+            "any": data.ArrayLayout(data.ArrayLayout(1, 2), 2),       # [t][e]
+            "way": data.ArrayLayout(data.ArrayLayout(way_bits, 2), 2),  # [t][e]
+            "use1": 3})  # none, table 0, table 1 taken by the beat just ahead
+        mr = Signal(match, reset_less=True)
+        hit_any, hit_slot = [], C(0, self.slot_width)
+        avail = []
         for t in tables:
+            word = Array(bank.read_data for bank in table[t])[sm.bucket[t][low_bits:]]
+            word = self.bucket_layout(word)
+            live = [word[w].epoch == sm.epoch for w in range(ways)]
             for w in range(ways):
-                found_slot |= Mux(way_hit[t][w], bucket[t][w].slot, 0)
+                hit = live[w] & (word[w].key == sm.key)
+                hit_any.append(hit)
+                hit_slot |= Mux(hit, word[w].slot, 0)
+            free = [~x for x in live]
+            free_count = _popcount(free)
+            n = _popcount([sm.same_bucket[1 + j][t] & hist[j].wrote[t] for j in range(window - 1)])
+            avail_t = []
+            for e in (0, 1):
+                used = n + e
+                # the way taken next: the lowest free way with ``used`` free ways below it
+                index = C(0, way_bits)
+                for w in reversed(range(ways)):
+                    below = _popcount(free[:w]) if w else C(0, 1)
+                    index = Mux(free[w] & (below == used), w, index)
+                a_e = Signal(bits_for(ways), name=f"avail{t}_{e}")
+                m.d.comb += a_e.eq(Mux(free_count > used, free_count - used, 0))
+                avail_t.append(a_e)
+                m.d.sync += [mr.any[t][e].eq(free_count > used), mr.way[t][e].eq(index)]
+            avail.append(avail_t)
+        m.d.sync += mr.use1.eq(Cat(avail[1][0] > avail[0][0], avail[1][0] > avail[0][1],
+                                   avail[1][1] > avail[0][0]))
+        # The stash holds the inserts of the beats decided so far, except the one deciding
+        # now (forwarded), and is emptied after a batch's end (then nothing in it is ours).
+        stash_ok = ~(vd & sd.eob)
         for i in range(self.stash):
-            found_slot |= Mux(stash_hit[i], stash_slot[i], 0)
+            hit = stash_ok & stash_valid[i] & (stash_key[i] == sm.key)
+            hit_any.append(hit)
+            hit_slot |= Mux(hit, stash_slot[i], 0)
+        for j in range(window - 1):
+            hit = sm.same_key[1 + j] & hist[j].stored
+            hit_any.append(hit)
+            hit_slot |= Mux(hit, hist[j].slot, 0)
+        m.d.sync += [mr.hit.eq(Cat(*hit_any).any()), mr.slot.eq(hit_slot)]
 
-        free = [[~live[t][w] for w in range(ways)] for t in tables]
-        use1 = _popcount(free[1]) > _popcount(free[0])
-        any0, way0 = _first_set(free[0])
-        any1, way1 = _first_set(free[1])
+        # Decide (sd): the rest is what the beat just ahead (hist[0]) did.
+        last_hit = sd.same_key[0] & hist[0].stored
+        found = mr.hit | last_hit
+        found_slot = Mux(last_hit, hist[0].slot, mr.slot)
+        took = [sd.same_bucket[0][t] & hist[0].wrote[t] for t in tables]  # never both
+        way = [Mux(took[t], mr.way[t][1], mr.way[t][0]) for t in tables]
+        any0, any1 = (Mux(took[t], mr.any[t][1], mr.any[t][0]) for t in tables)
+        use1 = Mux(took[0], mr.use1[1], Mux(took[1], mr.use1[2], mr.use1[0]))
         stash_free, stash_index = _first_set([~stash_valid[i] for i in range(self.stash)])
-        new = s2.valid & s2.insert & ~found
-        room = count < self.max_keys
-        to_table = new & room & (any0 | any1)
-        to_stash = new & room & ~(any0 | any1) & stash_free
+        new = vd & sd.insert & ~found
+        room_keys = count < self.max_keys
+        to_table = new & room_keys & (any0 | any1)
+        to_stash = new & room_keys & ~(any0 | any1) & stash_free
         overflow = new & ~(to_table | to_stash)
+        wrote = Cat(to_table & ~use1, to_table & use1)
+        slot = Mux(sd.insert, Mux(found, found_slot, Mux(room_keys, count, 0)), 0)
+
+        m.d.sync += [
+            hist[0].wrote.eq(wrote),
+            hist[0].stored.eq(vd & sd.insert & (found | to_table | to_stash)),
+            hist[0].slot.eq(slot),
+            *(hist[k].eq(hist[k - 1]) for k in range(1, window)),
+            last_valid.eq(vd & ~clearing),
+            last.key.eq(sd.key), last.epoch.eq(sd.epoch), last.insert.eq(sd.insert),
+            last.bucket.eq(sd.bucket),
+        ]
 
         entry = Signal(self.entry_layout)
-        m.d.comb += [entry.epoch.eq(epoch), entry.key.eq(s2.key), entry.slot.eq(count)]
+        m.d.comb += [entry.epoch.eq(sd.epoch), entry.key.eq(sd.key), entry.slot.eq(count)]
         with m.If(clearing):
             for t in tables:
-                m.d.comb += [wr[t].addr.eq(clear_addr), wr[t].en.eq(-1), wr[t].data.eq(0)]
-        with m.Elif(advance & to_table):
-            for t, way in ((0, way0), (1, way1)):
-                chosen = use1 if t else ~use1
-                m.d.comb += [
-                    wr[t].addr.eq(s2.bucket[t]),
-                    wr[t].en.eq(Mux(chosen, C(1, ways) << way, 0)),
-                    wr[t].data.eq(Cat(*([entry] * ways))),
-                ]
+                m.d.sync += [wr_addr[t].eq(clear_addr), *(en.eq(-1) for en in wr_en[t])]
+            m.d.sync += wr_data.eq(0)
+        with m.Else():
+            for t in tables:
+                m.d.sync += wr_addr[t].eq(sd.bucket[t])
+                for b, en in enumerate(wr_en[t]):
+                    hit = wrote[t] & (sd.bucket[t][low_bits:] == b) if bank_bits else wrote[t]
+                    m.d.sync += en.eq(Mux(hit, C(1, ways) << way[t], 0))
+            m.d.sync += wr_data.eq(entry)
 
-        with m.If(advance):
-            m.d.sync += [
-                self.o.valid.eq(s2.valid),
-                self.o.payload.key.eq(s2.key),
-                self.o.payload.slot.eq(Mux(s2.insert, Mux(found, found_slot, Mux(room, count, 0)), 0)),
-                self.o.payload.first.eq(new),
-                self.o.payload.insert.eq(s2.insert),
-                self.o.payload.eob.eq(s2.eob),
-                self.o.payload.overflow.eq(overflow),
-                self.o.payload.user.eq(s2.user),
-            ]
-            with m.If(new & room):
-                m.d.sync += count.eq(count + 1)
-            with m.If(to_stash):
-                m.d.sync += [stash_valid.eq(stash_valid | (1 << stash_index)),
-                             stash_key[stash_index].eq(s2.key),
-                             stash_slot[stash_index].eq(count)]
-            with m.If(s2.valid & s2.eob):
-                m.d.sync += [count.eq(0), stash_valid.eq(0),
-                             epoch.eq(Mux(epoch == max_epoch, 1, epoch + 1))]
-        with m.Elif(~self.o.valid | self.o.ready):
-            m.d.sync += self.o.valid.eq(0)
+        so = Signal(self.o.payload.shape())
+        so_valid = Signal()
+        m.d.sync += [
+            so_valid.eq(vd),
+            so.key.eq(sd.key),
+            so.slot.eq(slot),
+            so.first.eq(new),
+            so.insert.eq(sd.insert),
+            so.eob.eq(sd.eob),
+            so.overflow.eq(overflow),
+            so.user.eq(sd.user),
+        ]
+        m.d.comb += [queue.i.valid.eq(so_valid), queue.i.payload.eq(so)]
+
+        with m.If(new & room_keys):
+            m.d.sync += count.eq(count + 1)
+        with m.If(to_stash):
+            m.d.sync += [stash_valid.eq(stash_valid | (1 << stash_index)),
+                         stash_key[stash_index].eq(sd.key),
+                         stash_slot[stash_index].eq(count)]
+        with m.If(vd & sd.eob):
+            m.d.sync += [count.eq(0), stash_valid.eq(0)]
 
         # Reset starts with a clearing pass, since the memories keep their contents.
         with m.FSM(init="CLEAR"):
@@ -202,6 +335,6 @@ class ColdKeySet(wiring.Component):
                 with m.If(clear_addr == self.buckets - 1):
                     m.next = "RUN"
             with m.State("RUN"):
-                with m.If(advance & s2.valid & s2.eob & (epoch == max_epoch)):
+                with m.If(vd & sd.eob & (sd.epoch == max_epoch)):
                     m.next = "CLEAR"
         return m

@@ -5,9 +5,11 @@ import pytest
 from conftest import real_file, simulator_or_skip
 from hotline.cold_key_set import ColdKeySetModel, first_appearance
 from hotline.data import load_dataset
+from hotline.hw.bram import BucketTable
 from hotline.hw.cold_key_set import ColdKeySet
 from hotline.planner import exact_hot_set
 from hotline.sim import streams
+from test_access_learner import DP16KDModel
 
 
 def expected(model, beats, first_index=0):
@@ -81,6 +83,34 @@ def test_random_batches_with_stalls(busy):
     keys = rng.integers(0, 60, 1500)
     beats = batches_of(keys, 97, rng.random(1500) < 0.7)
     check(ColdKeySet(256, max_keys=256, user_width=1), beats, **busy)
+
+
+@pytest.mark.parametrize("primitive", [None, "ecp5"])
+def test_banked_tables(primitive, monkeypatch):
+    """Tables split into banks (8 buckets each here, 2048 in the product), inferred or DP16KD
+    block RAMs, on random batches, colliding keys and a real stream, with stalls."""
+    monkeypatch.setattr(ColdKeySet, "BANK_DEPTH", 8)
+    monkeypatch.setattr(BucketTable, "dp16kd", DP16KDModel)
+    dut = ColdKeySet(256, max_keys=256, primitive=primitive)
+    rng = np.random.default_rng(7)
+    keys = rng.integers(0, 90, 1200)
+    beats = batches_of(keys, 101, rng.random(1200) < 0.8)
+    beats += [(int(k), True, n == 23) for n, k in enumerate(np.tile(colliding(dut, 12, rng), 2))]
+    try:
+        real = load_dataset(real_file("criteo_kaggle/train_head1999.csv.gz"), limit=30).keys
+        beats += batches_of(real, 400, np.ones(len(real), bool))
+    except pytest.skip.Exception:
+        pass
+    check(dut, beats, busy_in=0.2, busy_out=0.3)
+
+
+def test_ecp5_tables_structure():
+    from amaranth.back import verilog
+    dut = ColdKeySet(32768, max_keys=16384, primitive="ecp5")
+    text = verilog.convert(dut, name="top", emit_src=False)
+    # 2 tables x 2 banks of 2048 buckets x 4 ways x 6 nine-bit blocks (54-bit entries)
+    assert dut.entry_layout.size == 54
+    assert text.count("DP16KD #(") == text.count('.REGMODE_B("OUTREG")') == 2 * 2 * 4 * 6
 
 
 def colliding(dut, n, rng):
