@@ -19,6 +19,7 @@ from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth_boards.resources import UARTResource
 
+from hotline.hw.replica import KEEP_REPLICAS
 from hotline.hw.uart import UARTRx, UARTTx
 
 from .board_top import uart_pins
@@ -131,7 +132,7 @@ def build_board(name, build_dir="build/boards", seed=1, top=None):
     plan = platform.prepare(
         top, name=top_name,
         nextpnr_opts=f"--seed {seed} --report report.json --timing-allow-fail",
-        script_after_synth="tee -q -o stat.json stat -json")
+        script_after_read=KEEP_REPLICAS, script_after_synth="tee -q -o stat.json stat -json")
     plan.extract(out)
     for stale in (bitstream, out / "stat.json", out / "report.json"):
         stale.unlink(missing_ok=True)

@@ -34,9 +34,10 @@ output), so AW and W may come in either order or together and no valid/ready pat
 deadlock. Write: AW and W both held in cycle t -> the register (``rw`` value, ``wo`` value
 and ``_stb``) changes at the end of cycle t, visible in t+1, and ``bvalid`` rises in t+1; with
 both handshakes in cycle 0 that is t = 1, B in cycle 2. Read: AR held in cycle t -> the value
-is sampled (``_rstb`` high) in cycle t and ``rvalid`` rises in t+1: AR handshake in cycle 0,
-R in cycle 2. A new transaction of a kind is taken while the previous one's response waits, so
-back-to-back accesses sustain one per two cycles per direction.
+is sampled (``_rstb`` high) in cycle t and ``rvalid`` rises in t+2 (the read mux has two
+registered levels): AR handshake in cycle 0, R in cycle 3. A new transaction of a kind is taken
+while the previous one's response waits, so back-to-back writes sustain one per two cycles and
+reads one per three.
 """
 from amaranth import *
 from amaranth.lib import wiring
@@ -57,6 +58,8 @@ class CSRBank(wiring.Component):
     ``constants``: ``{register name: value}`` for ``ro`` registers that need no port
     (capabilities); constants in the map itself (``Register.value``) are always applied.
     """
+    # Words per first-level read mux: 2**READ_GROUP_BITS.
+    READ_GROUP_BITS = 3
 
     def __init__(self, regmap, addr_width=12, *, constants=None):
         if not isinstance(regmap, RegisterMap):
@@ -148,7 +151,7 @@ class CSRBank(wiring.Component):
 
         do_write = Signal()
         do_read = Signal()
-        m.d.comb += [do_write.eq(aw_got & w_got & ~bvalid), do_read.eq(ar_got & ~rvalid)]
+        m.d.comb += do_write.eq(aw_got & w_got & ~bvalid)
         lanes = Cat(*(w_strb[i].replicate(8) for i in range(4)))
 
         # ---- storage and hardware-side values ---------------------------------------------
@@ -185,24 +188,40 @@ class CSRBank(wiring.Component):
                 with m.Default():
                     m.d.sync += bresp.eq(SLVERR)
 
-        # ---- read -------------------------------------------------------------------------
+        # ---- read: two registered mux levels (timing: the values come from all over the
+        # design, and one 60-way mux of them missed 100 MHz on ECP5 by its routes alone).
+        # Cycle t (``do_read``): the word is sampled into its group's first-level register
+        # (``rc`` strobes and HI snapshots fire here); t+1: rdata = that group's register.
+        readable = {(r.offset >> 2) + i: (r, i) for r in self._regmap for i in range(r.words)}
+        groups = sorted({w >> self.READ_GROUP_BITS for w in readable})
+        level1 = {g: Signal(32, name=f"read_group{g}") for g in groups}
+        reading, read_group, read_err = Signal(), Signal(aw), Signal()
+        m.d.comb += do_read.eq(ar_got & ~rvalid & ~reading)
         with m.If(do_read):
-            m.d.sync += [ar_got.eq(0), rvalid.eq(1), rresp.eq(OKAY), rdata.eq(0)]
+            m.d.sync += [ar_got.eq(0), reading.eq(1), read_err.eq(1),
+                         read_group.eq(ar_addr[word] >> self.READ_GROUP_BITS),
+                         *(v.eq(0) for v in level1.values())]
             with m.Switch(ar_addr[word]):
-                for r in self._regmap:
-                    for i in range(r.words):
-                        with m.Case((r.offset >> 2) + i):
-                            if r.access in ("ro", "rc") and i == 0:
-                                m.d.sync += rdata.eq(value[r.name][:32])
-                                if r.words == 2:
-                                    m.d.sync += snapshot[r.name].eq(value[r.name][32:])
-                                if r.access == "rc":
-                                    m.d.comb += getattr(self, f"{r.port_name}_rstb").eq(1)
-                            elif r.access == "ro":
-                                m.d.sync += rdata.eq(snapshot[r.name])
-                            elif r.access == "rw":
-                                m.d.sync += rdata.eq(getattr(self, r.port_name))
-                            # wo: reads 0
-                with m.Default():
-                    m.d.sync += rresp.eq(SLVERR)
+                for w, (r, i) in readable.items():
+                    with m.Case(w):
+                        dst = level1[w >> self.READ_GROUP_BITS]
+                        m.d.sync += read_err.eq(0)
+                        if r.access in ("ro", "rc") and i == 0:
+                            m.d.sync += dst.eq(value[r.name][:32])
+                            if r.words == 2:
+                                m.d.sync += snapshot[r.name].eq(value[r.name][32:])
+                            if r.access == "rc":
+                                m.d.comb += getattr(self, f"{r.port_name}_rstb").eq(1)
+                        elif r.access == "ro":
+                            m.d.sync += dst.eq(snapshot[r.name])
+                        elif r.access == "rw":
+                            m.d.sync += dst.eq(getattr(self, r.port_name))
+                        # wo: reads 0
+        with m.If(reading):
+            m.d.sync += [reading.eq(0), rvalid.eq(1), rresp.eq(Mux(read_err, SLVERR, OKAY)),
+                         rdata.eq(0)]
+            with m.Switch(read_group):
+                for g, v in level1.items():
+                    with m.Case(g):
+                        m.d.sync += rdata.eq(v)
         return m

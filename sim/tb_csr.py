@@ -510,7 +510,7 @@ async def random_stalls_back_to_back(dut):
     tb = await start(dut, 8)
     n = int(os.environ.get("CSR_STRESS_OPS", "300"))
     cycles = await stress(tb, 0.0, n)
-    # Unstalled: reads and writes overlap, each direction one transaction per 2 cycles.
-    assert cycles <= 2 * n + 20, f"{n} writes + {n} reads back-to-back took {cycles} cycles"
+    # Unstalled: reads and writes overlap; writes take 2 cycles each, reads 3.
+    assert cycles <= 3 * n + 20, f"{n} writes + {n} reads back-to-back took {cycles} cycles"
     for p in (0.2, 0.5, 0.8):
         await stress(tb, p, n)
