@@ -171,17 +171,8 @@ class ColdKeySet(wiring.Component):
         clearing = self.clearing
         clear_addr = Signal(bucket_bits)
 
-        m.submodules.queue = queue = OutputQueue(self.o.payload.shape(), self.QUEUE_DEPTH)
-        wiring.connect(m, queue.o, wiring.flipped(self.o))
-        capacity = self.QUEUE_DEPTH + 1
-        outstanding = Signal(range(capacity + 1))
-        room = Signal(init=1)  # outstanding < capacity, registered
         taken = self.i.valid & self.i.ready
-        given = self.o.valid & self.o.ready
-        with m.If(taken & ~given):
-            m.d.sync += [outstanding.eq(outstanding + 1), room.eq(outstanding < capacity - 1)]
-        with m.Elif(given & ~taken):
-            m.d.sync += [outstanding.eq(outstanding - 1), room.eq(1)]
+        queue, room = OutputQueue.behind_pipeline(m, self.o, self.QUEUE_DEPTH, taken)
 
         # The input counts the batches. After the end of the last epoch's batch no beat is
         # taken until the clearing pass is over: the next beat must read the cleared tables.

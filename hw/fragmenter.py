@@ -60,7 +60,7 @@ class Fragmenter(wiring.Component):
                                    "empty": 1})
         self.cold = ColdKeySet(**self.cold_args, key_width=key_width, user_width=flags.size)
         self.flags_layout = flags
-        self.LATENCY = PopularityCAM.LATENCY + ColdKeySet.LATENCY + 1
+        self.LATENCY = self.cam.LATENCY + self.cold.LATENCY + 1
         slot_width = max(self.cam.slot_width, self.cold.slot_width)
         sample_width = bits_for(max_batch_samples - 1)
         count_width = bits_for(max_batch_samples)

@@ -85,6 +85,25 @@ class OutputQueue(wiring.Component):
         self.depth = depth
         super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
 
+    @classmethod
+    def behind_pipeline(cls, m, o, depth, taken):
+        """An OutputQueue of ``depth`` driving stream ``o``, for a pipeline that never stalls:
+        returns (queue, room). ``room`` (a register) is high while fewer than ``depth + 1``
+        beats are accepted (``taken``) and not yet delivered on ``o``, so a beat taken while
+        it is high always finds space, whatever the pipeline's latency below ``depth``."""
+        m.submodules.queue = queue = cls(o.payload.shape(), depth)
+        wiring.connect(m, queue.o, wiring.flipped(o))
+        capacity = depth + 1
+        outstanding = Signal(range(capacity + 1))
+        room = Signal(init=1)
+        given = o.valid & o.ready
+        # One step up or down at a time, with both outcomes computed from registers (timing).
+        with m.If(taken & ~given):
+            m.d.sync += [outstanding.eq(outstanding + 1), room.eq(outstanding < capacity - 1)]
+        with m.Elif(given & ~taken):
+            m.d.sync += [outstanding.eq(outstanding - 1), room.eq(1)]
+        return queue, room
+
     def elaborate(self, platform):
         m = Module()
         m.submodules.storage = storage = Memory(shape=self.i.payload.shape(), depth=self.depth,
@@ -223,20 +242,10 @@ class PopularityCAM(wiring.Component):
         idle = fsm_state[state_index["IDLE"]]
 
         # Lookup pipeline: it never stalls, and the result queue takes what leaves it. A
-        # lookup is accepted only while the queue is sure to have room for it (``outstanding``
-        # counts the lookups accepted and not yet delivered), so none is dropped.
-        m.submodules.queue = queue = OutputQueue(self.result.payload.shape(), self.QUEUE_DEPTH)
-        wiring.connect(m, queue.o, wiring.flipped(self.result))
-        capacity = self.QUEUE_DEPTH + 1
-        outstanding = Signal(range(capacity + 1))
-        room = Signal(init=1)  # outstanding < capacity, registered
+        # lookup is accepted only while the queue is sure to have room for it, so none is
+        # dropped.
         taken = self.lookup.valid & self.lookup.ready
-        given = self.result.valid & self.result.ready
-        # One step up or down at a time, with both outcomes computed from registers (timing).
-        with m.If(taken & ~given):
-            m.d.sync += [outstanding.eq(outstanding + 1), room.eq(outstanding < capacity - 1)]
-        with m.Elif(given & ~taken):
-            m.d.sync += [outstanding.eq(outstanding - 1), room.eq(1)]
+        queue, room = OutputQueue.behind_pipeline(m, self.result, self.QUEUE_DEPTH, taken)
         m.d.comb += [self.lookup.ready.eq(room & idle & ~self.cmd.valid),
                      self.cmd.ready.eq(idle & ~self.resp.valid)]
 
