@@ -13,9 +13,10 @@ from .synth import DEVICES, synth_report
 
 TARGET_MHZ = {"ecp5-85f": 125, "ice40-up5k": 30}
 BLOCK_TARGET_MHZ = {("accelerator", "ecp5-85f"): 100}
-# The whole top: flat synthesis makes YoWASP yosys's ABC exit without a word (the netlist is too
-# big for it), so it is mapped module by module; nextpnr's router2 routes it in minutes where
-# router1 had not converged after an hour (194 of 208 block RAMs make it congested).
+# The whole top: flat, YoWASP yosys exits without a word after its ABC9 runs (not a size limit:
+# some single modules do it too; ../shared/TOOLCHAIN.md item 14), so it is mapped module by
+# module; nextpnr's router2 routes it in minutes where router1 had not converged after an hour
+# (194 of 208 block RAMs make it congested).
 BLOCK_FLOW = {"accelerator": {"synth_args": "-noflatten", "pnr_args": ("--router", "router2")}}
 
 _CAM = {"ecp5-85f": lambda: PopularityCAM(16384, primitive="ecp5"),
