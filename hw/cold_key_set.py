@@ -232,7 +232,12 @@ class ColdKeySet(wiring.Component):
                 hit_slot |= Mux(hit, word[w].slot, 0)
             free = [~x for x in live]
             free_count = _popcount(free)
-            n = _popcount([sm.same_bucket[1 + j][t] & hist[j].wrote[t] for j in range(window - 1)])
+            # Ways of this bucket taken by the beats 2 .. window ahead: those 3 .. window
+            # ahead counted a cycle early (timing), the one 2 ahead decided in the last cycle.
+            early = Signal(range(window), name=f"taken_early{t}", reset_less=True)
+            m.d.sync += early.eq(_popcount([s[-3].same_bucket[2 + j][t] & hist[j].wrote[t]
+                                            for j in range(window - 2)]))
+            n = early + (sm.same_bucket[1][t] & hist[0].wrote[t])
             avail_t = []
             for e in (0, 1):
                 used = n + e
