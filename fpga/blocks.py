@@ -14,11 +14,11 @@ from .synth import DEVICES, synth_report
 TARGET_MHZ = {"ecp5-85f": 125, "ice40-up5k": 30}
 BLOCK_TARGET_MHZ = {("accelerator", "ecp5-85f"): 100}
 # The whole top: flat, YoWASP yosys exits without a word after its ABC9 runs (not a size limit:
-# some single modules do it too; ../shared/TOOLCHAIN.md item 14), so it is mapped module by
+# some single modules do it too; docs/toolchain.md item 1), so it is mapped module by
 # module; nextpnr's router2 routes it in minutes where router1 had not converged after an hour
 # (194 of 208 block RAMs make it congested). A heavier timing weight in the placer keeps the
 # block-RAM address routes off the critical path (61.4 -> 70.7 MHz on the same netlist).
-BLOCK_FLOW = {"accelerator": {"synth_args": "-noflatten",
+BLOCK_FLOW = {"accelerator": {"synth_args": "-noflatten -noabc9",
                               "pnr_args": ("--router", "router2",
                                            "--placer-heap-timingweight", "30")}}
 
@@ -35,7 +35,7 @@ def _accelerator(dev):
     if dev == "ecp5-85f":  # B = 1024 Criteo batches: 26 * 1024 lookups, 16384 hot rows
         return HotlineAccelerator(
             fragmenter=dict(cam=dict(entries=16384, primitive="ecp5"),
-                            cold=dict(capacity=32768, max_keys=16384, primitive="ecp5"),
+                            cold=dict(capacity=16384, max_keys=8192, primitive="ecp5"),
                             max_batch_samples=1024),
             learner=dict(primitive="ecp5"), dma=dict(data_width=64))
     return HotlineAccelerator(

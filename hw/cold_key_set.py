@@ -19,7 +19,7 @@ Epochs count 1 .. 2**epoch_bits - 1 (0 = never valid). After the batch with the 
 and after reset, both memories are cleared (``capacity // (2 * ways)`` cycles, ``i.ready`` low,
 ``clearing`` high).
 
-Timing: ``i`` -> ``o`` latency ``LATENCY`` = 7 cycles (from the ``i`` handshake to ``o.valid``
+Timing: ``i`` -> ``o`` latency ``LATENCY`` = 8 cycles (from the ``i`` handshake to ``o.valid``
 when ``o`` is not stalled), one beat per cycle sustained, in order. The pipeline itself never
 stalls: its beats wait in an ``OutputQueue`` of ``QUEUE_DEPTH + 1`` entries, and ``i.ready`` is
 low while the beats accepted and not yet delivered could fill it (no loss, duplication or
@@ -69,15 +69,16 @@ class ColdKeySet(wiring.Component):
     ``BucketTable`` primitive: None infers block RAM, for simulation and any FPGA; "ecp5":
     DP16KD instances that use their output register).
     """
-    LATENCY = 7
+    LATENCY = 8
     # Buckets per block-RAM bank (BucketTable's "ecp5" limit).
     BANK_DEPTH = 2048
     # Results the output queue holds besides its output register: enough for one beat per
     # cycle (LATENCY beats are outstanding then).
-    QUEUE_DEPTH = 8
+    QUEUE_DEPTH = 9
     # Beats ahead whose inserts a table read can miss, hence forwarded: BucketTable.LATENCY,
-    # plus the match stage between the read and the decision, plus the write register.
-    FORWARD = BucketTable.LATENCY + 2
+    # plus the compare and match stages between the read and the decision, plus the write
+    # register.
+    FORWARD = BucketTable.LATENCY + 3
 
     def __init__(self, capacity=32768, *, ways=4, stash=4, max_keys=32768, key_width=32,
                  user_width=1, epoch_bits=8, seeds=(11, 12), primitive=None):
@@ -146,12 +147,13 @@ class ColdKeySet(wiring.Component):
         stash_valid = Signal(self.stash)
 
         # Pipeline, never stalled: s1 (hashes registered: the tables' read address), s2, s3,
-        # sm (the words read are in table[t].read_data: match), sd (decide), then so into the
-        # output queue. Each beat carries the epoch of its batch, counted at the input.
+        # sc (the words read are in table[t].read_data: compare), sm (match), sd (decide),
+        # then so into the output queue. Each beat carries the epoch of its batch, counted at
+        # the input.
         # Comparisons with the ``window`` beats ahead, made at s1 and carried along:
         # same_key[k] / same_bucket[k][t]: the beat k + 1 ahead is valid, in the same batch,
         # an insert (same_key only) with the same key / the same bucket in table t.
-        stages = 2 + BucketTable.LATENCY  # s1 .. sd
+        stages = 3 + BucketTable.LATENCY  # s1 .. sd
         way_bits = max(1, ceil_log2(ways))
         beat = data.StructLayout({
             "key": self.key_width, "insert": 1, "eob": 1, "user": self.user_width,
@@ -159,7 +161,7 @@ class ColdKeySet(wiring.Component):
             "same_key": window, "same_bucket": data.ArrayLayout(2, window)})
         s = [Signal(beat, name=f"s{j + 1}", reset_less=True) for j in range(stages)]
         valid = Signal(stages)  # of s1 .. sd
-        sm, sd, vd = s[-2], s[-1], valid[-1]
+        sc, sm, sd, vd = s[-3], s[-2], s[-1], valid[-1]
         # What the last ``window`` beats decided (hist[0]: the beat decided in the last cycle).
         hist_layout = data.StructLayout({"wrote": 2, "stored": 1, "slot": self.slot_width})
         hist = [Signal(hist_layout, name=f"hist{k}", reset_less=True) for k in range(window)]
@@ -211,9 +213,24 @@ class ColdKeySet(wiring.Component):
             for t in tables:
                 m.d.sync += s[1].same_bucket[k][t].eq(in_batch & (b.bucket[t] == s[0].bucket[t]))
 
-        # Match (sm): the words as read, against the key and the beat's epoch; the stash; and
-        # the outcomes of the beats 2 .. window ahead (in hist[0 ..] now). Registered into
-        # ``mr``, for both outcomes of the beat just ahead (``e``: it took a way of the bucket).
+        # Compare (sc): each way of the words read against the key and the epoch; registered
+        # with the ways' slots, so the match starts from flip-flops (timing: a 32-bit compare
+        # before the hit-slot select made the match stage too deep for 100 MHz).
+        compared = data.StructLayout({"hit": ways, "live": ways,
+                                      "slot": data.ArrayLayout(self.slot_width, ways)})
+        cr = [Signal(compared, name=f"compared{t}", reset_less=True) for t in tables]
+        for t in tables:
+            word = Array(bank.read_data for bank in table[t])[sc.bucket[t][low_bits:]]
+            word = self.bucket_layout(word)
+            for w in range(ways):
+                live = word[w].epoch == sc.epoch
+                m.d.sync += [cr[t].live[w].eq(live),
+                             cr[t].hit[w].eq(live & (word[w].key == sc.key)),
+                             cr[t].slot[w].eq(word[w].slot)]
+
+        # Match (sm): the ways' comparisons, the stash, and the outcomes of the beats
+        # 2 .. window ahead (in hist[0 ..] now). Registered into ``mr``, for both outcomes of
+        # the beat just ahead (``e``: it took a way of the bucket).
         match = data.StructLayout({
             "hit": 1, "slot": self.slot_width,
             "any": data.ArrayLayout(data.ArrayLayout(1, 2), 2),       # [t][e]
@@ -223,14 +240,10 @@ class ColdKeySet(wiring.Component):
         hit_any, hit_slot = [], C(0, self.slot_width)
         avail = []
         for t in tables:
-            word = Array(bank.read_data for bank in table[t])[sm.bucket[t][low_bits:]]
-            word = self.bucket_layout(word)
-            live = [word[w].epoch == sm.epoch for w in range(ways)]
             for w in range(ways):
-                hit = live[w] & (word[w].key == sm.key)
-                hit_any.append(hit)
-                hit_slot |= Mux(hit, word[w].slot, 0)
-            free = [~x for x in live]
+                hit_any.append(cr[t].hit[w])
+                hit_slot |= Mux(cr[t].hit[w], cr[t].slot[w], 0)
+            free = [~cr[t].live[w] for w in range(ways)]
             free_count = _popcount(free)
             # Ways of this bucket taken by the beats 2 .. window ahead: those 3 .. window
             # ahead counted a cycle early (timing), the one 2 ahead decided in the last cycle.

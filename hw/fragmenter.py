@@ -22,8 +22,9 @@ not counted).
 Timing: one lookup per cycle sustained, also across batch boundaries (the cold set needs no
 clearing pass between batches, except one pass of ``cold_capacity // 8`` cycles every 255
 batches). Latency ``LATENCY`` cycles from a ``lookups`` handshake to the FIFO write, plus the
-FIFOs' own. An output whose FIFO is full stalls the pipeline only when the beat at its end
-needs that FIFO; nothing is lost or duplicated. Read all output streams concurrently.
+FIFOs' own. An output whose FIFO holds more than ``fifo_depth - 3`` entries stalls the
+pipeline only when the beat at its end needs that FIFO; nothing is lost or duplicated. Read
+all output streams concurrently.
 """
 from amaranth import *
 from amaranth.lib import data, stream, wiring
@@ -44,7 +45,8 @@ class Fragmenter(wiring.Component):
     """PopularityCAM + ColdKeySet + per-sample classification. See the module docstring.
 
     Parameters: ``cam`` (PopularityCAM keyword arguments), ``cold`` (ColdKeySet keyword
-    arguments: capacity, ways, stash, max_keys, ...), ``max_batch_samples``, ``fifo_depth``.
+    arguments: capacity, ways, stash, max_keys, ...), ``max_batch_samples``, ``fifo_depth``
+    (>= 4 entries per output FIFO).
     """
 
     def __init__(self, *, cam=None, cold=None, max_batch_samples=4096, fifo_depth=16,
@@ -52,6 +54,8 @@ class Fragmenter(wiring.Component):
         self.cam_args = dict(cam or {})
         self.cold_args = dict(cold or {})
         self.key_width = key_width
+        if fifo_depth < 4:
+            raise ValueError(f"fifo_depth must be at least 4, not {fifo_depth}")
         self.fifo_depth = fifo_depth
         self.max_batch_samples = max_batch_samples
         self.cam = PopularityCAM(**self.cam_args, key_width=key_width,
@@ -139,14 +143,21 @@ class Fragmenter(wiring.Component):
 
         sample_hot = all_hot & (f.hit | f.empty)
         new_cold = o.first & o.insert
-        needs = [(~f.empty, fifos["remap"]), (new_cold, fifos["cold_keys"]),
-                 (f.eos & sample_hot, fifos["popular"]), (f.eos & ~sample_hot, fifos["non_popular"]),
-                 (o.eob, fifos["batches"])]
-        room = Cat(*(~need | fifo.w_rdy for need, fifo in needs)).all()
+        needs = {"remap": ~f.empty, "cold_keys": new_cold, "popular": f.eos & sample_hot,
+                 "non_popular": f.eos & ~sample_hot, "batches": o.eob}
+        # A FIFO's room is a register, "at most depth - 3 entries": then it has space in the
+        # next cycle whatever this one writes (timing: the FIFO levels through w_rdy into the
+        # cold set's output queue were the critical path).
+        room = []
+        for name, need in needs.items():
+            spare = Signal(init=1, name=f"{name}_spare")
+            m.d.sync += spare.eq(fifos[name].level <= self.fifo_depth - 3)
+            room.append(~need | spare)
+        room = Cat(*room).all()
         m.d.comb += cold.o.ready.eq(room)
         fire = cold.o.valid & room
-        for need, fifo in needs:
-            m.d.comb += fifo.w_en.eq(fire & need)
+        for name, need in needs.items():
+            m.d.comb += fifos[name].w_en.eq(fire & need)
 
         ends_popular = f.eos & sample_hot
         ends_non_popular = f.eos & ~sample_hot

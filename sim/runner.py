@@ -2,7 +2,8 @@
 
 ``export_verilog`` writes a component as Verilog that both Verilator and Icarus accept;
 ``run_cocotb`` builds it with the chosen simulator and runs a cocotb test module, raising
-``CocotbFailure`` when any test fails. Simulator setup facts are in ../shared/TOOLCHAIN.md.
+``CocotbFailure`` when any test fails. Simulator setup facts are in ../shared/TOOLCHAIN.md
+and docs/toolchain.md.
 """
 import os
 import re
