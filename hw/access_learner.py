@@ -230,9 +230,11 @@ class AccessLearner(wiring.Component):
         # The result registers after r1 hold count + 1 already, so the loop through r1 is
         # one increment and one select.
         def plus_one(count):
+            # Saturation adds 0 to an all-ones count, so no select follows the carry chain (a
+            # select on the carry out fanned out to every bit: timing).
             wide = Signal(count_bits + 1)
-            m.d.comb += wide.eq(count + 1)
-            return Mux(wide[-1], count, wide[:count_bits])
+            m.d.comb += wide.eq(count + ~count.all())
+            return wide[:count_bits]
 
         new_way, new_count = Signal(way_bits), Signal(count_bits)   # driven below
         results = [stage("r1", s7.valid, key=s7.key, bucket=s7.bucket, way=new_way,
