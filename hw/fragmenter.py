@@ -33,6 +33,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for
 
 from .cold_key_set import ColdKeySet
+from .fifo_room import fifo_room
 from .popularity_cam import PopularityCAM
 
 __all__ = ["Fragmenter", "COUNTERS"]
@@ -145,15 +146,10 @@ class Fragmenter(wiring.Component):
         new_cold = o.first & o.insert
         needs = {"remap": ~f.empty, "cold_keys": new_cold, "popular": f.eos & sample_hot,
                  "non_popular": f.eos & ~sample_hot, "batches": o.eob}
-        # A FIFO's room is a register, "at most depth - 3 entries": then it has space in the
-        # next cycle whatever this one writes (timing: the FIFO levels through w_rdy into the
-        # cold set's output queue were the critical path).
-        room = []
-        for name, need in needs.items():
-            spare = Signal(init=1, name=f"{name}_spare")
-            m.d.sync += spare.eq(fifos[name].level <= self.fifo_depth - 3)
-            room.append(~need | spare)
-        room = Cat(*room).all()
+        # Registered FIFO room (timing: the FIFO levels through w_rdy into the cold set's
+        # output queue were the critical path).
+        room = Cat(*(~need | fifo_room(m, fifos[name], name)
+                     for name, need in needs.items())).all()
         m.d.comb += cold.o.ready.eq(room)
         fire = cold.o.valid & room
         for name, need in needs.items():

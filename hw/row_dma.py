@@ -101,6 +101,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
 from .axi import AXI4Signature, AXIBurst, AXIResp
+from .fifo_room import fifo_room
 
 __all__ = ["RowDMA", "GatherDMA", "ScatterDMA", "CAUSES", "CHECK_ORDER"]
 
@@ -412,11 +413,14 @@ class RowDMA(wiring.Component):
         beat_layout = data.StructLayout({"addr": aw, "len": 8})
         ev_layout = data.StructLayout({"need_b": 1, "row_end": 1, "refused": 1, "cause": 2,
                                        "eob": 1})
-        m.submodules.ar_fifo = ar_fifo = SyncFIFOBuffered(width=beat_layout.size, depth=4)
-        m.submodules.aw_fifo = aw_fifo = SyncFIFOBuffered(width=beat_layout.size, depth=4)
-        m.submodules.wlen_fifo = wlen_fifo = SyncFIFOBuffered(width=8, depth=self.max_chunks)
+        # The chunker sees registered FIFO room (`fifo_room`: the last 2 entries unused), so
+        # the FIFOs are 2 deeper than the entries they hold (timing: a FIFO level through
+        # the issue and load logic into the op FIFO's read was a critical path).
+        m.submodules.ar_fifo = ar_fifo = SyncFIFOBuffered(width=beat_layout.size, depth=6)
+        m.submodules.aw_fifo = aw_fifo = SyncFIFOBuffered(width=beat_layout.size, depth=6)
+        m.submodules.wlen_fifo = wlen_fifo = SyncFIFOBuffered(width=8, depth=self.max_chunks + 2)
         m.submodules.ev_fifo = ev_fifo = SyncFIFOBuffered(width=ev_layout.size,
-                                                          depth=self.max_chunks)
+                                                          depth=self.max_chunks + 2)
         m.submodules.data_fifo = data_fifo = SyncFIFOBuffered(width=self.data_width + 1,
                                                               depth=self.fifo_beats)
 
@@ -441,9 +445,11 @@ class RowDMA(wiring.Component):
         cur = Signal(op_layout)
         cur_valid, decided = Signal(), Signal()
         chunk, burst_len, last = Signal(13), Signal(8), Signal()
-        issue_ok = ar_fifo.w_rdy & aw_fifo.w_rdy & wlen_fifo.w_rdy & ev_fifo.w_rdy
+        ev_room = fifo_room(m, ev_fifo, "ev")
+        issue_ok = Cat(fifo_room(m, ar_fifo, "ar"), fifo_room(m, aw_fifo, "aw"),
+                       fifo_room(m, wlen_fifo, "wlen"), ev_room).all()
         issue_row = cur_valid & cur.row & decided & issue_ok
-        issue_mark = cur_valid & ~cur.row & ev_fifo.w_rdy
+        issue_mark = cur_valid & ~cur.row & ev_room
         finished = issue_mark | (issue_row & last)
         load = op_fifo.r_rdy & (~cur_valid | finished)
         m.d.comb += op_fifo.r_en.eq(load)
