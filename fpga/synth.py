@@ -112,9 +112,9 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
               "--seed", str(seed), "--report", "report.json", *pnr_args], out / "nextpnr.log",
              pnr_timeout)
     except subprocess.TimeoutExpired:
-        raise PlaceRouteTimeout(f"nextpnr did not finish in {pnr_timeout / 60:g} min (seed {seed}: "
-                           f"routing did not converge?); see {out / 'nextpnr.log'}, or try "
-                           f"another seed") from None
+        raise PlaceRouteTimeout(f"nextpnr did not finish in {pnr_timeout / 60:g} min (seed "
+                                f"{seed}: routing did not converge?); see "
+                                f"{out / 'nextpnr.log'}, or try another seed") from None
     if not (out / "report.json").exists():
         raise RuntimeError(f"nextpnr failed; see {out / 'nextpnr.log'}")
 
