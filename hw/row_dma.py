@@ -85,13 +85,12 @@ Timing (``CMD_TO_KEY``, ``KEY_TO_AR``, ``R_TO_W``, ``B_TO_DONE``, checked by the
 cmd handshake -> first key handshake: 7 cycles (the staging-window check settles; the next
 batch's command is taken in the cycle after its predecessor's last key, so batches in flight
 hide it). Key handshake -> ARVALID (and AWVALID): 10 cycles (S1..S5, op FIFO, chunker,
-AR/AW FIFO). R handshake ->
-WVALID: 2 cycles. B handshake -> done valid: 1 cycle. Descriptor write -> usable:
-``DESC_LATENCY`` cycles. Throughput: one key per cycle through the checks,
-one chunk per cycle from the chunker, one beat per cycle on R and W. Measured with a 32-cycle
-memory (sim/bench_row_dma.py, 2048 rows): read-channel utilisation 0.98-1.00 for 64 B and
-256 B rows at 64, 128 and 256-bit data width (the rest is the first read's latency and the
-last write response).
+AR/AW FIFO). R handshake -> WVALID: 4 cycles (data FIFO, W register slice). B handshake ->
+done valid: 1 cycle. Descriptor write -> usable: ``DESC_LATENCY`` cycles. Throughput: one key
+per cycle through the checks, one chunk per cycle from the chunker, one beat per cycle on R
+and W. Measured with a 32-cycle memory (sim/bench_row_dma.py, 2048 rows): read-channel
+utilisation 0.98-1.00 for 64 B and 256 B rows at 64, 128 and 256-bit data width (the rest is
+the first read's latency and the last write response).
 """
 from amaranth import *
 from amaranth.lib import data, stream, wiring
@@ -102,6 +101,7 @@ from amaranth.utils import ceil_log2, exact_log2
 
 from .axi import AXI4Signature, AXIBurst, AXIResp
 from .fifo_room import fifo_room
+from .lagged_counter import lagged_count
 
 __all__ = ["RowDMA", "GatherDMA", "ScatterDMA", "CAUSES", "CHECK_ORDER"]
 
@@ -143,7 +143,7 @@ class RowDMA(wiring.Component):
     DESC_LATENCY = 5   # desc_we -> the descriptor is used by a key accepted this many cycles later
     CMD_TO_KEY = 7     # cmd handshake -> first key handshake (keys waiting)
     KEY_TO_AR = 10     # key handshake -> ARVALID / AWVALID (credits and FIFOs free)
-    R_TO_W = 2         # R handshake -> WVALID of that beat
+    R_TO_W = 4         # R handshake -> WVALID of that beat (through the W slice)
     B_TO_DONE = 1      # last B handshake of a batch -> done valid
 
     def __init__(self, direction=None, *, addr_width=32, data_width=64, num_tables=32,
@@ -509,20 +509,27 @@ class RowDMA(wiring.Component):
                      data_fifo.w_data.eq(Cat(bus.rdata, bus.rresp != AXIResp.OKAY))]
         m.d.sync += r_due.eq(r_due + ar_beats - r_fire)
 
-        # ---- W ---------------------------------------------------------------------------
+        # ---- W: data FIFO -> register slice -> W ------------------------------------------
+        # The slice keeps the data FIFO's block-RAM read (no output register) off the W pins
+        # (timing: it was the whole accelerator's critical path).
+        w_layout = data.StructLayout({"data": self.data_width, "strb": bus_bytes, "last": 1})
+        m.submodules.w_slice = w_slice = SyncFIFOBuffered(width=w_layout.size, depth=4)
         wbeat = Signal(8)
+        w_in, w_out = Signal(w_layout), w_layout(w_slice.r_data)
         w_err = data_fifo.r_data[self.data_width]
+        pop = data_fifo.r_rdy & wlen_fifo.r_rdy & w_slice.w_rdy
         m.d.comb += [
-            bus.wvalid.eq(data_fifo.r_rdy & wlen_fifo.r_rdy),
-            bus.wdata.eq(data_fifo.r_data[:self.data_width]),
-            bus.wstrb.eq(Mux(w_err, 0, (1 << bus_bytes) - 1)),
-            bus.wlast.eq(wbeat == wlen_fifo.r_data),
+            w_in.data.eq(data_fifo.r_data[:self.data_width]),
+            w_in.strb.eq(Mux(w_err, 0, (1 << bus_bytes) - 1)),
+            w_in.last.eq(wbeat == wlen_fifo.r_data),
+            w_slice.w_en.eq(data_fifo.r_rdy & wlen_fifo.r_rdy), w_slice.w_data.eq(w_in),
+            data_fifo.r_en.eq(pop), wlen_fifo.r_en.eq(pop & w_in.last),
+            bus.wvalid.eq(w_slice.r_rdy), bus.wdata.eq(w_out.data), bus.wstrb.eq(w_out.strb),
+            bus.wlast.eq(w_out.last), w_slice.r_en.eq(bus.wready),
         ]
-        w_fire = bus.wvalid & bus.wready
-        m.d.comb += [data_fifo.r_en.eq(w_fire), wlen_fifo.r_en.eq(w_fire & bus.wlast)]
-        with m.If(w_fire):
-            m.d.sync += wbeat.eq(Mux(bus.wlast, 0, wbeat + 1))
-        m.d.sync += free.eq(Mux(ar_fire, free - ar_head.len - 1, free) + w_fire)
+        with m.If(pop):
+            m.d.sync += wbeat.eq(Mux(w_in.last, 0, wbeat + 1))
+        m.d.sync += free.eq(Mux(ar_fire, free - ar_head.len - 1, free) + pop)
 
         # ---- AW --------------------------------------------------------------------------
         m.d.comb += [
@@ -558,18 +565,15 @@ class RowDMA(wiring.Component):
                          batch_errors.eq(batch_errors + add_err)]
 
         # ---- counters and sticky error causes -------------------------------------------
+        # lagged: keeps the data FIFO's block-RAM output and the AXI inputs off the adders
         def count(counter, inc):
-            # the increment is registered first (the counters lag the events by one cycle):
-            # keeps the data FIFO's block-RAM output and the AXI inputs off the adders
-            inc_r = Signal(len(Value.cast(inc)), name=f"{counter.name}_inc")
-            m.d.sync += [inc_r.eq(inc),
-                         counter.eq(Mux(self.clear_counters, 0, counter) + inc_r)]
+            lagged_count(m, counter, inc, self.clear_counters, counter.name)
 
         count(self.rows, add_row)
         count(self.window_errors, add_err)
         count(self.axi_errors, r_err + b_err)
         count(self.bytes_read, Mux(r_fire & ~r_err, bus_bytes, 0))
-        count(self.bytes_written, Mux(w_fire & ~w_err, bus_bytes, 0))
+        count(self.bytes_written, Mux(bus.wvalid & bus.wready & w_out.strb.any(), bus_bytes, 0))
 
         causes = Signal(len(CAUSES))
         set_bits = (Mux(add_err, C(1, 4) << ev.cause, 0)
