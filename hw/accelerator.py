@@ -39,6 +39,7 @@ from .batch_key_merge import BatchKeyMerge
 from .csr import CSRBank
 from .fragmenter import Fragmenter
 from .regmap import HOTLINE_REGISTERS
+from .register_slice import RegisterSlice
 from .row_dma import CAUSES, RowDMA
 from .stream_fork import StreamFork
 
@@ -53,7 +54,6 @@ class HotlineAccelerator(wiring.Component):
     ``dma`` (``RowDMA`` keyword arguments: addr_width, data_width, num_tables, row_bits, ...).
     """
     CMD_DEPTH = 16
-    SLICE_DEPTH = 4  # full throughput through the gather-key register slice
 
     def __init__(self, *, fragmenter=None, learner=None, dma=None):
         self.fragmenter = Fragmenter(**(fragmenter or {}))
@@ -120,15 +120,11 @@ class HotlineAccelerator(wiring.Component):
         m.d.comb += fork.enable.eq(Cat(1, gather_enable))
         # A register slice between the fork and the engine: the merge/fork valid-ready logic and
         # the engine's descriptor lookup sit in different corners of a full die.
-        key_layout = dma.keys.payload.shape()
-        m.submodules.gather_keys = gather_keys = SyncFIFOBuffered(width=key_layout.size,
-                                                                  depth=self.SLICE_DEPTH)
-        key_word = Signal(key_layout)
-        m.d.comb += [key_word.end.eq(fork.o1.payload.end), key_word.key.eq(fork.o1.payload.key),
-                     gather_keys.w_data.eq(key_word),
-                     gather_keys.w_en.eq(fork.o1.valid), fork.o1.ready.eq(gather_keys.w_rdy)]
-        gather = gather_keys.r_stream
-        gather.payload = data.View(key_layout, gather_keys.r_data)
+        m.submodules.gather_keys = gather_keys = RegisterSlice(dma.keys.payload.shape())
+        m.d.comb += [gather_keys.i.payload.end.eq(fork.o1.payload.end),
+                     gather_keys.i.payload.key.eq(fork.o1.payload.key),
+                     gather_keys.i.valid.eq(fork.o1.valid), fork.o1.ready.eq(gather_keys.i.ready)]
+        gather = gather_keys.o
 
         # ---- DMA engine: gather and scatter batches, one at a time ----------------------
         m.submodules.scatter_cmds = scatter_cmds = SyncFIFOBuffered(width=1, depth=self.CMD_DEPTH)

@@ -158,11 +158,11 @@ class AccessLearner(wiring.Component):
 
         def stage(name, valid, **fields):
             """Pipeline registers ``name_valid`` (cancelled by a clear) and ``name_<field>``,
-            loaded every cycle."""
+            loaded every cycle (no reset: the reset net reaches the valid bits only)."""
             regs = SimpleNamespace(valid=Signal(name=f"{name}_valid"))
             m.d.sync += regs.valid.eq(valid & ~self.clear)
             for field, value in fields.items():
-                setattr(regs, field, Signal.like(value, name=f"{name}_{field}"))
+                setattr(regs, field, Signal.like(value, name=f"{name}_{field}", reset_less=True))
                 m.d.sync += getattr(regs, field).eq(value)
             return regs
 
@@ -179,8 +179,9 @@ class AccessLearner(wiring.Component):
         m.d.sync += table.read_addr.eq(Mux(s1.valid, bucket, self.read_addr[way_bits:]))
 
         history = [SimpleNamespace(valid=Signal(name=f"hist{d}_valid"),
-                                   bucket=Signal(bucket_bits, name=f"hist{d}_bucket"),
-                                   key=Signal(key_bits, name=f"hist{d}_key"))
+                                   bucket=Signal(bucket_bits, name=f"hist{d}_bucket",
+                                                 reset_less=True),
+                                   key=Signal(key_bits, name=f"hist{d}_key", reset_less=True))
                    for d in range(WINDOW)]
         with m.If(self.clear):
             m.d.sync += [h.valid.eq(0) for h in history]

@@ -39,7 +39,7 @@ class BucketTable(Elaboratable):
         self.write_en = Signal(ways)
         self.write_data = Signal(width)
         self.read_addr = Signal(range(depth))
-        self.read_data = Signal(ways * width)
+        self.read_data = Signal(ways * width, reset_less=True)
 
     @staticmethod
     def dp16kd(**ports):
@@ -84,6 +84,6 @@ class BucketTable(Elaboratable):
                 wr.data.eq(self.write_data.replicate(self.ways)),
                 rd.addr.eq(self.read_addr),
             ]
-            array_out = Signal.like(rd.data)
+            array_out = Signal.like(rd.data, reset_less=True)
             m.d.sync += [array_out.eq(rd.data), self.read_data.eq(array_out)]
         return m

@@ -5,10 +5,12 @@ __all__ = ["lagged_count"]
 
 
 def lagged_count(m, counter, inc, clear, name):
-    """Adds ``inc`` to the wrapping ``counter`` one cycle late (the counter lags the events by
-    one cycle): the increment is a register, so the event logic drives one flip-flop per
-    counter instead of the adder and every bit's enable (timing). ``clear`` zeroes the counter;
-    the increment registered in the clearing cycle (the previous cycle's event) still counts.
-    ``name`` names the increment register."""
+    """Adds ``inc`` to the wrapping ``counter`` one cycle late, and zeroes it one cycle after
+    ``clear`` (the counter lags its events by one cycle; an event in the clearing cycle
+    counts after the clear). Both are registers next to the counter, so the event logic and
+    the clear's source drive one flip-flop each, not the adder and every bit (timing).
+    ``name`` names the registers."""
     inc_r = Signal(len(Value.cast(inc)), name=f"{name}_inc")
-    m.d.sync += [inc_r.eq(inc), counter.eq(Mux(clear, 0, counter) + inc_r)]
+    clear_r = Signal(name=f"{name}_clear")
+    m.d.sync += [inc_r.eq(inc), clear_r.eq(clear),
+                 counter.eq(Mux(clear_r, 0, counter) + inc_r)]

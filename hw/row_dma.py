@@ -85,7 +85,7 @@ Timing (``CMD_TO_KEY``, ``KEY_TO_AR``, ``R_TO_W``, ``B_TO_DONE``, checked by the
 cmd handshake -> first key handshake: 7 cycles (the staging-window check settles; the next
 batch's command is taken in the cycle after its predecessor's last key, so batches in flight
 hide it). Key handshake -> ARVALID (and AWVALID): 10 cycles (S1..S5, op FIFO, chunker,
-AR/AW FIFO). R handshake -> WVALID: 4 cycles (data FIFO, W register slice). B handshake ->
+AR/AW FIFO). R handshake -> WVALID: 3 cycles (data FIFO, W register slice). B handshake ->
 done valid: 1 cycle. Descriptor write -> usable: ``DESC_LATENCY`` cycles. Throughput: one key
 per cycle through the checks, one chunk per cycle from the chunker, one beat per cycle on R
 and W. Measured with a 32-cycle memory (sim/bench_row_dma.py, 2048 rows): read-channel
@@ -102,6 +102,7 @@ from amaranth.utils import ceil_log2, exact_log2
 from .axi import AXI4Signature, AXIBurst, AXIResp
 from .fifo_room import fifo_room
 from .lagged_counter import lagged_count
+from .register_slice import RegisterSlice
 
 __all__ = ["RowDMA", "GatherDMA", "ScatterDMA", "CAUSES", "CHECK_ORDER"]
 
@@ -117,11 +118,11 @@ def _mul(m, a, b, en, name):
     parts = []
     for i, lo in enumerate(range(0, len(a), 17)):
         piece = a[lo:lo + 17]
-        p = Signal(len(piece) + len(b), name=f"{name}_p{i}")
+        p = Signal(len(piece) + len(b), name=f"{name}_p{i}", reset_less=True)
         with m.If(en):
             m.d.sync += p.eq(piece * b)
         parts.append((lo, p))
-    out = Signal(len(a) + len(b), name=name)
+    out = Signal(len(a) + len(b), name=name, reset_less=True)
     total = parts[0][1]
     for lo, p in parts[1:]:
         total = total + (p << lo)
@@ -143,7 +144,7 @@ class RowDMA(wiring.Component):
     DESC_LATENCY = 5   # desc_we -> the descriptor is used by a key accepted this many cycles later
     CMD_TO_KEY = 7     # cmd handshake -> first key handshake (keys waiting)
     KEY_TO_AR = 10     # key handshake -> ARVALID / AWVALID (credits and FIFOs free)
-    R_TO_W = 4         # R handshake -> WVALID of that beat (through the W slice)
+    R_TO_W = 3         # R handshake -> WVALID of that beat (through the W slice)
     B_TO_DONE = 1      # last B handshake of a batch -> done valid
 
     def __init__(self, direction=None, *, addr_width=32, data_width=64, num_tables=32,
@@ -231,7 +232,7 @@ class RowDMA(wiring.Component):
             d2.eq(d1), d3.eq(d2), d4.eq(d3),
         ]
         span = _mul(m, d1.rows, d1.row_bytes, C(1), "desc_span")       # valid with d3
-        desc_end = Signal(aw + rb + 18)
+        desc_end = Signal(aw + rb + 18, reset_less=True)
         m.d.sync += desc_end.eq(d3.base + span)                         # valid with d4
         m.d.comb += [
             desc_wr.addr.eq(d4.table),
@@ -246,12 +247,14 @@ class RowDMA(wiring.Component):
             m.d.sync += desc_valid.bit_select(d4.table, 1).eq(d4.rows != 0)
 
         # ---- staging-window check (free running; settles in SETUP_CYCLES) --------------
-        st_slots_x_banks = Signal(18)
-        m.d.sync += st_slots_x_banks.eq(
-            Mux(self.staging_banks[0], self.staging_slots, 0)
-            + Mux(self.staging_banks[1], self.staging_slots << 1, 0))
-        st_span = _mul(m, st_slots_x_banks, self.staging_stride, C(1), "staging_span")
-        st_end = Signal(aw + 35)
+        # The stride is registered here too: the multiplier's inputs come from flip-flops
+        # next to it, not from the CSRs (timing).
+        st_slots_x_banks, st_stride = Signal(18, reset_less=True), Signal(16, reset_less=True)
+        m.d.sync += [st_slots_x_banks.eq(Mux(self.staging_banks[0], self.staging_slots, 0)
+                                         + Mux(self.staging_banks[1], self.staging_slots << 1, 0)),
+                     st_stride.eq(self.staging_stride)]
+        st_span = _mul(m, st_slots_x_banks, st_stride, C(1), "staging_span")
+        st_end = Signal(aw + 35, reset_less=True)
         m.d.sync += st_end.eq(self.staging_base + st_span)
         staging_ok = Signal()
         m.d.sync += staging_ok.eq((st_end <= top) & aligned(self.staging_base)
@@ -326,10 +329,10 @@ class RowDMA(wiring.Component):
         m.d.comb += [desc_rd.addr.eq(in_table[:table_addr_bits]), desc_rd.en.eq(adv)]
 
         # S1: descriptor RAM output; staging slot index
-        row1 = Signal(rb)
+        row1 = Signal(rb, reset_less=True)
         table_ok1 = Signal()
         slot_ok1 = Signal()
-        index1 = Signal(17)
+        index1 = Signal(17, reset_less=True)
         with m.If(adv):
             m.d.sync += [
                 t1.valid.eq(in_valid), t1.null.eq(in_null), t1.eob.eq(in_eob),
@@ -346,11 +349,11 @@ class RowDMA(wiring.Component):
         # S2: checks; multiplier inputs
         ok2 = data.StructLayout({"table": 1, "row": 1, "desc": 1, "slot": 1})
         chk2 = Signal(ok2)
-        base2 = Signal(aw)
-        row2 = Signal(rb)
-        row_bytes2 = Signal(16)
-        index2 = Signal(17)
-        stride2 = Signal(16)
+        base2 = Signal(aw, reset_less=True)
+        row2 = Signal(rb, reset_less=True)
+        row_bytes2 = Signal(16, reset_less=True)
+        index2 = Signal(17, reset_less=True)
+        stride2 = Signal(16, reset_less=True)
         with m.If(adv):
             m.d.sync += [
                 t2.eq(t1),
@@ -365,16 +368,16 @@ class RowDMA(wiring.Component):
         row_off = _mul(m, row2, row_bytes2, adv, "row_off")          # valid with S4
         slot_off = _mul(m, index2, stride2, adv, "slot_off")         # valid with S4
         chk3, chk4 = Signal(ok2), Signal(ok2)
-        base3, base4 = Signal(aw), Signal(aw)
-        nbytes3, nbytes4 = Signal(16), Signal(16)
+        base3, base4 = Signal(aw, reset_less=True), Signal(aw, reset_less=True)
+        nbytes3, nbytes4 = Signal(16, reset_less=True), Signal(16, reset_less=True)
         with m.If(adv):
             m.d.sync += [t3.eq(t2), t4.eq(t3), chk3.eq(chk2), chk4.eq(chk3),
                          base3.eq(base2), base4.eq(base3),
                          nbytes3.eq(row_bytes2), nbytes4.eq(nbytes3)]
 
         # S5: addresses and the verdict
-        src5, dst5 = Signal(aw), Signal(aw)
-        rem5 = Signal(16)
+        src5, dst5 = Signal(aw, reset_less=True), Signal(aw, reset_less=True)
+        rem5 = Signal(16, reset_less=True)
         refused5 = Signal()
         cause5 = Signal(2)  # index into CAUSES
         table_addr = (base4 + row_off)[:aw]
@@ -442,7 +445,7 @@ class RowDMA(wiring.Component):
             return chunk, length, last
 
         head = op_layout(op_fifo.r_data)
-        cur = Signal(op_layout)
+        cur = Signal(op_layout, reset_less=True)   # cur_valid says whether it holds one
         cur_valid, decided = Signal(), Signal()
         chunk, burst_len, last = Signal(13), Signal(8), Signal()
         ev_room = fifo_room(m, ev_fifo, "ev")
@@ -513,19 +516,19 @@ class RowDMA(wiring.Component):
         # The slice keeps the data FIFO's block-RAM read (no output register) off the W pins
         # (timing: it was the whole accelerator's critical path).
         w_layout = data.StructLayout({"data": self.data_width, "strb": bus_bytes, "last": 1})
-        m.submodules.w_slice = w_slice = SyncFIFOBuffered(width=w_layout.size, depth=4)
+        m.submodules.w_slice = w_slice = RegisterSlice(w_layout)
         wbeat = Signal(8)
-        w_in, w_out = Signal(w_layout), w_layout(w_slice.r_data)
+        w_in, w_out = w_slice.i.payload, w_slice.o.payload
         w_err = data_fifo.r_data[self.data_width]
-        pop = data_fifo.r_rdy & wlen_fifo.r_rdy & w_slice.w_rdy
+        pop = data_fifo.r_rdy & wlen_fifo.r_rdy & w_slice.i.ready
         m.d.comb += [
             w_in.data.eq(data_fifo.r_data[:self.data_width]),
             w_in.strb.eq(Mux(w_err, 0, (1 << bus_bytes) - 1)),
             w_in.last.eq(wbeat == wlen_fifo.r_data),
-            w_slice.w_en.eq(data_fifo.r_rdy & wlen_fifo.r_rdy), w_slice.w_data.eq(w_in),
+            w_slice.i.valid.eq(data_fifo.r_rdy & wlen_fifo.r_rdy),
             data_fifo.r_en.eq(pop), wlen_fifo.r_en.eq(pop & w_in.last),
-            bus.wvalid.eq(w_slice.r_rdy), bus.wdata.eq(w_out.data), bus.wstrb.eq(w_out.strb),
-            bus.wlast.eq(w_out.last), w_slice.r_en.eq(bus.wready),
+            bus.wvalid.eq(w_slice.o.valid), bus.wdata.eq(w_out.data), bus.wstrb.eq(w_out.strb),
+            bus.wlast.eq(w_out.last), w_slice.o.ready.eq(bus.wready),
         ]
         with m.If(pop):
             m.d.sync += wbeat.eq(Mux(w_in.last, 0, wbeat + 1))
