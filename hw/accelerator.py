@@ -30,16 +30,16 @@ descriptor. Counters are 64-bit views of the blocks' 48-bit counters (the learne
 """
 from amaranth import *
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from .access_learner import READ_LATENCY, AccessLearner
 from .axi import AXI4LiteSignature, AXI4Signature
 from .batch_key_merge import BatchKeyMerge
+from .buffered_fifo import BufferedFIFO
 from .csr import CSRBank
 from .fragmenter import Fragmenter
-from .regmap import HOTLINE_REGISTERS
 from .register_slice import RegisterSlice
+from .regmap import HOTLINE_REGISTERS
 from .row_dma import CAUSES, RowDMA
 from .stream_fork import StreamFork
 
@@ -127,11 +127,11 @@ class HotlineAccelerator(wiring.Component):
         gather = gather_keys.o
 
         # ---- DMA engine: gather and scatter batches, one at a time ----------------------
-        m.submodules.scatter_cmds = scatter_cmds = SyncFIFOBuffered(width=1, depth=self.CMD_DEPTH)
+        m.submodules.scatter_cmds = scatter_cmds = BufferedFIFO(width=1, depth=self.CMD_DEPTH)
         m.d.comb += [scatter_cmds.w_en.eq(csr.scatter_cmd_stb),
                      scatter_cmds.w_data.eq(csr.field_of("SCATTER_CMD", "bank"))]
         # The engine's done records carry no direction: remember each batch's, in order.
-        m.submodules.directions = directions = SyncFIFOBuffered(width=1, depth=32)
+        m.submodules.directions = directions = BufferedFIFO(width=1, depth=32)
         gather_bank = Signal()
         banks = csr.field_of("STAGING_BANKS", "banks")
         with m.If(clear_counters):
@@ -192,7 +192,7 @@ class HotlineAccelerator(wiring.Component):
         for name, port, layout in (("cmd", frag.cmd, frag.cmd.payload.shape()),
                                    ("resp", frag.resp, frag.resp.payload.shape()),
                                    ("moves", frag.moves, frag.moves.payload.shape())):
-            fifos[name] = fifo = SyncFIFOBuffered(width=layout.size, depth=self.CMD_DEPTH)
+            fifos[name] = fifo = BufferedFIFO(width=layout.size, depth=self.CMD_DEPTH)
             m.submodules[f"cam_{name}_fifo"] = fifo
         cmd_f, resp_f, moves_f = fifos["cmd"], fifos["resp"], fifos["moves"]
         cmd_word = Signal(frag.cmd.payload.shape())

@@ -318,7 +318,7 @@ class ColdKeySet(wiring.Component):
                     wr_en[t][b].eq(Mux(clearing, -1, Mux(hit, C(1, ways) << way[t], 0))),
                 ]
 
-        so = Signal(self.o.payload.shape())
+        so = Signal(self.o.payload.shape(), reset_less=True)
         so_valid = Signal()
         m.d.sync += [
             so_valid.eq(vd),

@@ -128,11 +128,12 @@ class CSRBank(wiring.Component):
 
         # One-entry holding registers; ready = empty.
         aw_got, w_got, ar_got = Signal(), Signal(), Signal()
-        aw_addr, ar_addr = Signal(aw), Signal(aw)
-        w_data, w_strb = Signal(32), Signal(4)
+        # data registers have no reset (the reset net reaches the handshake flags only)
+        aw_addr, ar_addr = Signal(aw, reset_less=True), Signal(aw, reset_less=True)
+        w_data, w_strb = Signal(32, reset_less=True), Signal(4, reset_less=True)
         bvalid, rvalid = Signal(), Signal()
         bresp, rresp = Signal(2), Signal(2)
-        rdata = Signal(32)
+        rdata = Signal(32, reset_less=True)
         m.d.comb += [
             bus.awready.eq(~aw_got), bus.wready.eq(~w_got), bus.arready.eq(~ar_got),
             bus.bvalid.eq(bvalid), bus.bresp.eq(bresp),
@@ -194,7 +195,7 @@ class CSRBank(wiring.Component):
         # (``rc`` strobes and HI snapshots fire here); t+1: rdata = that group's register.
         readable = {(r.offset >> 2) + i: (r, i) for r in self._regmap for i in range(r.words)}
         groups = sorted({w >> self.READ_GROUP_BITS for w in readable})
-        level1 = {g: Signal(32, name=f"read_group{g}") for g in groups}
+        level1 = {g: Signal(32, name=f"read_group{g}", reset_less=True) for g in groups}
         reading, read_group, read_err = Signal(), Signal(aw), Signal()
         m.d.comb += do_read.eq(ar_got & ~rvalid & ~reading)
         with m.If(do_read):

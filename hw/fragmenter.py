@@ -28,10 +28,10 @@ all output streams concurrently.
 """
 from amaranth import *
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for
 
+from .buffered_fifo import BufferedFIFO
 from .cold_key_set import ColdKeySet
 from .fifo_room import fifo_room
 from .lagged_counter import lagged_count
@@ -127,7 +127,7 @@ class Fragmenter(wiring.Component):
 
         fifos = {}
         for name, layout in self.layouts.items():
-            fifos[name] = fifo = SyncFIFOBuffered(width=layout.size, depth=self.fifo_depth)
+            fifos[name] = fifo = BufferedFIFO(width=layout.size, depth=self.fifo_depth)
             m.submodules[f"{name}_fifo"] = fifo
             port = getattr(self, name)
             m.d.comb += [port.valid.eq(fifo.r_rdy), port.payload.eq(fifo.r_data),

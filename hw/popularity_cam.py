@@ -115,6 +115,8 @@ class OutputQueue(wiring.Component):
         # went into every payload bit's next-state function (ABC9 merged them: 600 LUT4 and
         # 3-level wide-LUT trees for a 70-bit queue, against 100 LUT4 this way).
         empty, full = Signal(init=1), Signal()
+        payload = Signal.like(self.o.payload, name="payload", reset_less=True)  # valid says
+        m.d.comb += self.o.payload.eq(payload)
         load = ~self.o.valid | self.o.ready      # the output register takes an entry
         push = self.i.valid & self.i.ready
         pop = load & ~empty
@@ -131,9 +133,9 @@ class OutputQueue(wiring.Component):
         with m.If(write.en):
             m.d.sync += produce.eq(step(produce))
         with m.If(pop):
-            m.d.sync += [consume.eq(step(consume)), self.o.payload.eq(read.data)]
+            m.d.sync += [consume.eq(step(consume)), payload.eq(read.data)]
         with m.Elif(bypass):
-            m.d.sync += self.o.payload.eq(self.i.payload)
+            m.d.sync += payload.eq(self.i.payload)
         with m.If(load):
             m.d.sync += self.o.valid.eq(pop | push)
         # one step up or down at a time, both outcomes compared from registers

@@ -23,11 +23,13 @@ class RegisterSlice(wiring.Component):
         m = Module()
         skid = Signal.like(self.i.payload, name="skid", reset_less=True)
         skid_valid = Signal()
+        payload = Signal.like(self.o.payload, name="payload", reset_less=True)
+        m.d.comb += self.o.payload.eq(payload)
         load = ~self.o.valid | self.o.ready        # the output register takes a beat
         m.d.comb += self.i.ready.eq(~skid_valid)
         with m.If(load):
             m.d.sync += [self.o.valid.eq(skid_valid | self.i.valid),
-                         self.o.payload.eq(Mux(skid_valid, skid, self.i.payload)),
+                         payload.eq(Mux(skid_valid, skid, self.i.payload)),
                          skid_valid.eq(0)]
         with m.Elif(self.i.valid & ~skid_valid):
             m.d.sync += [skid.eq(self.i.payload), skid_valid.eq(1)]

@@ -85,7 +85,7 @@ Timing (``CMD_TO_KEY``, ``KEY_TO_AR``, ``R_TO_W``, ``B_TO_DONE``, checked by the
 cmd handshake -> first key handshake: 7 cycles (the staging-window check settles; the next
 batch's command is taken in the cycle after its predecessor's last key, so batches in flight
 hide it). Key handshake -> ARVALID (and AWVALID): 10 cycles (S1..S5, op FIFO, chunker,
-AR/AW FIFO). R handshake -> WVALID: 3 cycles (data FIFO, W register slice). B handshake ->
+AR/AW FIFO). R handshake -> WVALID: 5 cycles (data FIFO, W register, W FIFO). B handshake ->
 done valid: 1 cycle. Descriptor write -> usable: ``DESC_LATENCY`` cycles. Throughput: one key
 per cycle through the checks, one chunk per cycle from the chunker, one beat per cycle on R
 and W. Measured with a 32-cycle memory (sim/bench_row_dma.py, 2048 rows): read-channel
@@ -94,15 +94,14 @@ the first read's latency and the last write response).
 """
 from amaranth import *
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
 from .axi import AXI4Signature, AXIBurst, AXIResp
+from .buffered_fifo import BufferedFIFO
 from .fifo_room import fifo_room
 from .lagged_counter import lagged_count
-from .register_slice import RegisterSlice
 
 __all__ = ["RowDMA", "GatherDMA", "ScatterDMA", "CAUSES", "CHECK_ORDER"]
 
@@ -144,7 +143,7 @@ class RowDMA(wiring.Component):
     DESC_LATENCY = 5   # desc_we -> the descriptor is used by a key accepted this many cycles later
     CMD_TO_KEY = 7     # cmd handshake -> first key handshake (keys waiting)
     KEY_TO_AR = 10     # key handshake -> ARVALID / AWVALID (credits and FIFOs free)
-    R_TO_W = 3         # R handshake -> WVALID of that beat (through the W slice)
+    R_TO_W = 5         # R handshake -> WVALID of that beat (data FIFO, W register, W FIFO)
     B_TO_DONE = 1      # last B handshake of a batch -> done valid
 
     def __init__(self, direction=None, *, addr_width=32, data_width=64, num_tables=32,
@@ -223,27 +222,29 @@ class RowDMA(wiring.Component):
         desc_rd = desc_mem.read_port()
         desc_valid = Signal(self.num_tables)  # rows > 0; flip-flops so that reset clears them
 
-        dw = data.StructLayout({"we": 1, "table": len(self.desc_table), "base": aw,
-                                "rows": rb + 1, "row_bytes": 16})
-        d1, d2, d3, d4 = (Signal(dw, name=f"desc{i}") for i in range(1, 5))
+        # Only the write enables are reset (the reset net is one of the longest).
+        dw = data.StructLayout({"table": len(self.desc_table), "base": aw, "rows": rb + 1,
+                                "row_bytes": 16})
+        d1, d2, d3, d4 = (Signal(dw, name=f"desc{i}", reset_less=True) for i in range(1, 5))
+        we = Signal(4, name="desc_we_pipe")  # of d1 .. d4
         m.d.sync += [
-            d1.we.eq(self.desc_we), d1.table.eq(self.desc_table), d1.base.eq(self.desc_base),
-            d1.rows.eq(self.desc_rows), d1.row_bytes.eq(self.desc_row_bytes),
-            d2.eq(d1), d3.eq(d2), d4.eq(d3),
+            we.eq(Cat(self.desc_we, we[:3])), d1.table.eq(self.desc_table),
+            d1.base.eq(self.desc_base), d1.rows.eq(self.desc_rows),
+            d1.row_bytes.eq(self.desc_row_bytes), d2.eq(d1), d3.eq(d2), d4.eq(d3),
         ]
         span = _mul(m, d1.rows, d1.row_bytes, C(1), "desc_span")       # valid with d3
         desc_end = Signal(aw + rb + 18, reset_less=True)
         m.d.sync += desc_end.eq(d3.base + span)                         # valid with d4
         m.d.comb += [
             desc_wr.addr.eq(d4.table),
-            desc_wr.en.eq(d4.we & (d4.table < self.num_tables)),
+            desc_wr.en.eq(we[3] & (d4.table < self.num_tables)),
             desc_wr.data.base.eq(d4.base),
             desc_wr.data.rows.eq(d4.rows),
             desc_wr.data.row_bytes.eq(d4.row_bytes),
             desc_wr.data.ok.eq((d4.row_bytes != 0) & aligned(d4.row_bytes) & aligned(d4.base)
                                & (desc_end <= top)),
         ]
-        with m.If(d4.we & (d4.table < self.num_tables)):
+        with m.If(we[3] & (d4.table < self.num_tables)):
             m.d.sync += desc_valid.bit_select(d4.table, 1).eq(d4.rows != 0)
 
         # ---- staging-window check (free running; settles in SETUP_CYCLES) --------------
@@ -401,7 +402,7 @@ class RowDMA(wiring.Component):
         op_layout = data.StructLayout({"src": aw, "dst": aw, "rem": 16, "room_src": 13,
                                        "room_dst": 13, "row": 1, "refused": 1, "cause": 2,
                                        "eob": 1})
-        m.submodules.op_fifo = op_fifo = SyncFIFOBuffered(width=op_layout.size, depth=4)
+        m.submodules.op_fifo = op_fifo = BufferedFIFO(width=op_layout.size, depth=4)
         op_in = Signal(op_layout)
         m.d.comb += [
             adv.eq(~t5.valid | op_fifo.w_rdy),
@@ -419,12 +420,12 @@ class RowDMA(wiring.Component):
         # The chunker sees registered FIFO room (`fifo_room`: the last 2 entries unused), so
         # the FIFOs are 2 deeper than the entries they hold (timing: a FIFO level through
         # the issue and load logic into the op FIFO's read was a critical path).
-        m.submodules.ar_fifo = ar_fifo = SyncFIFOBuffered(width=beat_layout.size, depth=6)
-        m.submodules.aw_fifo = aw_fifo = SyncFIFOBuffered(width=beat_layout.size, depth=6)
-        m.submodules.wlen_fifo = wlen_fifo = SyncFIFOBuffered(width=8, depth=self.max_chunks + 2)
-        m.submodules.ev_fifo = ev_fifo = SyncFIFOBuffered(width=ev_layout.size,
+        m.submodules.ar_fifo = ar_fifo = BufferedFIFO(width=beat_layout.size, depth=6)
+        m.submodules.aw_fifo = aw_fifo = BufferedFIFO(width=beat_layout.size, depth=6)
+        m.submodules.wlen_fifo = wlen_fifo = BufferedFIFO(width=8, depth=self.max_chunks + 2)
+        m.submodules.ev_fifo = ev_fifo = BufferedFIFO(width=ev_layout.size,
                                                           depth=self.max_chunks + 2)
-        m.submodules.data_fifo = data_fifo = SyncFIFOBuffered(width=self.data_width + 1,
+        m.submodules.data_fifo = data_fifo = BufferedFIFO(width=self.data_width + 1,
                                                               depth=self.fifo_beats)
 
         maxb = self.max_burst_beats * bus_bytes
@@ -512,26 +513,28 @@ class RowDMA(wiring.Component):
                      data_fifo.w_data.eq(Cat(bus.rdata, bus.rresp != AXIResp.OKAY))]
         m.d.sync += r_due.eq(r_due + ar_beats - r_fire)
 
-        # ---- W: data FIFO -> register slice -> W ------------------------------------------
-        # The slice keeps the data FIFO's block-RAM read (no output register) off the W pins
-        # (timing: it was the whole accelerator's critical path).
-        w_layout = data.StructLayout({"data": self.data_width, "strb": bus_bytes, "last": 1})
-        m.submodules.w_slice = w_slice = RegisterSlice(w_layout)
+        # ---- W: data FIFO -> W register -> W FIFO -> W -------------------------------------
+        # The data FIFO's block RAM has no output register (5.8 ns clock-to-out): its data
+        # goes straight into the W register, no logic between (timing: a select there was
+        # the whole accelerator's critical path). The W FIFO's registered room says when a
+        # beat may leave the data FIFO: the W register always finds room one cycle later.
+        w_layout = data.StructLayout({"data": self.data_width, "err": 1, "last": 1})
+        m.submodules.w_fifo = w_fifo = BufferedFIFO(width=w_layout.size, depth=4)
         wbeat = Signal(8)
-        w_in, w_out = w_slice.i.payload, w_slice.o.payload
-        w_err = data_fifo.r_data[self.data_width]
-        pop = data_fifo.r_rdy & wlen_fifo.r_rdy & w_slice.i.ready
+        w_reg, w_reg_valid = Signal(w_layout, reset_less=True), Signal()
+        w_last = wbeat == wlen_fifo.r_data
+        pop = data_fifo.r_rdy & wlen_fifo.r_rdy & fifo_room(m, w_fifo, "w")
+        w_out = w_layout(w_fifo.r_data)
+        m.d.sync += [w_reg.eq(Cat(data_fifo.r_data, w_last)), w_reg_valid.eq(pop)]
         m.d.comb += [
-            w_in.data.eq(data_fifo.r_data[:self.data_width]),
-            w_in.strb.eq(Mux(w_err, 0, (1 << bus_bytes) - 1)),
-            w_in.last.eq(wbeat == wlen_fifo.r_data),
-            w_slice.i.valid.eq(data_fifo.r_rdy & wlen_fifo.r_rdy),
-            data_fifo.r_en.eq(pop), wlen_fifo.r_en.eq(pop & w_in.last),
-            bus.wvalid.eq(w_slice.o.valid), bus.wdata.eq(w_out.data), bus.wstrb.eq(w_out.strb),
-            bus.wlast.eq(w_out.last), w_slice.o.ready.eq(bus.wready),
+            data_fifo.r_en.eq(pop), wlen_fifo.r_en.eq(pop & w_last),
+            w_fifo.w_en.eq(w_reg_valid), w_fifo.w_data.eq(w_reg),
+            bus.wvalid.eq(w_fifo.r_rdy), bus.wdata.eq(w_out.data),
+            bus.wstrb.eq(Mux(w_out.err, 0, (1 << bus_bytes) - 1)), bus.wlast.eq(w_out.last),
+            w_fifo.r_en.eq(bus.wready),
         ]
         with m.If(pop):
-            m.d.sync += wbeat.eq(Mux(w_in.last, 0, wbeat + 1))
+            m.d.sync += wbeat.eq(Mux(w_last, 0, wbeat + 1))
         m.d.sync += free.eq(Mux(ar_fire, free - ar_head.len - 1, free) + pop)
 
         # ---- AW --------------------------------------------------------------------------
@@ -576,7 +579,7 @@ class RowDMA(wiring.Component):
         count(self.window_errors, add_err)
         count(self.axi_errors, r_err + b_err)
         count(self.bytes_read, Mux(r_fire & ~r_err, bus_bytes, 0))
-        count(self.bytes_written, Mux(bus.wvalid & bus.wready & w_out.strb.any(), bus_bytes, 0))
+        count(self.bytes_written, Mux(bus.wvalid & bus.wready & ~w_out.err, bus_bytes, 0))
 
         causes = Signal(len(CAUSES))
         set_bits = (Mux(add_err, C(1, 4) << ev.cause, 0)
