@@ -38,6 +38,7 @@ from .batch_key_merge import BatchKeyMerge
 from .buffered_fifo import BufferedFIFO
 from .csr import CSRBank
 from .fragmenter import Fragmenter
+from .lagged_counter import lagged_count
 from .register_slice import RegisterSlice
 from .regmap import HOTLINE_REGISTERS
 from .row_dma import CAUSES, RowDMA
@@ -254,13 +255,11 @@ class HotlineAccelerator(wiring.Component):
         scatter_rows = Signal(48)
         done = self.dma_done
         done_fire = done.valid & done.ready
-        m.d.sync += [
-            cycles.eq(Mux(clear_counters, 0, cycles + 1)),
-            gather_rows.eq(Mux(clear_counters, 0, gather_rows)
-                           + Mux(done_fire & ~done.payload.scatter, done.payload.rows, 0)),
-            scatter_rows.eq(Mux(clear_counters, 0, scatter_rows)
-                            + Mux(done_fire & done.payload.scatter, done.payload.rows, 0)),
-        ]
+        lagged_count(m, cycles, 1, clear_counters, "cycles")
+        lagged_count(m, gather_rows, Mux(done_fire & ~done.payload.scatter, done.payload.rows, 0),
+                     clear_counters, "gather_rows")
+        lagged_count(m, scatter_rows, Mux(done_fire & done.payload.scatter, done.payload.rows, 0),
+                     clear_counters, "scatter_rows")
         fc = frag.counters
         counters = {
             "cycles": cycles, "lookups": fc.lookups, "hits": fc.hits, "samples": fc.samples,

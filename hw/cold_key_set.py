@@ -266,13 +266,18 @@ class ColdKeySet(wiring.Component):
             avail.append(avail_t)
         m.d.sync += mr.use1.eq(Cat(avail[1][0] > avail[0][0], avail[1][0] > avail[0][1],
                                    avail[1][1] > avail[0][0]))
-        # The stash holds the inserts of the beats decided so far, except the one deciding
-        # now (forwarded), and is emptied after a batch's end (then nothing in it is ours).
-        stash_ok = ~(vd & sd.eob)
+        # The stash is compared a stage early, at sc (timing: its key compares made the match
+        # stage too deep), then it holds the inserts of the beats 3 and more ahead: those of
+        # the beat 2 ahead come from hist[0] below. It is emptied at a batch's end, so its
+        # entries are not ours if the beat 1 or 2 ahead (at sm, sd) ends a batch; otherwise a
+        # matching entry stays as it is until this beat decides.
+        stash_hit = Signal(self.stash, reset_less=True)
+        stash_ok = ~(vd & sd.eob) & ~(valid[-2] & sm.eob)
+        m.d.sync += stash_hit.eq(Cat(stash_ok & stash_valid[i] & (stash_key[i] == sc.key)
+                                     for i in range(self.stash)))
         for i in range(self.stash):
-            hit = stash_ok & stash_valid[i] & (stash_key[i] == sm.key)
-            hit_any.append(hit)
-            hit_slot |= Mux(hit, stash_slot[i], 0)
+            hit_any.append(stash_hit[i])
+            hit_slot |= Mux(stash_hit[i], stash_slot[i], 0)
         for j in range(window - 1):
             hit = sm.same_key[1 + j] & hist[j].stored
             hit_any.append(hit)

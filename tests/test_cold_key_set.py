@@ -132,6 +132,32 @@ def test_collisions_fill_buckets_then_stash_then_overflow():
     assert sum(e["overflow"] for e in exp[:12]) == 12 - 8 - 2
 
 
+def test_stash_entries_do_not_outlive_their_batch():
+    """A batch that leaves keys in the stash, then, back to back, a batch starting with one of
+    its keys 1 or 2 beats after the end: the stash is compared two stages before the decision,
+    while the old batch's last beats are still in the pipeline (mutation: without the check of
+    the beat 1 ahead, those keys were found in the old batch's stash). And a stashed key found
+    again right behind its insert (forwarded, not yet in the stash when compared)."""
+    dut = ColdKeySet(64, ways=4, stash=2, max_keys=64)
+    keys = [int(k) for k in colliding(dut, 10, np.random.default_rng(5))]  # 8 in tables, 2 stashed
+    # the batch ends with keys of other buckets, so the stashed keys are out of the pipeline
+    fill = [k for k in range(1, 100) if k not in keys][:4]
+    batch = keys + fill
+    beats = []
+    for k in keys:
+        for lead in ([], [fill[0]]):
+            beats += [(key, True, n == len(batch) - 1) for n, key in enumerate(batch)]
+            beats += [(key, True, False) for key in lead] + [(k, True, True)]
+    # then a stashed key again 2, 1 and 3 beats later in its batch: found each time (2 beats
+    # behind its insert it is not in the stash yet when compared: forwarded)
+    again = [keys[8], fill[0], keys[8], keys[8], fill[1], fill[2], keys[8]]
+    tail = keys[:8] + again
+    beats += [(key, True, n == len(tail) - 1) for n, key in enumerate(tail)]
+    exp = check(dut, beats)
+    assert all(e["first"] for e in exp[:-len(tail)])
+    assert [e["first"] for e in exp[-len(again):]] == [1, 1, 0, 0, 1, 1, 0]
+
+
 def test_max_keys_and_repeated_key():
     dut = ColdKeySet(64, ways=4, stash=2, max_keys=5)
     beats = [(7, True, False)] * 4 + [(k, True, False) for k in range(100, 106)] + [(7, True, True)]
