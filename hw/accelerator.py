@@ -25,7 +25,7 @@ concurrently: a full one stalls the lookups behind it (and the gather, which sha
 CSR side effects: ``CAM_CMD`` pushes {op, CAM_KEY} into a ``CMD_DEPTH``-entry FIFO (write no
 more commands than responses taken plus ``CMD_DEPTH``); ``CAM_RESP`` and ``CAM_MOVE`` pop their
 FIFOs; ``LEARNER_ADDR`` reads one learner entry (``STATUS.learner_valid`` after
-``READ_LATENCY`` + 1 cycles; the learner must be stopped). ``DESC_COMMIT`` writes a table
+``READ_LATENCY`` + 2 cycles; the learner must be stopped). ``DESC_COMMIT`` writes a table
 descriptor. Counters are 64-bit views of the blocks' 48-bit counters (the learner's 32-bit).
 """
 from amaranth import *
@@ -221,11 +221,15 @@ class HotlineAccelerator(wiring.Component):
         ]
 
         # ---- learner readout ------------------------------------------------------------
+        # The address write is registered on its way from the CSRs to the learner (timing).
         read_wait = Signal(range(READ_LATENCY + 2))
         learner_valid = Signal()
+        addr_stb, addr = Signal(), Signal.like(csr.learner_addr, reset_less=True)
+        m.d.sync += [addr_stb.eq(csr.learner_addr_stb), addr.eq(csr.learner_addr)]
         with m.If(csr.learner_addr_stb):
-            m.d.sync += [learner.read_addr.eq(csr.learner_addr), read_wait.eq(READ_LATENCY + 1),
-                         learner_valid.eq(0)]
+            m.d.sync += learner_valid.eq(0)
+        with m.If(addr_stb):
+            m.d.sync += [learner.read_addr.eq(addr), read_wait.eq(READ_LATENCY + 1)]
         with m.Elif(read_wait != 0):
             m.d.sync += read_wait.eq(read_wait - 1)
             with m.If(read_wait == 1):

@@ -397,15 +397,17 @@ class RowDMA(wiring.Component):
             ]
 
         # ---- S5 -> op FIFO -> chunker ----------------------------------------------------
-        # The FIFO decouples the key pipeline's enable from the chunker's issue logic; the
-        # bytes to the next 4 KiB page on either side are computed on the way in.
+        # The FIFO decouples the key pipeline's enable from the chunker's issue logic: its
+        # registered room (`fifo_room`) moves the pipeline, so ``adv`` (the enable of every
+        # stage, and ``keys.ready``) is one gate of flip-flops (timing). The bytes to the next
+        # 4 KiB page on either side are computed on the way in.
         op_layout = data.StructLayout({"src": aw, "dst": aw, "rem": 16, "room_src": 13,
                                        "room_dst": 13, "row": 1, "refused": 1, "cause": 2,
                                        "eob": 1})
-        m.submodules.op_fifo = op_fifo = BufferedFIFO(width=op_layout.size, depth=4)
+        m.submodules.op_fifo = op_fifo = BufferedFIFO(width=op_layout.size, depth=6)
         op_in = Signal(op_layout)
         m.d.comb += [
-            adv.eq(~t5.valid | op_fifo.w_rdy),
+            adv.eq(~t5.valid | fifo_room(m, op_fifo, "op")),
             op_fifo.w_en.eq(t5.valid),
             op_in.src.eq(src5), op_in.dst.eq(dst5), op_in.rem.eq(rem5),
             op_in.room_src.eq(PAGE - src5[:12]), op_in.room_dst.eq(PAGE - dst5[:12]),
