@@ -2,8 +2,7 @@
 
 `synth_report(component, device, name=..., freq_mhz=...)` wraps the component in `PinTop`
 (every input driven by a flip-flop of a serial shift chain, every output registered and folded
-into one XOR pin, so no logic is optimised away and no port count limits the package; on ECP5
-the reset pin is registered and distributed by a global buffer, as a board would), runs
+into one XOR pin, so no logic is optimised away and no port count limits the package), runs
 ``synth_ecp5``/``synth_ice40 -json`` and nextpnr with ``--freq`` and ``--report``, and returns
 cell counts, utilisation against the device and the clock's Fmax. The numbers include the
 wrapper (one flip-flop per component port bit, one XOR tree).
@@ -13,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from amaranth import Cat, ClockDomain, Instance, Module, Signal, Value
+from amaranth import Cat, Module, Signal, Value
 from amaranth.back import rtlil
 from amaranth.hdl import Elaboratable
 from amaranth.lib import wiring
@@ -33,7 +32,6 @@ DEVICES = {
         "args": ["--85k", "--package", "CABGA381", "--speed", "6", "--lpf-allow-unconstrained"],
         "lut": "LUT4", "ff": ("TRELLIS_FF",), "bram": "DP16KD",
         "lut_bel": "TRELLIS_COMB", "ff_bel": "TRELLIS_FF", "bram_bel": "DP16KD",
-        "reset_buffer": "DCCA",
     },
     "ice40-up5k": {
         "synth": "synth_ice40",
@@ -46,39 +44,16 @@ DEVICES = {
 
 
 class PinTop(Elaboratable):
-    """Harness: ``sin`` shifts into the components' inputs, ``sout`` is the registered XOR of
-    all their registered outputs; ``clk`` and ``rst`` clock and reset the ``sync`` domain.
+    """Two-pin harness: ``sin`` shifts into the components' inputs, ``sout`` is the registered
+    XOR of all their registered outputs."""
 
-    ``reset_buffer``: None, or the device's global buffer primitive (a cell with ``CLKI``,
-    ``CE`` and ``CLKO``, e.g. ECP5's ``DCCA``): then ``rst`` is registered and the register
-    drives the domain's reset through that buffer, on the clock network. A reset routed as a
-    logic net to every flip-flop of the design (thousands, all over the die) was the longest
-    path of the whole accelerator (13.5 ns).
-    """
-
-    def __init__(self, *components, reset_buffer=None):
+    def __init__(self, *components):
         self.components = components
-        self.reset_buffer = reset_buffer
         self.sin = Signal()
         self.sout = Signal()
-        self.clk = Signal()
-        self.rst = Signal()
-
-    @property
-    def ports(self):
-        return [self.sin, self.sout, self.clk, self.rst]
 
     def elaborate(self, platform):
         m = Module()
-        m.domains.sync = sync = ClockDomain("sync")
-        m.d.comb += sync.clk.eq(self.clk)
-        if self.reset_buffer is None:
-            m.d.comb += sync.rst.eq(self.rst)
-        else:
-            rst_r = Signal(reset_less=True)
-            m.d.sync += rst_r.eq(self.rst)
-            m.submodules.reset_buffer = Instance(self.reset_buffer, i_CLKI=rst_r, i_CE=1,
-                                                 o_CLKO=sync.rst)
         inputs, outputs = [], []
         for i, dut in enumerate(self.components):
             m.submodules[f"dut{i}"] = dut
@@ -124,9 +99,8 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
     dev = DEVICES[device]
     out = Path(build_dir) / f"{name}_{device}"
     out.mkdir(parents=True, exist_ok=True)
-    top = PinTop(*(component if isinstance(component, tuple) else (component,)),
-                 reset_buffer=dev.get("reset_buffer"))
-    (out / "top.il").write_text(rtlil.convert(top, name=name, ports=top.ports))
+    top = PinTop(*(component if isinstance(component, tuple) else (component,)))
+    (out / "top.il").write_text(rtlil.convert(top, name=name, ports=[top.sin, top.sout]))
     script = (f"read_rtlil top.il; {KEEP_REPLICAS}; "
               f"{dev['synth']} {synth_args} -top {name} -json top.json; "
               "tee -q -o stat.json stat -json")
