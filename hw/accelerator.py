@@ -107,9 +107,11 @@ class HotlineAccelerator(wiring.Component):
             learner.lookups.payload.eq(beat.key),
             learner.start.eq(control_stb & control[2]),
             learner.stop.eq(control_stb & control[3]),
-            learner.clear.eq(control_stb & control[4]),
             frag.clear_counters.eq(clear_counters),
         ]
+        # The learner's clear is registered first: it resets the learner's write-back
+        # registers (timing: the CSR decode in front of them was too long a path).
+        m.d.sync += learner.clear.eq(control_stb & control[4])
         for name in ("remap", "popular", "non_popular"):
             wiring.connect(m, getattr(frag, name), wiring.flipped(getattr(self, name)))
 

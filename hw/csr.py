@@ -198,10 +198,11 @@ class CSRBank(wiring.Component):
         level1 = {g: Signal(32, name=f"read_group{g}", reset_less=True) for g in groups}
         reading, read_group, read_err = Signal(), Signal(aw), Signal()
         m.d.comb += do_read.eq(ar_got & ~rvalid & ~reading)
+        # Only the addressed group's register loads (timing: clearing them all made a
+        # 640-flip-flop reset net of the read strobe); an error reads 0 at the second level.
         with m.If(do_read):
             m.d.sync += [ar_got.eq(0), reading.eq(1), read_err.eq(1),
-                         read_group.eq(ar_addr[word] >> self.READ_GROUP_BITS),
-                         *(v.eq(0) for v in level1.values())]
+                         read_group.eq(ar_addr[word] >> self.READ_GROUP_BITS)]
             with m.Switch(ar_addr[word]):
                 for w, (r, i) in readable.items():
                     with m.Case(w):
@@ -217,12 +218,13 @@ class CSRBank(wiring.Component):
                             m.d.sync += dst.eq(snapshot[r.name])
                         elif r.access == "rw":
                             m.d.sync += dst.eq(getattr(self, r.port_name))
-                        # wo: reads 0
+                        else:  # wo: reads 0
+                            m.d.sync += dst.eq(0)
         with m.If(reading):
             m.d.sync += [reading.eq(0), rvalid.eq(1), rresp.eq(Mux(read_err, SLVERR, OKAY)),
                          rdata.eq(0)]
             with m.Switch(read_group):
                 for g, v in level1.items():
                     with m.Case(g):
-                        m.d.sync += rdata.eq(v)
+                        m.d.sync += rdata.eq(Mux(read_err, 0, v))
         return m
