@@ -408,7 +408,7 @@ class RowDMA(wiring.Component):
         op_in = Signal(op_layout)
         m.d.comb += [
             adv.eq(~t5.valid | fifo_room(m, op_fifo, "op")),
-            op_fifo.w_en.eq(t5.valid),
+            op_fifo.w_en.eq(t5.valid & adv),   # not w_rdy: a held S5 beat is written once
             op_in.src.eq(src5), op_in.dst.eq(dst5), op_in.rem.eq(rem5),
             op_in.room_src.eq(PAGE - src5[:12]), op_in.room_dst.eq(PAGE - dst5[:12]),
             op_in.row.eq(~t5.null & ~refused5), op_in.refused.eq(refused5),
