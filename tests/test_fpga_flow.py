@@ -13,3 +13,24 @@ def test_place_and_route_time_limit(tmp_path):
     r = synth_report(StreamFork(8), "ice40-up5k", name="fork", freq_mhz=30, build_dir=tmp_path,
                      seed=3, pnr_timeout=300)
     assert r["seed"] == 3 and r["fmax_mhz"] > 30
+
+
+def test_report_tries_the_next_seed_after_a_failed_place_and_route(monkeypatch, tmp_path):
+    from hotline.fpga import blocks
+    from hotline.fpga.synth import PlaceRouteError, PlaceRouteTimeout
+    tried = []
+
+    def fake(component, device, *, seed, **kwargs):
+        tried.append(seed)
+        if seed == 1:
+            raise PlaceRouteError("nextpnr failed at seed 1")
+        if seed == 2:
+            raise PlaceRouteTimeout("nextpnr did not finish")
+        return {"seed": seed, "bram": 1, "bram_available": 2}
+    monkeypatch.setattr(blocks, "synth_report", fake)
+    monkeypatch.setitem(blocks.BLOCKS, "accelerator", lambda dev: None)
+    assert blocks.report("accelerator", "ecp5-85f", build_dir=tmp_path)["seed"] == 3
+    assert tried == [1, 2, 3]
+    tried.clear()
+    with pytest.raises(PlaceRouteError):
+        blocks.report("accelerator", "ecp5-85f", build_dir=tmp_path, seed=1)
