@@ -250,6 +250,11 @@ class AccessLearner(wiring.Component):
         own_way = _one_hot_select(s7.lanes, [Const(w, way_bits) for w in range(ways)])
         forward = s7.fwd.any()
         sources = Cat(s7.fwd, ~forward)
+        # The write enables are selected one-hot, not decoded from new_way (timing: the
+        # decode after the forward select was the longest path); the ways of the result
+        # registers are decoded from flip-flops, beside the select.
+        new_lanes = _one_hot_select(sources, [Const(1, ways) << r.way for r in results]
+                                    + [s7.lanes])
         m.d.comb += [
             new_way.eq(_one_hot_select(sources, [r.way for r in results] + [own_way])),
             new_count.eq(_one_hot_select(
@@ -280,7 +285,7 @@ class AccessLearner(wiring.Component):
         m.d.sync += [
             table.write_addr.eq(Mux(wiping, Mux(self.clear, 0, wipe_addr + 1), s7.bucket)),
             table.write_en.eq(Mux(wiping, 2**ways - 1,
-                                  Mux(s7.valid & ~self.clear, Const(1, ways) << new_way, 0))),
+                                  Mux(s7.valid & ~self.clear, new_lanes, 0))),
         ]
         r1, written_valid = results[0], Signal()
         m.d.sync += written_valid.eq(~wiping)  # every count written is >= 1

@@ -129,7 +129,7 @@ class CSRBank(wiring.Component):
         # One-entry holding registers; ready = empty.
         aw_got, w_got, ar_got = Signal(), Signal(), Signal()
         # data registers have no reset (the reset net reaches the handshake flags only)
-        aw_addr, ar_addr = Signal(aw, reset_less=True), Signal(aw, reset_less=True)
+        ar_addr = Signal(aw, reset_less=True)
         w_data, w_strb = Signal(32, reset_less=True), Signal(4, reset_less=True)
         bvalid, rvalid = Signal(), Signal()
         bresp, rresp = Signal(2), Signal(2)
@@ -139,12 +139,21 @@ class CSRBank(wiring.Component):
             bus.bvalid.eq(bvalid), bus.bresp.eq(bresp),
             bus.rvalid.eq(rvalid), bus.rresp.eq(rresp), bus.rdata.eq(rdata),
         ]
+        # The addresses are decoded as they are taken, into one bit per register word: a
+        # write or read then enables its registers through one gate (timing: the address
+        # compare in front of the clock enables and strobes was too long a path).
+        words = sorted({(r.offset >> 2) + i for r in self._regmap for i in range(r.words)})
+        aw_hit = Signal(len(words), reset_less=True)
+        ar_hit = Signal(len(words), reset_less=True)
+        hit = {w: k for k, w in enumerate(words)}
         with m.If(bus.awvalid & ~aw_got):
-            m.d.sync += [aw_got.eq(1), aw_addr.eq(bus.awaddr)]
+            m.d.sync += [aw_got.eq(1),
+                         aw_hit.eq(Cat(bus.awaddr[word] == w for w in words))]
         with m.If(bus.wvalid & ~w_got):
             m.d.sync += [w_got.eq(1), w_data.eq(bus.wdata), w_strb.eq(bus.wstrb)]
         with m.If(bus.arvalid & ~ar_got):
-            m.d.sync += [ar_got.eq(1), ar_addr.eq(bus.araddr)]
+            m.d.sync += [ar_got.eq(1), ar_addr.eq(bus.araddr),
+                         ar_hit.eq(Cat(bus.araddr[word] == w for w in words))]
         with m.If(bvalid & bus.bready):
             m.d.sync += bvalid.eq(0)
         with m.If(rvalid & bus.rready):
@@ -173,21 +182,19 @@ class CSRBank(wiring.Component):
 
         # ---- write ------------------------------------------------------------------------
         with m.If(do_write):
-            m.d.sync += [aw_got.eq(0), w_got.eq(0), bvalid.eq(1), bresp.eq(OKAY)]
-            with m.Switch(aw_addr[word]):
-                for r in self._regmap:
-                    for i in range(r.words):
-                        with m.Case((r.offset >> 2) + i):
-                            port = getattr(self, r.port_name, None)
-                            if r.access == "rw":
-                                m.d.sync += port.eq((port & ~lanes | w_data & lanes) & r.mask)
-                            elif r.access == "wo":
-                                m.d.sync += [port.eq(w_data & lanes & r.mask),
-                                             getattr(self, f"{r.port_name}_stb").eq(1)]
-                            else:
-                                m.d.sync += bresp.eq(SLVERR)
-                with m.Default():
-                    m.d.sync += bresp.eq(SLVERR)
+            m.d.sync += [aw_got.eq(0), w_got.eq(0), bvalid.eq(1),
+                         bresp.eq(Mux(aw_hit.any(), OKAY, SLVERR))]
+            for r in self._regmap:
+                for i in range(r.words):
+                    with m.If(aw_hit[hit[(r.offset >> 2) + i]]):
+                        port = getattr(self, r.port_name, None)
+                        if r.access == "rw":
+                            m.d.sync += port.eq((port & ~lanes | w_data & lanes) & r.mask)
+                        elif r.access == "wo":
+                            m.d.sync += [port.eq(w_data & lanes & r.mask),
+                                         getattr(self, f"{r.port_name}_stb").eq(1)]
+                        else:
+                            m.d.sync += bresp.eq(SLVERR)
 
         # ---- read: two registered mux levels (timing: the values come from all over the
         # design, and one 60-way mux of them missed 100 MHz on ECP5 by its routes alone).
@@ -201,25 +208,23 @@ class CSRBank(wiring.Component):
         # Only the addressed group's register loads (timing: clearing them all made a
         # 640-flip-flop reset net of the read strobe); an error reads 0 at the second level.
         with m.If(do_read):
-            m.d.sync += [ar_got.eq(0), reading.eq(1), read_err.eq(1),
+            m.d.sync += [ar_got.eq(0), reading.eq(1), read_err.eq(~ar_hit.any()),
                          read_group.eq(ar_addr[word] >> self.READ_GROUP_BITS)]
-            with m.Switch(ar_addr[word]):
-                for w, (r, i) in readable.items():
-                    with m.Case(w):
-                        dst = level1[w >> self.READ_GROUP_BITS]
-                        m.d.sync += read_err.eq(0)
-                        if r.access in ("ro", "rc") and i == 0:
-                            m.d.sync += dst.eq(value[r.name][:32])
-                            if r.words == 2:
-                                m.d.sync += snapshot[r.name].eq(value[r.name][32:])
-                            if r.access == "rc":
-                                m.d.comb += getattr(self, f"{r.port_name}_rstb").eq(1)
-                        elif r.access == "ro":
-                            m.d.sync += dst.eq(snapshot[r.name])
-                        elif r.access == "rw":
-                            m.d.sync += dst.eq(getattr(self, r.port_name))
-                        else:  # wo: reads 0
-                            m.d.sync += dst.eq(0)
+            for w, (r, i) in readable.items():
+                with m.If(ar_hit[hit[w]]):
+                    dst = level1[w >> self.READ_GROUP_BITS]
+                    if r.access in ("ro", "rc") and i == 0:
+                        m.d.sync += dst.eq(value[r.name][:32])
+                        if r.words == 2:
+                            m.d.sync += snapshot[r.name].eq(value[r.name][32:])
+                        if r.access == "rc":
+                            m.d.comb += getattr(self, f"{r.port_name}_rstb").eq(1)
+                    elif r.access == "ro":
+                        m.d.sync += dst.eq(snapshot[r.name])
+                    elif r.access == "rw":
+                        m.d.sync += dst.eq(getattr(self, r.port_name))
+                    else:  # wo: reads 0
+                        m.d.sync += dst.eq(0)
         with m.If(reading):
             m.d.sync += [reading.eq(0), rvalid.eq(1), rresp.eq(Mux(read_err, SLVERR, OKAY)),
                          rdata.eq(0)]

@@ -521,7 +521,8 @@ class RowDMA(wiring.Component):
         # the whole accelerator's critical path). The W FIFO's registered room says when a
         # beat may leave the data FIFO: the W register always finds room one cycle later.
         w_layout = data.StructLayout({"data": self.data_width, "err": 1, "last": 1})
-        m.submodules.w_fifo = w_fifo = BufferedFIFO(width=w_layout.size, depth=4)
+        # 8 deep: at one beat per cycle it holds about 3, and its room needs <= depth - 3
+        m.submodules.w_fifo = w_fifo = BufferedFIFO(width=w_layout.size, depth=8)
         wbeat = Signal(8)
         w_reg, w_reg_valid = Signal(w_layout, reset_less=True), Signal()
         w_last = wbeat == wlen_fifo.r_data

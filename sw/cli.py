@@ -159,8 +159,8 @@ def build_parser():
                         epilog="blocks: cam, learner, cam+learner, cold-key-set, accelerator (the "
                         "whole top). The ECP5 configuration is the product one (16384-entry "
                         "CAM) at 125 MHz (the whole accelerator: 100 MHz); iCE40 UP5K gets a "
-                        "reduced one (1024 entries) at 30 MHz. A place and route that does "
-                        "not finish in its time limit (the whole accelerator: 20 min) is an "
+                        "reduced one (1024 entries) at 30 MHz. A place and route that fails or "
+                        "does not finish in its time limit (the whole accelerator: 20 min) is an "
                         "error: try another --seed.\n\nexample:\n  hotline "
                         "fpga report cam+learner --device ecp5-85f --json synth.json",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -169,7 +169,8 @@ def build_parser():
     p.add_argument("--device", choices=("ecp5-85f", "ice40-up5k"), default="ecp5-85f")
     p.add_argument("--freq", type=float, metavar="MHZ", help="clock constraint (default: target)")
     p.add_argument("--seed", type=int, help="nextpnr's placement seed (default: 1; the whole "
-                   "accelerator: 1, then 2, then 3 while one runs past its time limit)")
+                   "accelerator: 1, then 2, then 3 while one fails or runs past its time "
+                   "limit)")
     p.add_argument("--build-dir", default="build/synth")
     p.add_argument("--json", metavar="OUT")
     p.set_defaults(func=cmd_fpga_report)
