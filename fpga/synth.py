@@ -124,7 +124,7 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
     try:
         _run([_tool(dev["pnr"]), *dev["args"], *constraints, "--json", "top.json",
               "--freq", str(freq_mhz), "--seed", str(seed), "--report", "report.json",
-              *pnr_args], out / "nextpnr.log", pnr_timeout)
+              "--detailed-timing-report", *pnr_args], out / "nextpnr.log", pnr_timeout)
     except subprocess.TimeoutExpired:
         raise PlaceRouteTimeout(f"nextpnr did not finish in {pnr_timeout / 60:g} min (seed "
                                 f"{seed}: routing did not converge?); see "
@@ -148,7 +148,13 @@ def read_reports(out, top, device, stat="stat.json", report="report.json"):
 
     Returns lut4, ff, bram (cells after synthesis), lut4_available/ff_available/bram_available
     and utilization (nextpnr's per-bel used/available), fmax_mhz (the slowest clock's; 0.0
-    without clocked paths) and clocks ({net: {"achieved", "constraint"}} in MHz).
+    without clocked paths), clocks ({net: {"achieved", "constraint"}} in MHz) and, with
+    nextpnr's ``--detailed-timing-report``, late_endpoints: the number of register inputs
+    whose data arrives after the clock period, and worst_late: up to 8 registers
+    {"register", "arrival_ns"}, latest first, where those paths end (nextpnr's log shows only
+    the single critical path). Arrival is nextpnr's, from the launching clock edge; setup and
+    the capturing clock's network delay are not counted (on ECP5 the latest arrival equalled
+    the critical path's length), and paths from unclocked inputs are left out.
     """
     dev = DEVICES[device]
     out = Path(out)
@@ -167,4 +173,23 @@ def read_reports(out, top, device, stat="stat.json", report="report.json"):
         "utilization": util,
         "fmax_mhz": min((c["achieved"] for c in rep["fmax"].values()), default=0.0),
         "clocks": rep["fmax"],
+        **_late_endpoints(rep),
     }
+
+
+def _late_endpoints(rep):
+    if "detailed_net_timings" not in rep:
+        return {}
+    period = {f"posedge {clk}": 1000.0 / c["constraint"] for clk, c in rep["fmax"].items()}
+    late = {}
+    for net in rep["detailed_net_timings"]:
+        for end in net["endpoints"]:
+            arrival = end["delay"][1]
+            if end.get("event") in period and net.get("event") != "<async>" \
+                    and arrival > period[end["event"]]:
+                # "x.y.reg_TRELLIS_FF_Q_3" -> "x.y.reg": one entry per register, not per bit
+                register = end["cell"].split("_TRELLIS_")[0].split("$")[0]
+                late.setdefault(register, []).append(arrival)
+    worst = sorted(((max(a), r) for r, a in late.items()), reverse=True)[:8]
+    return {"late_endpoints": sum(len(a) for a in late.values()),
+            "worst_late": [{"register": r, "arrival_ns": round(t, 2)} for t, r in worst]}

@@ -384,6 +384,9 @@ def cmd_fpga_report(args):
         ("block RAM", f"{r['bram']} of {r['bram_available']} ({100 * r['bram_fraction']:.0f}%)"),
         ("Fmax", f"{r['fmax_mhz']} MHz (target {r['freq_mhz']:g} MHz: "
                  f"{'met' if r['timing_ok'] else 'MISSED'})"),
+        *([("late endpoints", f"{r['late_endpoints']:,} register inputs after "
+                              f"{1000 / r['freq_mhz']:g} ns")] if "late_endpoints" in r else []),
+        *((f"  {w['register']}", f"{w['arrival_ns']} ns") for w in r.get("worst_late", [])),
     ], ["", "value"]))
     if not r["timing_ok"]:
         _say(f"hotline fpga: {r['block']} misses {r['freq_mhz']:g} MHz on {r['device']} "

@@ -13,6 +13,18 @@ def test_place_and_route_time_limit(tmp_path):
     r = synth_report(StreamFork(8), "ice40-up5k", name="fork", freq_mhz=30, build_dir=tmp_path,
                      seed=3, pnr_timeout=300)
     assert r["seed"] == 3 and r["fmax_mhz"] > 30
+    assert r["late_endpoints"] == 0 and r["worst_late"] == []
+
+
+def test_late_endpoints_are_listed(tmp_path):
+    """Past its Fmax, the report counts the register inputs reached too late and names the
+    latest, latest first."""
+    r = synth_report(StreamFork(8), "ice40-up5k", name="fork", freq_mhz=1000, build_dir=tmp_path)
+    assert not r["timing_ok"] and r["late_endpoints"] >= len(r["worst_late"]) > 0
+    worst = r["worst_late"][0]["arrival_ns"]
+    assert [w["arrival_ns"] for w in r["worst_late"]] == sorted(
+        (w["arrival_ns"] for w in r["worst_late"]), reverse=True)
+    assert worst > 1.0                                 # the 1000 MHz period
 
 
 def test_report_tries_the_next_seed_after_a_failed_place_and_route(monkeypatch, tmp_path):
