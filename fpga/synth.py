@@ -69,13 +69,13 @@ class PinTop(Elaboratable):
                 (inputs if member.flow == wiring.In else outputs).append(value)
         chain = self.sin
         for value in inputs:
-            reg = Signal(len(Value.cast(value)), name="in_reg", reset_less=True)
+            reg = Signal(len(Value.cast(value)), name="in_reg")
             m.d.sync += reg.eq(Cat(chain, reg[:-1]) if len(reg) > 1 else chain)
             m.d.comb += value.eq(reg)
             chain = reg[-1]
         folded = 0
         for value in outputs:
-            reg = Signal(len(Value.cast(value)), name="out_reg", reset_less=True)
+            reg = Signal(len(Value.cast(value)), name="out_reg")
             m.d.sync += reg.eq(value)
             folded ^= reg.xor()
         m.d.sync += self.sout.eq(folded ^ chain)
