@@ -21,12 +21,13 @@ from .synth import DEVICES, PlaceRouteError, synth_report
 TARGET_MHZ = {"ecp5-85f": 125, "ice40-up5k": 30}
 BLOCK_TARGET_MHZ = {("accelerator", "ecp5-85f"): 100}
 # The whole top: flat, YoWASP yosys exits without a word after its ABC9 runs (not a size limit:
-# some single modules do it too; docs/toolchain.md item 1), so it is mapped module by module,
-# with plain ABC (ABC9 dies on the 16384-entry cold-key set's module too); nextpnr's router2
+# some single modules do it too; docs/toolchain.md item 1), so it is mapped module by module
+# (`-noabc9` was meant for plain ABC, but Yosys 0.70's synth_ecp5 ignores it); nextpnr's router2
 # routes it in minutes where router1 had not converged after an hour. A heavier timing weight
 # in the placer keeps the block-RAM address routes off the critical path (61.4 -> 70.7 MHz on
-# one netlist); timing-driven rip-up in both routers took one netlist and seed from 95.4 to
-# 98.3 MHz.
+# one netlist); timing-driven rip-up (`--router2-tmg-ripup`, with `--tmg-ripup`, router1's
+# switch) took one netlist from 95.4 to 98.3 MHz and the next from 83.9 to 101.0 MHz (seed 1
+# both), though at one seed its routing diverged (the time limit and the next seed cover it).
 BLOCK_FLOW = {"accelerator": {"synth_args": "-noflatten -noabc9",
                               "pnr_args": ("--router", "router2",
                                            "--placer-heap-timingweight", "30",
