@@ -8,6 +8,7 @@ cell counts, utilisation against the device and the clock's Fmax. The numbers in
 wrapper (one flip-flop per component port bit, one XOR tree).
 """
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -188,7 +189,7 @@ def _late_endpoints(rep):
             if end.get("event") in period and net.get("event") != "<async>" \
                     and arrival > period[end["event"]]:
                 # "x.y.reg_TRELLIS_FF_Q_3" -> "x.y.reg": one entry per register, not per bit
-                register = end["cell"].split("_TRELLIS_")[0].split("$")[0]
+                register = re.split(r"_(?:TRELLIS|SB)_", end["cell"])[0].replace("\\$", "$")
                 late.setdefault(register, []).append(arrival)
     worst = sorted(((max(a), r) for r, a in late.items()), reverse=True)[:8]
     return {"late_endpoints": sum(len(a) for a in late.values()),
