@@ -228,8 +228,6 @@ class HotlineAccelerator(wiring.Component):
         learner_valid = Signal()
         addr_stb, addr = Signal(), Signal.like(csr.learner_addr, reset_less=True)
         m.d.sync += [addr_stb.eq(csr.learner_addr_stb), addr.eq(csr.learner_addr)]
-        with m.If(csr.learner_addr_stb):
-            m.d.sync += learner_valid.eq(0)
         with m.If(addr_stb):
             m.d.sync += [learner.read_addr.eq(addr), read_wait.eq(READ_LATENCY + 1)]
         with m.Elif(read_wait != 0):
@@ -238,6 +236,8 @@ class HotlineAccelerator(wiring.Component):
                 m.d.sync += [csr.learner_key.eq(learner.read_data.key),
                              csr.learner_count.eq(learner.read_data.count),
                              learner_valid.eq(1)]
+        with m.If(csr.learner_addr_stb):  # last: a new request hides an earlier one's end
+            m.d.sync += learner_valid.eq(0)
 
         # ---- status, errors, counters ---------------------------------------------------
         running_scatter = Signal()
