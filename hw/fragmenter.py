@@ -16,8 +16,8 @@ behind its own FIFO:
 
 ``cmd`` / ``resp`` / ``moves`` are the CAM's command ports (load the hot set between batches).
 ``counters`` count lookups, hits, samples, popular samples, cold rows, batches and cold-set
-overflows since reset or ``clear_counters`` (48 bits, wrapping; they lag the output beats by
-one cycle, and a beat in the cycle before the clearing one is counted after it).
+overflows since reset or ``clear_counters`` (48 bits, wrapping; ``lagged_count``: they lag the
+output beats, and a beat in the clearing cycle is counted after the clear).
 
 Timing: one lookup per cycle sustained, also across batch boundaries (the cold set needs no
 clearing pass between batches, except one pass of ``cold_capacity // 8`` cycles every 255

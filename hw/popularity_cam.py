@@ -115,7 +115,8 @@ class OutputQueue(wiring.Component):
         # went into every payload bit's next-state function (ABC9 merged them: 600 LUT4 and
         # 3-level wide-LUT trees for a 70-bit queue, against 100 LUT4 this way).
         empty, full = Signal(init=1), Signal()
-        payload = Signal.like(self.o.payload, name="payload", reset_less=True)  # valid says
+        # no reset for the payload: o.valid says whether it holds an entry
+        payload = Signal.like(self.o.payload, name="payload", reset_less=True)
         m.d.comb += self.o.payload.eq(payload)
         load = ~self.o.valid | self.o.ready      # the output register takes an entry
         push = self.i.valid & self.i.ready
