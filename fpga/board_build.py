@@ -19,12 +19,11 @@ from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth_boards.resources import UARTResource
 
-from hotline.hw.replica import KEEP_REPLICAS
 from hotline.hw.uart import UARTRx, UARTTx
 
 from .board_top import uart_pins
 from .boards import board
-from .synth import _tool, read_reports
+from .synth import SCRIPT_AFTER_READ, _tool, read_reports
 
 __all__ = ["EchoTop", "BoardBuildError", "board_platform", "build_board"]
 
@@ -132,7 +131,7 @@ def build_board(name, build_dir="build/boards", seed=1, top=None):
     plan = platform.prepare(
         top, name=top_name,
         nextpnr_opts=f"--seed {seed} --report report.json --timing-allow-fail",
-        script_after_read=KEEP_REPLICAS, script_after_synth="tee -q -o stat.json stat -json")
+        script_after_read=SCRIPT_AFTER_READ, script_after_synth="tee -q -o stat.json stat -json")
     plan.extract(out)
     for stale in (bitstream, out / "stat.json", out / "report.json"):
         stale.unlink(missing_ok=True)

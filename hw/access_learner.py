@@ -31,6 +31,7 @@ from amaranth.utils import exact_log2
 
 from .bram import BucketTable
 from .hashing import h3_hash, h3_masks
+from .replica import replica
 
 __all__ = ["AccessLearner", "READ_LATENCY", "WINDOW", "entry_layout", "readout_layout"]
 
@@ -99,7 +100,7 @@ class AccessLearner(wiring.Component):
     cycle t is hashed in t+1, addresses its bucket in t+2 (and is checked against the hazard
     window), gets its verdict and finds the in-flight updates of its bucket in t+3, has the
     bucket word in t+5 (block RAM, its output register, a fabric register), compares keys
-    and counts and finds the minimum in t+5, picks its way in t+6, computes count + 1 in t+7
+    and counts in t+5, finds the minimum and picks its way in t+6, computes count + 1 in t+7
     and writes in t+8.
     The updates of the 6 keys ahead of it reach the block RAM too late for its read; under
     the hazard rule those of its bucket carry its own key, so it takes the youngest one's way
@@ -136,10 +137,22 @@ class AccessLearner(wiring.Component):
         bucket_bits = self.bucket_bits
 
         # The forwards below cover every update the read cannot see, and no key uses a word
-        # read in the cycle its bucket is written.
-        m.submodules.table = table = BucketTable(
-            depth=self.buckets, ways=ways, width=self.entry.size, primitive=self.primitive)
-        word = data.ArrayLayout(self.entry, ways)(table.read_data)
+        # read in the cycle its bucket is written. One table per way, each with its own copy
+        # of the address registers (`replica`; timing: one register driving the address pins
+        # of all 8 x ways block RAMs had 9-10 ns routes).
+        lanes = []
+        for w in range(ways):
+            m.submodules[f"table{w}"] = lane = BucketTable(
+                depth=self.buckets, ways=1, width=self.entry.size, primitive=self.primitive)
+            lanes.append(lane)
+        read_addr = [replica(bucket_bits, f"read_addr{w}") for w in range(ways)]
+        write_addr = [replica(bucket_bits, f"write_addr{w}") for w in range(ways)]
+        write_en = Signal(ways)
+        write_data = Signal(self.entry)   # driven below
+        for w, lane in enumerate(lanes):
+            m.d.comb += [lane.read_addr.eq(read_addr[w]), lane.write_addr.eq(write_addr[w]),
+                         lane.write_en.eq(write_en[w]), lane.write_data.eq(write_data)]
+        word = data.ArrayLayout(self.entry, ways)(Cat(lane.read_data for lane in lanes))
 
         window = Signal()
         with m.If(self.stop):
@@ -176,7 +189,7 @@ class AccessLearner(wiring.Component):
         s2 = stage("s2", s1.valid, key=s1.key, bucket=bucket)
         # The read address is chosen a cycle ahead: it reaches the block RAMs straight from a
         # flip-flop.
-        m.d.sync += table.read_addr.eq(Mux(s1.valid, bucket, self.read_addr[way_bits:]))
+        m.d.sync += [a.eq(Mux(s1.valid, bucket, self.read_addr[way_bits:])) for a in read_addr]
 
         history = [SimpleNamespace(valid=Signal(name=f"hist{d}_valid"),
                                    bucket=Signal(bucket_bits, name=f"hist{d}_bucket",
@@ -208,24 +221,26 @@ class AccessLearner(wiring.Component):
         # t+4: the table's registers carry the word away from the block RAM.
         s5 = stage("s5", s4.valid, key=s4.key, bucket=s4.bucket, fwd=s4.fwd)
 
-        # t+5: the bucket word; hits, every pairwise count comparison, and from those the
-        # minimum (one-hot, lowest way on ties), so t+6 starts from flip-flops.
+        # t+5: the bucket word; hits and every pairwise count comparison, registered (timing:
+        # the minimum's AND after the compares' carry chains was a critical path).
         hits = Cat(word[w].valid & (word[w].key == s5.key) for w in range(ways))
-        lower = {(w, v): word[w].count < word[v].count for w in range(ways) for v in range(w)}
+        pairs = [(w, v) for w in range(ways) for v in range(w)]
+        s6 = stage("s6", s5.valid, key=s5.key, bucket=s5.bucket, fwd=s5.fwd, hits=hits,
+                   lower=Cat(word[w].count < word[v].count for w, v in pairs),
+                   counts=Cat(word[w].count for w in range(ways)))
+
+        # t+6: the minimum (one-hot, lowest way on ties), the way (the hit, else the minimum)
+        # and its count, both selected while the hit test runs.
+        lower = dict(zip(pairs, s6.lower))
         minimum = Cat(Cat([lower[w, v] for v in range(w)] +
                           [~lower[v, w] for v in range(w + 1, ways)]).all()
                       for w in range(ways))
-        s6 = stage("s6", s5.valid, key=s5.key, bucket=s5.bucket, fwd=s5.fwd, hits=hits,
-                   minimum=minimum, counts=Cat(word[w].count for w in range(ways)))
-
-        # t+6: the way (the hit, else the minimum) and its count, both selected while the
-        # hit test runs.
         hit = s6.hits.any()
         counts = [s6.counts.word_select(w, count_bits) for w in range(ways)]
         s7 = stage("s7", s6.valid, key=s6.key, bucket=s6.bucket, fwd=s6.fwd,
-                   lanes=Mux(hit, s6.hits, s6.minimum),
+                   lanes=Mux(hit, s6.hits, minimum),
                    count=Mux(hit, _one_hot_select(s6.hits, counts),
-                             _one_hot_select(s6.minimum, counts)))
+                             _one_hot_select(minimum, counts)))
 
         # t+7: count + 1 (saturating) of the chosen entry, or of the youngest forwarded one.
         # The result registers after r1 hold count + 1 already, so the loop through r1 is
@@ -238,8 +253,7 @@ class AccessLearner(wiring.Component):
             return wide[:count_bits]
 
         new_way, new_count = Signal(way_bits), Signal(count_bits)   # driven below
-        results = [stage("r1", s7.valid, key=s7.key, bucket=s7.bucket, way=new_way,
-                         count=new_count)]
+        results = [stage("r1", s7.valid, bucket=s7.bucket, way=new_way, count=new_count)]
         r1_next = plus_one(results[0].count)
         for d in range(2, WINDOW + 1):
             prev = results[-1]
@@ -267,9 +281,10 @@ class AccessLearner(wiring.Component):
         m.d.comb += in_flight.eq(_first(Cat(a.valid & (a.bucket == s3.bucket) for a in ahead)))
 
         # t+8: write-back. A clear cancels every key in flight, so the wipe owns the port. The
-        # write address and enables are chosen a cycle ahead and the wipe's zero entry is a
-        # reset of r1: the block RAMs (8 x ways of them, spread out) get the write port
-        # straight from flip-flops.
+        # write address, enables and data are chosen a cycle ahead and the wipe's zero entry
+        # is a reset of the data register: the block RAMs (8 x ways of them, spread out) get
+        # the write port straight from flip-flops. The data register is a copy of r1's key and
+        # count (timing: r1's count, in the increment loop, was pulled towards the RAMs).
         wipe_addr = Signal(bucket_bits)
         wipe_last = Signal()   # wipe_addr == buckets - 1, from a register (timing)
         with m.If(self.clear):
@@ -280,16 +295,18 @@ class AccessLearner(wiring.Component):
             with m.If(wipe_last):
                 m.d.sync += self.clearing.eq(0)
         wiping = self.clear | (self.clearing & ~wipe_last)   # clearing in the next cycle
+        write_key = replica(key_bits, "write_key")
+        write_count = replica(count_bits, "write_count")
+        m.d.sync += [write_key.eq(s7.key), write_count.eq(new_count)]
         with m.If(wiping):
-            m.d.sync += [results[0].key.eq(0), results[0].count.eq(0)]
+            m.d.sync += [write_key.eq(0), write_count.eq(0)]
         m.d.sync += [
-            table.write_addr.eq(Mux(wiping, Mux(self.clear, 0, wipe_addr + 1), s7.bucket)),
-            table.write_en.eq(Mux(wiping, 2**ways - 1,
-                                  Mux(s7.valid & ~self.clear, new_lanes, 0))),
+            *(a.eq(Mux(wiping, Mux(self.clear, 0, wipe_addr + 1), s7.bucket)) for a in write_addr),
+            write_en.eq(Mux(wiping, 2**ways - 1, Mux(s7.valid & ~self.clear, new_lanes, 0))),
         ]
         r1, written_valid = results[0], Signal()
         m.d.sync += written_valid.eq(~wiping)  # every count written is >= 1
-        m.d.comb += table.write_data.eq(Cat(r1.key, r1.count, written_valid))
+        m.d.comb += write_data.eq(Cat(write_key, write_count, written_valid))
 
         busy = Cat(s.valid for s in (s1, s2, s3, s4, s5, s6, s7, r1)).any()
         m.d.comb += self.idle.eq(~window & ~self.clearing & ~busy)

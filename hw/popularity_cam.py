@@ -46,6 +46,7 @@ from amaranth.utils import bits_for, ceil_log2
 
 from .bram import BucketTable
 from .hashing import h3_hash, h3_masks
+from .replica import replica
 
 __all__ = ["CAMOp", "CAMStatus", "OutputQueue", "PopularityCAM"]
 
@@ -316,6 +317,9 @@ class PopularityCAM(wiring.Component):
 
         op = Signal(CAMOp)
         key = Signal(self.key_width, reset_less=True)
+        # A copy of the command's key for HOME_MATCH's compares (timing: ``key`` also drives the
+        # write data of every table block RAM, which pulled it away from the compare logic)
+        match_key = replica(self.key_width, "match_key")
         home = Array(Signal(bucket_bits, name=f"home{t}", reset_less=True) for t in tables)
         clear_count = Signal(bucket_bits)
         clear_cmd = Signal()
@@ -426,7 +430,8 @@ class PopularityCAM(wiring.Component):
                 # the lookup's hash wins, and CLEAR reads nothing).
                 read_next(*(self._hash(t, self.cmd.payload.key) for t in tables))
                 with m.If(self.cmd.valid & self.cmd.ready):
-                    m.d.sync += [op.eq(self.cmd.payload.op), key.eq(self.cmd.payload.key)]
+                    m.d.sync += [op.eq(self.cmd.payload.op), key.eq(self.cmd.payload.key),
+                                 match_key.eq(self.cmd.payload.key)]
                     m.d.sync += [home[t].eq(self._hash(t, self.cmd.payload.key)) for t in tables]
                     with m.If(self.cmd.payload.op == CAMOp.CLEAR):
                         m.d.sync += [clear_count.eq(0), clear_cmd.eq(1)]
@@ -442,8 +447,9 @@ class PopularityCAM(wiring.Component):
             # The key compares, then what follows from them, get a cycle each, so HOME_EVAL
             # only decides, from flip-flops.
             with state("HOME_MATCH"):
-                m.d.sync += [found_r[t].eq(Cat(way_match(bucket_data[t], key))) for t in tables]
-                m.d.sync += in_stash_r.eq(Cat(stash_match(key)))
+                m.d.sync += [found_r[t].eq(Cat(way_match(bucket_data[t], match_key)))
+                             for t in tables]
+                m.d.sync += in_stash_r.eq(Cat(stash_match(match_key)))
                 goto("HOME_DECODE")
 
             with state("HOME_DECODE"):

@@ -433,24 +433,25 @@ class RowDMA(wiring.Component):
         maxb = self.max_burst_beats * bus_bytes
 
         def decide(op):
-            """(chunk bytes, beats - 1, last chunk of the row) of ``op``'s next chunk: parallel
-            compares, then one select."""
+            """(chunk bytes, last chunk of the row) of ``op``'s next chunk: parallel compares,
+            then one select."""
             s_le_d, s_le_m, d_le_m = (op.room_src <= op.room_dst, op.room_src <= maxb,
                                       op.room_dst <= maxb)
             last = (op.rem <= op.room_src) & (op.rem <= op.room_dst) & (op.rem <= maxb)
             pick_s = s_le_d & s_le_m
             pick_d = ~s_le_d & d_le_m
             chunk = Mux(last, op.rem, Mux(pick_s, op.room_src, Mux(pick_d, op.room_dst, maxb)))
-            beats_m1 = [((x >> shift) - 1)[:8] for x in (op.rem, op.room_src, op.room_dst,
-                                                        C(maxb, 13))]
-            length = Mux(last, beats_m1[0],
-                         Mux(pick_s, beats_m1[1], Mux(pick_d, beats_m1[2], beats_m1[3])))
-            return chunk, length, last
+            return chunk, last
 
         head = op_layout(op_fifo.r_data)
         cur = Signal(op_layout, reset_less=True)   # cur_valid says whether it holds one
-        cur_valid, decided = Signal(), Signal()
-        chunk, burst_len, last = Signal(13), Signal(8), Signal()
+        cur_valid = Signal()
+        decided = Signal()
+        chunk = Signal(13)
+        last = Signal()
+        # AXI length of the decided chunk, from its register (timing: computed per candidate
+        # before the select, Yosys shared the four decrements after it, on the compares' path)
+        burst_len = ((chunk >> shift) - 1)[:8]
         ev_room = fifo_room(m, ev_fifo, "ev")
         # one register for the four: the AND of four rooms was two gates of the critical path
         issue_ok = fifo_room(m, [ar_fifo, aw_fifo, wlen_fifo, ev_fifo], "issue")
@@ -459,15 +460,15 @@ class RowDMA(wiring.Component):
         finished = issue_mark | (issue_row & last)
         load = op_fifo.r_rdy & (~cur_valid | finished)
         m.d.comb += op_fifo.r_en.eq(load)
-        head_chunk, head_len, head_last = decide(head)
-        cur_chunk, cur_len, cur_last = decide(cur)
+        head_chunk, head_last = decide(head)
+        cur_chunk, cur_last = decide(cur)
 
         def room_after(room):
             return Mux(room == chunk, PAGE, room - chunk)
 
         with m.If(load):
             m.d.sync += [cur.eq(head), cur_valid.eq(1), decided.eq(1),
-                         chunk.eq(head_chunk), burst_len.eq(head_len), last.eq(head_last)]
+                         chunk.eq(head_chunk), last.eq(head_last)]
         with m.Elif(finished):
             m.d.sync += cur_valid.eq(0)
         with m.Elif(issue_row):  # more chunks: advance, decide the next one in the next cycle
@@ -475,8 +476,7 @@ class RowDMA(wiring.Component):
                          cur.rem.eq(cur.rem - chunk), cur.room_src.eq(room_after(cur.room_src)),
                          cur.room_dst.eq(room_after(cur.room_dst)), decided.eq(0)]
         with m.Elif(cur_valid & ~decided):
-            m.d.sync += [chunk.eq(cur_chunk), burst_len.eq(cur_len), last.eq(cur_last),
-                         decided.eq(1)]
+            m.d.sync += [chunk.eq(cur_chunk), last.eq(cur_last), decided.eq(1)]
 
         ev_in = Signal(ev_layout)
         m.d.comb += [

