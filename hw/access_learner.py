@@ -237,14 +237,17 @@ class AccessLearner(wiring.Component):
                       for w in range(ways))
         hit = s6.hits.any()
         counts = [s6.counts.word_select(w, count_bits) for w in range(ways)]
-        s7 = stage("s7", s6.valid, key=s6.key, bucket=s6.bucket, fwd=s6.fwd,
+        # A count forwarded in t+7 from r2..r6 is in r1..r5 now (the result registers shift
+        # every cycle): it is selected here, a cycle early, so the loop through r1 keeps only
+        # its own increment and a 2:1 select (timing).
+        early = Signal(count_bits)   # driven below, once the result registers exist
+        s7 = stage("s7", s6.valid, key=s6.key, bucket=s6.bucket, fwd=s6.fwd, early=early,
                    lanes=Mux(hit, s6.hits, minimum),
                    count=Mux(hit, _one_hot_select(s6.hits, counts),
                              _one_hot_select(minimum, counts)))
 
         # t+7: count + 1 (saturating) of the chosen entry, or of the youngest forwarded one.
-        # The result registers after r1 hold count + 1 already, so the loop through r1 is
-        # one increment and one select.
+        # The result registers after r1 hold count + 1 already.
         def plus_one(count):
             # Saturation adds 0 to an all-ones count, so no select follows the carry chain (a
             # select on the carry out fanned out to every bit: timing).
@@ -257,10 +260,12 @@ class AccessLearner(wiring.Component):
         r1_next = plus_one(results[0].count)
         for d in range(2, WINDOW + 1):
             prev = results[-1]
-            # Only r2 is still matched against a bucket (see `ahead` below).
-            bucket = {"bucket": prev.bucket} if d == 2 else {}
-            results.append(stage(f"r{d}", prev.valid, way=prev.way,
-                                 next=r1_next if d == 2 else prev.next, **bucket))
+            # Only r2 is still matched against a bucket (see `ahead` below); the last one's
+            # count is taken from the one before it (`early`).
+            fields = {"bucket": prev.bucket} if d == 2 else {}
+            if d < WINDOW:
+                fields["next"] = r1_next if d == 2 else prev.next
+            results.append(stage(f"r{d}", prev.valid, way=prev.way, **fields))
         own_way = _one_hot_select(s7.lanes, [Const(w, way_bits) for w in range(ways)])
         forward = s7.fwd.any()
         sources = Cat(s7.fwd, ~forward)
@@ -271,8 +276,10 @@ class AccessLearner(wiring.Component):
                                     + [s7.lanes])
         m.d.comb += [
             new_way.eq(_one_hot_select(sources, [r.way for r in results] + [own_way])),
-            new_count.eq(_one_hot_select(
-                sources, [r1_next] + [r.next for r in results[1:]] + [plus_one(s7.count)])),
+            early.eq(_one_hot_select(s6.fwd[1:],
+                                     [r1_next] + [r.next for r in results[1:WINDOW - 1]])),
+            new_count.eq(Mux(s7.fwd[0], r1_next,
+                             Mux(s7.fwd[1:].any(), s7.early, plus_one(s7.count)))),
         ]
 
         # Back in t+3: the key d places ahead of the one in stage 3 is in stage 3 + d, and

@@ -61,14 +61,14 @@ Organisation:
   multiplier inputs; S3 partial products (17 x 16 bits: one ECP5 DSP each); S4 products;
   S5 addresses, cause -> chunker. Descriptor writes go through the same kind of pipeline
   (products and bound check precomputed once per descriptor).
-- op FIFO (4 entries): decouples the key pipeline's enable from the chunker, and computes the
-  bytes to the next 4 KiB page of source and destination.
+- op FIFO (6 entries, 4 used: its room is registered): decouples the key pipeline's enable from
+  the chunker, and computes the bytes to the next 4 KiB page of source and destination.
 - chunker: the size of an op's first chunk is decided when the op is loaded (parallel compares,
-  one select, registered); a row that needs more chunks spends one more cycle per further chunk
-  deciding it. So one single-chunk row per cycle, one chunk per 2 cycles within a multi-chunk
-  row (which has >= max_burst_beats beats per chunk except around a page boundary). Chunks go
-  into four FIFOs: AR, AW, W lengths, events (per chunk: needs a write response, last chunk of
-  a row; per refused row; per batch end).
+  one select, registered; the AXI length is derived from that register); a row that needs more
+  chunks spends one more cycle per further chunk deciding it. So one single-chunk row per
+  cycle, one chunk per 2 cycles within a multi-chunk row (which has >= max_burst_beats beats per
+  chunk except around a page boundary). Chunks go into four FIFOs: AR, AW, W lengths, events
+  (per chunk: needs a write response, last chunk of a row; per refused row; per batch end).
 - reads are credit-based: an AR is issued only when the read-data FIFO (``fifo_beats`` beats)
   has room for all its beats counting every beat still in flight, so R data always lands and
   ``rready`` never depends on the W channel. Many reads are outstanding: up to ``fifo_beats``
