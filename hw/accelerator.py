@@ -211,15 +211,22 @@ class HotlineAccelerator(wiring.Component):
         ]
         resp = frag.resp.payload.shape()(resp_f.r_data)
         move = frag.moves.payload.shape()(moves_f.r_data)
+        # A read pops the entry it sampled in the next cycle (timing: the CSR read strobe
+        # reached the FIFOs' read logic across the die). Only an entry there when sampled is
+        # popped, and nothing else pops it in between; the next read of the register is at
+        # least 3 cycles later.
+        resp_pop, move_pop = Signal(), Signal()
+        m.d.sync += [resp_pop.eq(csr.cam_resp_rstb & resp_f.r_rdy),
+                     move_pop.eq(csr.cam_move_rstb & moves_f.r_rdy)]
         m.d.comb += [
             # Gated: an empty FIFO's read data is undefined (X in a 4-state simulator).
             csr.cam_resp.eq(Mux(resp_f.r_rdy, Cat(resp.slot, C(0, 16 - cam.slot_width),
                                 resp.moves, C(0, 8 - len(resp.moves)), resp.status,
                                 C(0, 5), C(1, 1)), 0)),
-            resp_f.r_en.eq(csr.cam_resp_rstb),
+            resp_f.r_en.eq(resp_pop),
             csr.cam_move.eq(Mux(moves_f.r_rdy, Cat(move.src, C(0, 15 - cam.slot_width), move.dst,
                                 C(0, 15 - cam.slot_width), C(0, 1), C(1, 1)), 0)),
-            moves_f.r_en.eq(csr.cam_move_rstb),
+            moves_f.r_en.eq(move_pop),
         ]
 
         # ---- learner readout ------------------------------------------------------------

@@ -223,7 +223,11 @@ class AccessLearner(wiring.Component):
 
         # t+5: the bucket word; hits and every pairwise count comparison, registered (timing:
         # the minimum's AND after the compares' carry chains was a critical path).
-        hits = Cat(word[w].valid & (word[w].key == s5.key) for w in range(ways))
+        # Each way compares with its own copy of the key (timing: one register fanned out to
+        # the compares beside all the ways' block RAMs).
+        match_key = [replica(key_bits, f"s5_key{w}") for w in range(ways)]
+        m.d.sync += [k.eq(s4.key) for k in match_key]
+        hits = Cat(word[w].valid & (word[w].key == match_key[w]) for w in range(ways))
         pairs = [(w, v) for w in range(ways) for v in range(w)]
         s6 = stage("s6", s5.valid, key=s5.key, bucket=s5.bucket, fwd=s5.fwd, hits=hits,
                    lower=Cat(word[w].count < word[v].count for w, v in pairs),

@@ -317,9 +317,10 @@ class PopularityCAM(wiring.Component):
 
         op = Signal(CAMOp)
         key = Signal(self.key_width, reset_less=True)
-        # A copy of the command's key for HOME_MATCH's compares (timing: ``key`` also drives the
-        # write data of every table block RAM, which pulled it away from the compare logic)
-        match_key = replica(self.key_width, "match_key")
+        # Copies of the command's key for HOME_MATCH's compares, one per table and one for the
+        # stash (timing: ``key`` also drives the write data of every table block RAM, which
+        # pulled it away from the compare logic; one copy for all sat between them)
+        match_key = [replica(self.key_width, f"match_key{i}") for i in range(3)]
         home = Array(Signal(bucket_bits, name=f"home{t}", reset_less=True) for t in tables)
         clear_count = Signal(bucket_bits)
         clear_cmd = Signal()
@@ -431,7 +432,7 @@ class PopularityCAM(wiring.Component):
                 read_next(*(self._hash(t, self.cmd.payload.key) for t in tables))
                 with m.If(self.cmd.valid & self.cmd.ready):
                     m.d.sync += [op.eq(self.cmd.payload.op), key.eq(self.cmd.payload.key),
-                                 match_key.eq(self.cmd.payload.key)]
+                                 *(k.eq(self.cmd.payload.key) for k in match_key)]
                     m.d.sync += [home[t].eq(self._hash(t, self.cmd.payload.key)) for t in tables]
                     with m.If(self.cmd.payload.op == CAMOp.CLEAR):
                         m.d.sync += [clear_count.eq(0), clear_cmd.eq(1)]
@@ -447,9 +448,9 @@ class PopularityCAM(wiring.Component):
             # The key compares, then what follows from them, get a cycle each, so HOME_EVAL
             # only decides, from flip-flops.
             with state("HOME_MATCH"):
-                m.d.sync += [found_r[t].eq(Cat(way_match(bucket_data[t], match_key)))
+                m.d.sync += [found_r[t].eq(Cat(way_match(bucket_data[t], match_key[t])))
                              for t in tables]
-                m.d.sync += in_stash_r.eq(Cat(stash_match(match_key)))
+                m.d.sync += in_stash_r.eq(Cat(stash_match(match_key[2])))
                 goto("HOME_DECODE")
 
             with state("HOME_DECODE"):

@@ -279,6 +279,11 @@ class RowDMA(wiring.Component):
         done_fire = self.done.valid & self.done.ready
         m.d.sync += [pending.eq(pending + cmd_fire - done_fire),
                      inflight.eq(inflight + cmd_fire - batch_end)]
+        # inflight == 0, a cycle late (timing: the compare was in the loop through cmd.ready
+        # and the top's command FIFOs). It only delays a change of direction by that cycle: the
+        # front spends SETUP_CYCLES outside IDLE after every command.
+        drained = Signal(init=1)
+        m.d.sync += drained.eq(inflight == 0)
         m.d.comb += self.busy.eq(pending != 0)
 
         with m.FSM(name="front"):
@@ -286,7 +291,7 @@ class RowDMA(wiring.Component):
                 if self.direction is None:
                     # a change of direction waits until every earlier batch has completed
                     m.d.comb += self.cmd.ready.eq(
-                        (inflight == 0) | (self.cmd.payload.scatter == batch_scatter))
+                        drained | (self.cmd.payload.scatter == batch_scatter))
                 else:
                     m.d.comb += self.cmd.ready.eq(1)
                 with m.If(cmd_fire):
