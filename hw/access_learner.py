@@ -229,9 +229,13 @@ class AccessLearner(wiring.Component):
         m.d.sync += [k.eq(s4.key) for k in match_key]
         hits = Cat(word[w].valid & (word[w].key == match_key[w]) for w in range(ways))
         pairs = [(w, v) for w in range(ways) for v in range(w)]
+        # Every count travels with its flag "all ones" (``full``), found beside the compares
+        # here and kept up to date with each increment, so a saturating increment needs no
+        # all-ones test in front of its carry chain (timing: that was the loop through r1).
         s6 = stage("s6", s5.valid, key=s5.key, bucket=s5.bucket, fwd=s5.fwd, hits=hits,
                    lower=Cat(word[w].count < word[v].count for w, v in pairs),
-                   counts=Cat(word[w].count for w in range(ways)))
+                   counts=Cat(word[w].count for w in range(ways)),
+                   full=Cat(word[w].count.all() for w in range(ways)))
 
         # t+6: the minimum (one-hot, lowest way on ties), the way (the hit, else the minimum)
         # and its count, both selected while the hit test runs.
@@ -244,24 +248,26 @@ class AccessLearner(wiring.Component):
         # A count forwarded in t+7 from r2..r6 is in r1..r5 now (the result registers shift
         # every cycle): it is selected here, a cycle early, so the loop through r1 keeps only
         # its own increment and a 2:1 select (timing).
-        early = Signal(count_bits)   # driven below, once the result registers exist
+        # driven below, once the result registers exist
+        early, early_full = Signal(count_bits), Signal()
         s7 = stage("s7", s6.valid, key=s6.key, bucket=s6.bucket, fwd=s6.fwd, early=early,
-                   lanes=Mux(hit, s6.hits, minimum),
+                   early_full=early_full, lanes=Mux(hit, s6.hits, minimum),
                    count=Mux(hit, _one_hot_select(s6.hits, counts),
-                             _one_hot_select(minimum, counts)))
+                             _one_hot_select(minimum, counts)),
+                   full=Mux(hit, (s6.hits & s6.full).any(), (minimum & s6.full).any()))
 
         # t+7: count + 1 (saturating) of the chosen entry, or of the youngest forwarded one.
         # The result registers after r1 hold count + 1 already.
-        def plus_one(count):
-            # Saturation adds 0 to an all-ones count, so no select follows the carry chain (a
-            # select on the carry out fanned out to every bit: timing).
-            wide = Signal(count_bits + 1)
-            m.d.comb += wide.eq(count + ~count.all())
-            return wide[:count_bits]
+        def plus_one(count, full):
+            """(count + 1 saturating, its full flag) of a count and its flag: saturation adds 0
+            to a full count, so no select follows the carry chain (a select on the carry out
+            fanned out to every bit: timing); the sum is full when count >= max - 1."""
+            return (count + ~full)[:count_bits], count[1:].all()
 
-        new_way, new_count = Signal(way_bits), Signal(count_bits)   # driven below
-        results = [stage("r1", s7.valid, bucket=s7.bucket, way=new_way, count=new_count)]
-        r1_next = plus_one(results[0].count)
+        new_way, new_count, new_full = Signal(way_bits), Signal(count_bits), Signal()
+        results = [stage("r1", s7.valid, bucket=s7.bucket, way=new_way, count=new_count,
+                         full=new_full)]
+        r1_next, r1_next_full = plus_one(results[0].count, results[0].full)
         for d in range(2, WINDOW + 1):
             prev = results[-1]
             # Only r2 is still matched against a bucket (see `ahead` below); the last one's
@@ -269,6 +275,7 @@ class AccessLearner(wiring.Component):
             fields = {"bucket": prev.bucket} if d == 2 else {}
             if d < WINDOW:
                 fields["next"] = r1_next if d == 2 else prev.next
+                fields["next_full"] = r1_next_full if d == 2 else prev.next_full
             results.append(stage(f"r{d}", prev.valid, way=prev.way, **fields))
         own_way = _one_hot_select(s7.lanes, [Const(w, way_bits) for w in range(ways)])
         forward = s7.fwd.any()
@@ -282,8 +289,11 @@ class AccessLearner(wiring.Component):
             new_way.eq(_one_hot_select(sources, [r.way for r in results] + [own_way])),
             early.eq(_one_hot_select(s6.fwd[1:],
                                      [r1_next] + [r.next for r in results[1:WINDOW - 1]])),
-            new_count.eq(Mux(s7.fwd[0], r1_next,
-                             Mux(s7.fwd[1:].any(), s7.early, plus_one(s7.count)))),
+            early_full.eq(_one_hot_select(
+                s6.fwd[1:], [r1_next_full] + [r.next_full for r in results[1:WINDOW - 1]])),
+            Cat(new_count, new_full).eq(Mux(s7.fwd[0], Cat(r1_next, r1_next_full),
+                                            Mux(s7.fwd[1:].any(), Cat(s7.early, s7.early_full),
+                                                Cat(*plus_one(s7.count, s7.full))))),
         ]
 
         # Back in t+3: the key d places ahead of the one in stage 3 is in stage 3 + d, and
