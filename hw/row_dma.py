@@ -65,9 +65,9 @@ Organisation:
   the chunker, and computes the bytes to the next 4 KiB page of source and destination.
 - chunker: the size of an op's first chunk is decided when the op is loaded (parallel compares,
   one select, registered; the AXI length is derived from that register); a row that needs more
-  chunks spends one more cycle per further chunk deciding it. So one single-chunk row per
-  cycle, one chunk per 2 cycles within a multi-chunk row (which has >= max_burst_beats beats per
-  chunk except around a page boundary). Chunks go into four FIFOs: AR, AW, W lengths, events
+  chunks spends two more cycles per further chunk deciding it (compares, then the select). So
+  one single-chunk row per cycle, one chunk per 3 cycles within a multi-chunk row (which has
+  >= max_burst_beats beats per chunk except around a page boundary). Chunks go into four FIFOs: AR, AW, W lengths, events
   (per chunk: needs a write response, last chunk of a row; per refused row; per batch end).
 - reads are credit-based: an AR is issued only when the read-data FIFO (``fifo_beats`` beats)
   has room for all its beats counting every beat still in flight, so R data always lands and
@@ -437,21 +437,28 @@ class RowDMA(wiring.Component):
 
         maxb = self.max_burst_beats * bus_bytes
 
-        def decide(op):
-            """(chunk bytes, last chunk of the row) of ``op``'s next chunk: parallel compares,
-            then one select."""
+        pick_layout = data.StructLayout({"last": 1, "src": 1, "dst": 1})
+
+        def compare(op):
+            """Which bound ends ``op``'s next chunk (the row: ``last``; else the source page,
+            the destination page, or the burst limit): parallel compares."""
             s_le_d, s_le_m, d_le_m = (op.room_src <= op.room_dst, op.room_src <= maxb,
                                       op.room_dst <= maxb)
-            last = (op.rem <= op.room_src) & (op.rem <= op.room_dst) & (op.rem <= maxb)
-            pick_s = s_le_d & s_le_m
-            pick_d = ~s_le_d & d_le_m
-            chunk = Mux(last, op.rem, Mux(pick_s, op.room_src, Mux(pick_d, op.room_dst, maxb)))
-            return chunk, last
+            return Cat((op.rem <= op.room_src) & (op.rem <= op.room_dst) & (op.rem <= maxb),
+                       s_le_d & s_le_m, ~s_le_d & d_le_m)
+
+        def select(op, pick):
+            """The next chunk's bytes, from ``compare``'s result."""
+            pick = pick_layout(pick)
+            return Mux(pick.last, op.rem, Mux(pick.src, op.room_src,
+                                              Mux(pick.dst, op.room_dst, maxb)))
 
         head = op_layout(op_fifo.r_data)
         cur = Signal(op_layout, reset_less=True)   # cur_valid says whether it holds one
         cur_valid = Signal()
         decided = Signal()
+        compared = Signal()   # of a further chunk: its compares are in ``picked``
+        picked = Signal(pick_layout, reset_less=True)
         chunk = Signal(13)
         last = Signal()
         # AXI length of the decided chunk, from its register (timing: computed per candidate
@@ -465,23 +472,29 @@ class RowDMA(wiring.Component):
         finished = issue_mark | (issue_row & last)
         load = op_fifo.r_rdy & (~cur_valid | finished)
         m.d.comb += op_fifo.r_en.eq(load)
-        head_chunk, head_last = decide(head)
-        cur_chunk, cur_last = decide(cur)
+        head_pick = compare(head)
 
         def room_after(room):
             return Mux(room == chunk, PAGE, room - chunk)
 
         with m.If(load):
             m.d.sync += [cur.eq(head), cur_valid.eq(1), decided.eq(1),
-                         chunk.eq(head_chunk), last.eq(head_last)]
+                         chunk.eq(select(head, head_pick)), last.eq(head_pick[0])]
         with m.Elif(finished):
             m.d.sync += cur_valid.eq(0)
-        with m.Elif(issue_row):  # more chunks: advance, decide the next one in the next cycle
+        with m.Elif(issue_row):
+            # more chunks: advance; compare in the next cycle and select in the one after
+            # (timing: compares and select in one cycle from ``cur``, whose many users spread
+            # it out, made a critical path; such chunks are max_burst_beats long except around
+            # a page boundary, so the bus still sets the pace)
             m.d.sync += [cur.src.eq(cur.src + chunk), cur.dst.eq(cur.dst + chunk),
                          cur.rem.eq(cur.rem - chunk), cur.room_src.eq(room_after(cur.room_src)),
-                         cur.room_dst.eq(room_after(cur.room_dst)), decided.eq(0)]
+                         cur.room_dst.eq(room_after(cur.room_dst)), decided.eq(0),
+                         compared.eq(0)]
+        with m.Elif(cur_valid & ~decided & ~compared):
+            m.d.sync += [picked.eq(compare(cur)), compared.eq(1)]
         with m.Elif(cur_valid & ~decided):
-            m.d.sync += [chunk.eq(cur_chunk), last.eq(cur_last), decided.eq(1)]
+            m.d.sync += [chunk.eq(select(cur, picked)), last.eq(picked.last), decided.eq(1)]
 
         ev_in = Signal(ev_layout)
         m.d.comb += [
