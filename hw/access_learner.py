@@ -247,8 +247,7 @@ class AccessLearner(wiring.Component):
         counts = [s6.counts.word_select(w, count_bits) for w in range(ways)]
         # A count forwarded in t+7 from r2..r6 is in r1..r5 now (the result registers shift
         # every cycle): it is selected here, a cycle early, so the loop through r1 keeps only
-        # its own increment and a 2:1 select (timing).
-        # driven below, once the result registers exist
+        # its own increment and a 2:1 select (timing). Driven below, once r1..r5 exist.
         early, early_full = Signal(count_bits), Signal()
         s7 = stage("s7", s6.valid, key=s6.key, bucket=s6.bucket, fwd=s6.fwd, early=early,
                    early_full=early_full, lanes=Mux(hit, s6.hits, minimum),

@@ -67,8 +67,9 @@ Organisation:
   one select, registered; the AXI length is derived from that register); a row that needs more
   chunks spends two more cycles per further chunk deciding it (compares, then the select). So
   one single-chunk row per cycle, one chunk per 3 cycles within a multi-chunk row (which has
-  >= max_burst_beats beats per chunk except around a page boundary). Chunks go into four FIFOs: AR, AW, W lengths, events
-  (per chunk: needs a write response, last chunk of a row; per refused row; per batch end).
+  >= max_burst_beats beats per chunk except around a page boundary). Chunks go into four
+  FIFOs: AR, AW, W lengths, events (per chunk: needs a write response, last chunk of a row; per
+  refused row; per batch end).
 - reads are credit-based: an AR is issued only when the read-data FIFO (``fifo_beats`` beats)
   has room for all its beats counting every beat still in flight, so R data always lands and
   ``rready`` never depends on the W channel. Many reads are outstanding: up to ``fifo_beats``
@@ -444,12 +445,12 @@ class RowDMA(wiring.Component):
             the destination page, or the burst limit): parallel compares."""
             s_le_d, s_le_m, d_le_m = (op.room_src <= op.room_dst, op.room_src <= maxb,
                                       op.room_dst <= maxb)
-            return Cat((op.rem <= op.room_src) & (op.rem <= op.room_dst) & (op.rem <= maxb),
-                       s_le_d & s_le_m, ~s_le_d & d_le_m)
+            return pick_layout(Cat(
+                (op.rem <= op.room_src) & (op.rem <= op.room_dst) & (op.rem <= maxb),
+                s_le_d & s_le_m, ~s_le_d & d_le_m))
 
         def select(op, pick):
             """The next chunk's bytes, from ``compare``'s result."""
-            pick = pick_layout(pick)
             return Mux(pick.last, op.rem, Mux(pick.src, op.room_src,
                                               Mux(pick.dst, op.room_dst, maxb)))
 
@@ -479,7 +480,7 @@ class RowDMA(wiring.Component):
 
         with m.If(load):
             m.d.sync += [cur.eq(head), cur_valid.eq(1), decided.eq(1),
-                         chunk.eq(select(head, head_pick)), last.eq(head_pick[0])]
+                         chunk.eq(select(head, head_pick)), last.eq(head_pick.last)]
         with m.Elif(finished):
             m.d.sync += cur_valid.eq(0)
         with m.Elif(issue_row):
