@@ -104,7 +104,8 @@ class AcceleratorSim:
         self.config, self.backend, self.data_width = config, backend, data_width
         self.num_tables, self.learner = num_tables, learner
         tag = "_".join(str(v) for v in config.as_dict().values())
-        self.build_dir = Path(build_dir) / f"top_{backend}_{data_width}_{tag}"
+        # Absolute: cocotb runs the simulator in the build directory, and the job names files.
+        self.build_dir = Path(build_dir).resolve() / f"top_{backend}_{data_width}_{tag}"
 
     def run(self, job):
         import hotline.sim.tb_accelerator  # noqa: F401  (cocotb imports it by name)
@@ -244,7 +245,7 @@ def gather_run(ds, hot_rows, batch_size, dim=16, backend="verilator", profile_fr
     config = AcceleratorConfig.for_workload(hot.size, batch_size,
                                             max_batch_lookups(offsets, batch_size))
     placement, run = model_fragment(keys, offsets, batch_size, hot.keys, config, ds.table_sizes)
-    build_dir = Path(build_dir)
+    build_dir = Path(build_dir).resolve()
     sim = AcceleratorSim(config, backend, build_dir, data_width)
     sim.build_dir.mkdir(parents=True, exist_ok=True)
     job, mem, initial = gather_job(keys, offsets, batch_size, hot.keys, config, ds.table_sizes,

@@ -92,7 +92,7 @@ def cocotb_stream(keys, build_dir, simulator="verilator", params=None, gap=0.0, 
     from hotline.sim.runner import run_cocotb
 
     params = params or {}
-    build_dir = Path(build_dir)
+    build_dir = Path(build_dir).resolve()  # the testbench opens AL_* from the simulator's cwd
     build_dir.mkdir(parents=True, exist_ok=True)
     np.save(build_dir / "keys.npy", np.asarray(keys, dtype=np.uint32))
     report = build_dir / "report.json"

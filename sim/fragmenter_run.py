@@ -81,7 +81,8 @@ class FragmenterSim:
         self.dut = Fragmenter(**config.fragmenter_kwargs())
         self.layouts = {n: getattr(self.dut, n).payload.shape() for n in ("lookups", "cmd") + OUTPUTS}
         tag = "_".join(str(v) for v in config.as_dict().values()) + ("_waves" if waves else "")
-        self.build_dir = Path(build_dir) / f"fragmenter_{backend}_{tag}"
+        # Absolute: the harness runs the simulator in a directory of its own.
+        self.build_dir = Path(build_dir).resolve() / f"fragmenter_{backend}_{tag}"
         self.harness = None
         if backend != "amaranth":
             self.harness = StreamHarness(self.dut, ["cmd", "lookups"], list(OUTPUTS), self.build_dir,

@@ -5,6 +5,7 @@ traceback and no partial output file.
 """
 import argparse
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -239,13 +240,81 @@ def _load(args):
     return commands.open_data(args.data, args.fmt, args.max_ind_range, args.limit)
 
 
-def _check_out(path):
-    """Fail before any work if the output's directory cannot exist."""
-    parent = Path(path).resolve().parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        raise HotlineError(f"{path}: cannot create the output file here")
+# Path options by argparse dest (every command's, `hotline train`'s included). `main` checks
+# them before any work starts (`check_paths`: one line, exit 2) and then resolves them once to
+# absolute paths (`resolve_paths`), so a command behaves the same from any working directory:
+# build directories and the files in them are handed to simulators and synthesis tools that run
+# in directories of their own. DATA and --resume are inputs: read by this process, relative to
+# the caller's directory, and named as typed in error messages (``bad.csv:3: ...``), so they
+# are left as given.
+OUTPUT_FILES = ("json", "plot", "checkpoint", "out")
+OUTPUT_DIRS = ("build_dir",)
+DIRECTORY_OUT = {"sim"}  # commands whose --out is a directory
+
+
+def _flag(dest):
+    return "--" + dest.replace("_", "-")
+
+
+def _nearest_existing(path):
+    """``path`` or its nearest existing ancestor."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _probe_writable(directory):
+    """True when a file can be created in the existing ``directory`` (tried, not guessed:
+    os.access says yes to root on read-only mounts and in /proc)."""
+    import tempfile
+    try:
+        fd, name = tempfile.mkstemp(prefix=".hotline-probe-", dir=directory)
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(name)
+    return True
+
+
+def _check_out(path, option=None, directory=False):
+    """Fail (HotlineError, one line) before any work if the output ``path`` cannot be written:
+    it names a directory (a file is wanted) or a file (a directory is wanted), a component of
+    its parent is a file, or the nearest existing directory is not writable. Nothing is
+    created."""
+    shown = f"{option} {path}" if option else str(path)
+    p = Path(path).expanduser().absolute()
+    if p.exists():
+        if directory and not p.is_dir():
+            raise HotlineError(f"{shown}: is a file, not a directory")
+        if not directory and p.is_dir():
+            raise HotlineError(f"{shown}: is a directory, not a file")
+        if not _probe_writable(p if p.is_dir() else p.parent):
+            raise HotlineError(f"{shown}: cannot write here (permission denied)")
+        return
+    near = _nearest_existing(p.parent)
+    if not near.is_dir():
+        raise HotlineError(f"{shown}: cannot create it: {near} is a file, not a directory")
+    if not _probe_writable(near):
+        raise HotlineError(f"{shown}: cannot create it: {near} is not writable")
+
+
+def resolve_paths(args):
+    """Make every output and build-directory option of ``args`` absolute (in place)."""
+    for dest in OUTPUT_FILES + OUTPUT_DIRS:
+        value = getattr(args, dest, None)
+        if isinstance(value, (str, Path)):
+            setattr(args, dest, str(Path(value).expanduser().resolve()))
+    return args
+
+
+def check_paths(args):
+    """`_check_out` every output and build directory of ``args`` (before `resolve_paths`, so
+    that the error names the path as typed)."""
+    for dest in OUTPUT_FILES + OUTPUT_DIRS:
+        value = getattr(args, dest, None)
+        if isinstance(value, (str, Path)):
+            directory = dest in OUTPUT_DIRS or (dest == "out" and args.command in DIRECTORY_OUT)
+            _check_out(value, _flag(dest), directory)
 
 
 def _progress(total, desc):
@@ -255,7 +324,6 @@ def _progress(total, desc):
 
 
 def cmd_profile(args):
-    _check_out(args.json)
     k = commands.resolve_hot_rows(args.hot_rows, args.hot_bytes, args.dim)
     ds = _load(args)
     res = commands.profile(ds, k, args.profile_fraction, args.learner, args.build_dir)
@@ -273,7 +341,6 @@ def cmd_profile(args):
 
 
 def cmd_fragment(args):
-    _check_out(args.json)
     k = commands.resolve_hot_rows(args.hot_rows, args.hot_bytes, args.dim)
     ds = _load(args)
     with _progress(ds.num_lookups, f"fragment ({args.backend})") as bar:
@@ -289,7 +356,6 @@ def cmd_fragment(args):
 def cmd_gather(args):
     from hotline.sim.accelerator_run import gather_run
 
-    _check_out(args.json)
     k = commands.resolve_hot_rows(args.hot_rows, args.hot_bytes, args.dim)
     ds = _load(args)
     res = gather_run(ds, k, args.batch_size, args.dim or 16, args.backend, args.profile_fraction,
@@ -314,7 +380,7 @@ def cmd_sim(args):
     if why:
         _say(f"hotline sim: {why}")
     out = Path(args.out)
-    _check_out(out / "sim.json")
+    _check_out(out / "sim.json", "--out")
     sources = [f"synth:criteo-kaggle:{args.samples}:{args.seed}"] + args.data
     if args.real:
         found = real_data_files()
@@ -366,8 +432,6 @@ def cmd_sim(args):
 
 def cmd_fpga_report(args):
     from hotline.fpga.blocks import report
-    if args.json:
-        _check_out(args.json)
     _say(f"hotline fpga: synthesising {args.block} for {args.device} (the first YoWASP run "
          f"compiles the tools, about a minute)")
     try:
@@ -398,8 +462,6 @@ def cmd_fpga_report(args):
 def cmd_fpga_build(args):
     from hotline.fpga.board_build import BoardBuildError, build_board
     from hotline.fpga.boards import BOARDS, buildable
-    if args.json:
-        _check_out(args.json)
     names = buildable() if args.board == "all" else [args.board]
     if args.board == "all":
         for name in set(BOARDS) - set(names):
@@ -453,7 +515,6 @@ def cmd_fpga_cosim(args):
 
 
 def cmd_synth(args):
-    _check_out(args.out)
     ds = commands.synth(args.like, args.samples, args.seed)
     ds.save(args.out)
     print(f"wrote {args.out}: {ds.num_samples:,} samples, {ds.num_features} tables, "
@@ -462,7 +523,6 @@ def cmd_synth(args):
 
 
 def cmd_convert(args):
-    _check_out(args.out)
     ds = _load(args)
     ds.save(args.out)
     print(f"wrote {args.out}: {ds.num_samples:,} samples, {ds.num_features} tables, "
@@ -472,8 +532,6 @@ def cmd_convert(args):
 
 def cmd_stats(args):
     from .synth import table_stats
-    if args.json:
-        _check_out(args.json)
     ds = _load(args)
     keys = ds.keys
     tables = ds.tables
@@ -495,8 +553,6 @@ def cmd_stats(args):
 
 def cmd_calibrate(args):
     from .synth import calibrate
-    if args.json:
-        _check_out(args.json)
     res = calibrate(args.data)
     if args.json:
         write_json(args.json, res)
@@ -508,6 +564,8 @@ def cmd_calibrate(args):
 def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
+        check_paths(args)
+        resolve_paths(args)
         return args.func(args)
     except HotlineError as e:
         print(f"hotline: error: {e}", file=sys.stderr)
