@@ -75,7 +75,7 @@ def build_parser():
     p = sub.add_parser("profile", help="plan the hot set (exact top-K) and report its coverage",
                        epilog=EPILOG_DATA + "\n\nexample:\n  hotline profile "
                        "../shared/data/criteo_kaggle/train_random4584.csv.gz --hot-rows 2048 "
-                       "--json profile.json", formatter_class=argparse.RawDescriptionHelpFormatter)
+                       "--json build/profile.json", formatter_class=argparse.RawDescriptionHelpFormatter)
     _data_args(p)
     _hot_args(p)
     p.add_argument("--learner", choices=("exact", "hw"), default="exact",
@@ -88,7 +88,7 @@ def build_parser():
     p = sub.add_parser("fragment", help="split every mini-batch into popular / non-popular "
                        "micro-batches and cold rows",
                        epilog=EPILOG_DATA + "\n\nexample:\n  hotline fragment synth:criteo-kaggle:"
-                       "100000 --hot-rows 16384 --batch-size 1024 --json frag.json",
+                       "100000 --hot-rows 16384 --batch-size 1024 --json build/frag.json",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     _data_args(p)
     _hot_args(p)
@@ -132,7 +132,7 @@ def build_parser():
                        "stand-in training step (+1 on every byte) and the scatter, the tables "
                        "with a numpy scatter.\n\nexample:\n  hotline gather ../shared/data/"
                        "criteo_kaggle/train_head1999.csv.gz --backend verilator --dim 16 "
-                       "--batch-size 256 --hot-rows 1024 --verify --json gather.json",
+                       "--batch-size 256 --hot-rows 1024 --verify --json build/gather.json",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     _data_args(p)
     _hot_args(p)
@@ -163,7 +163,7 @@ def build_parser():
                         "reduced one (1024 entries) at 30 MHz. A place and route that fails or "
                         "does not finish in its time limit (the whole accelerator: 20 min) is an "
                         "error: try another --seed.\n\nexample:\n  hotline "
-                        "fpga report cam+learner --device ecp5-85f --json synth.json",
+                        "fpga report cam+learner --device ecp5-85f --json build/synth.json",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("block", choices=("cam", "learner", "cam+learner", "cold-key-set",
                                      "accelerator"))
@@ -207,7 +207,7 @@ def build_parser():
     dsub = d.add_subparsers(dest="data_command", required=True, metavar="ACTION")
     p = dsub.add_parser("synth", help="draw a calibrated synthetic stream",
                         epilog="example:\n  hotline data synth --like criteo-kaggle --samples "
-                        "1000000 --out criteo1m.npz",
+                        "1000000 --out build/criteo1m.npz",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--like", default="criteo-kaggle", help="shape to imitate (criteo-kaggle)")
     p.add_argument("--samples", type=_positive_int, required=True)
