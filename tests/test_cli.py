@@ -1,7 +1,9 @@
 """The CLI contract: JSON keys, one-line errors, non-zero exit, no partial output."""
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -147,3 +149,126 @@ def test_profile_with_the_learner_rtl(tmp_path):
     assert res["coverage"] == pytest.approx(reference.coverage(flat, res["hot_keys"]))
     assert res["hot_rows"] == 400 and res["rtl_checked_against_model"]
     assert res["coverage_ratio"] >= 0.98
+
+
+# --- output paths: checked before any work, resolved once (issue 16) -------------------------
+
+from hotline import cli  # noqa: E402
+
+# Every command with outputs: argv (cheap; the check comes before the data is read) and its
+# output options, each "file" or "dir".
+OUTPUT_COMMANDS = {
+    "profile": (["profile", "synth:criteo-kaggle:100", "--hot-rows", "8"],
+                {"--json": "file", "--build-dir": "dir"}),
+    "fragment": (["fragment", "synth:criteo-kaggle:100", "--hot-rows", "8", "--batch-size", "8"],
+                 {"--json": "file", "--build-dir": "dir"}),
+    "gather": (["gather", "synth:criteo-kaggle:100", "--hot-rows", "8", "--batch-size", "8"],
+               {"--json": "file", "--build-dir": "dir"}),
+    "sim": (["sim", "--backend", "model", "--samples", "100"], {"--out": "dir"}),
+    "train": (["train", "synth:criteo-kaggle:100", "--mode", "baseline", "--batch-size", "8"],
+              {"--json": "file", "--plot": "file", "--checkpoint": "file"}),
+    "fpga report": (["fpga", "report", "cam"], {"--json": "file", "--build-dir": "dir"}),
+    "fpga build": (["fpga", "build", "--board", "icebreaker"], {"--json": "file", "--build-dir": "dir"}),
+    "fpga cosim": (["fpga", "cosim", "--board", "ulx3s-85f"], {"--build-dir": "dir"}),
+    "data synth": (["data", "synth", "--samples", "10"], {"--out": "file"}),
+    "data convert": (["data", "convert", "x.csv"], {"--out": "file"}),
+    "data stats": (["data", "stats", "synth:criteo-kaggle:10"], {"--json": "file"}),
+    "data calibrate": (["data", "calibrate", "x.csv"], {"--json": "file"}),
+}
+REQUIRED = {"profile": "--json", "fragment": "--json", "gather": "--json", "train": "--json",
+            "data synth": "--out", "data convert": "--out"}
+
+
+def _bad_path(tmp_path, kind, how):
+    if how == "wrong kind":  # a directory where a file is wanted, and the other way round
+        if kind == "file":
+            (tmp_path / "d").mkdir()
+            return tmp_path / "d"
+        (tmp_path / "f").write_text("x")
+        return tmp_path / "f"
+    if how == "under a file":
+        (tmp_path / "f").write_text("x")
+        return tmp_path / "f" / "sub" / "out.json"
+    if how == "read-only dir":
+        if os.geteuid() == 0:
+            pytest.skip("root writes into read-only directories ('under /proc' covers it)")
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o555)
+        return ro / "out.json"
+    if how == "under /proc":
+        if not Path("/proc/self").exists():
+            pytest.skip("no /proc here")
+        return Path("/proc/hotline-no-such-dir/out.json")
+
+
+CASES = [(name, opt, how) for name, (_, opts) in OUTPUT_COMMANDS.items() for opt in opts
+         for how in ("wrong kind", "under a file", "read-only dir", "under /proc")]
+
+
+@pytest.mark.parametrize("name,option,how", CASES, ids=[f"{n} {o} {h}" for n, o, h in CASES])
+def test_unwritable_output_fails_at_once(tmp_path, name, option, how):
+    argv, opts = OUTPUT_COMMANDS[name]
+    bad = _bad_path(tmp_path, opts[option], how)
+    args = argv + [option, str(bad)]
+    if name in REQUIRED and option != REQUIRED[name]:
+        args += [REQUIRED[name], str(tmp_path / "ok.out")]
+    t0 = time.perf_counter()
+    r = run(*args)
+    elapsed = time.perf_counter() - t0
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith("hotline: error: ") and r.stderr.count("\n") == 1, r.stderr
+    assert f"{option} {bad}" in r.stderr and r.stdout == ""
+    assert elapsed < 1.0, f"{elapsed:.2f} s before the error"
+    assert not (tmp_path / "ok.out").exists()
+
+
+def _all_options():
+    """(command words, argparse action) for every option of every command."""
+    import argparse
+
+    def walk(parser, words):
+        for a in parser._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for name, p in a.choices.items():
+                    yield from walk(p, words + (name,))
+            else:
+                yield words, a
+    return list(walk(cli.build_parser(), ()))
+
+
+def test_every_output_option_is_checked():
+    """An option that names a file or directory to write is one `main` checks and resolves
+    (a new --log PATH in any command, `train` included, must be added to the lists)."""
+    inputs = {"data", "resume"}
+    seen = set()
+    for words, a in _all_options():
+        pathlike = (a.dest in ("json", "plot", "checkpoint", "out", "resume", "data")
+                    or a.dest.endswith(("_dir", "_path", "_file"))
+                    or a.metavar in ("OUT", "PATH", "PNG", "DIR", "FILE"))
+        if pathlike:
+            seen.add(a.dest)
+            assert a.dest in cli.OUTPUT_FILES + cli.OUTPUT_DIRS or a.dest in inputs, \
+                f"hotline {' '.join(words)} {a.option_strings}: not checked as an output"
+    assert {"json", "plot", "checkpoint", "out", "build_dir"} <= seen
+
+
+def test_outputs_and_build_dirs_are_resolved_once(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    parser = cli.build_parser()
+    for argv, opts in OUTPUT_COMMANDS.values():
+        args = parser.parse_args(argv + [a for o in opts for a in (o, "rel/x")])
+        cli.resolve_paths(args)
+        for o in opts:
+            assert getattr(args, o[2:].replace("-", "_")) == str(tmp_path / "rel" / "x")
+    args = cli.resolve_paths(parser.parse_args(["profile", "in.csv", "--hot-rows", "1",
+                                                "--json", "p.json"]))
+    assert args.data == "in.csv"  # inputs stay as typed: error messages name them so
+
+
+def test_relative_outputs_from_another_directory(tmp_path, monkeypatch):
+    """A relative --json and --build-dir from an unrelated working directory."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["fragment", "synth:criteo-kaggle:300", "--hot-rows", "50", "--batch-size", "64",
+                 "--json", "out/f.json"]) == 0
+    assert json.loads((tmp_path / "out" / "f.json").read_text())["samples"] == 300
