@@ -12,7 +12,7 @@ HOT_ROWS   ?= 16384
 SAMPLES    ?= 100000
 WAVES      ?= 0
 
-.PHONY: all setup icarus test test-full sim bench bench-quick train fpga clean
+.PHONY: all setup icarus test test-full test-ci test-readme sim bench bench-quick train fpga clean
 
 all: test
 
@@ -35,6 +35,15 @@ test: $(STAMP) icarus
 
 test-full: $(STAMP) icarus
 	$(BIN)/python -m pytest -q
+
+# The reduced slow set CI runs (marker ci): the README's Verilator commands (profile --learner hw,
+# fragment --backend verilator, gather), as written, from a clean copy of the repository.
+test-ci: $(STAMP) icarus
+	$(BIN)/python -m pytest -q -m "slow and ci"
+
+# Every README command as written (fast and slow tiers; tests/test_readme.py).
+test-readme: $(STAMP) icarus
+	$(BIN)/python -m pytest -q tests/test_readme.py
 
 sim: $(STAMP)
 	$(BIN)/hotline sim --backend $(BACKEND) --batch-size $(BATCH_SIZE) --hot-rows $(HOT_ROWS) \
