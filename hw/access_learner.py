@@ -1,6 +1,6 @@
 """AccessLearner: heavy-hitter counting on the embedding lookup stream.
 
-Algorithm: hashed, bucketized Space-Saving with a same-bucket hazard rule. A key hashes (H3,
+Algorithm: hashed, bucketized Space-Saving with a same-bucket hazard rule. A key hashes (``bucket_hash``,
 ``seed``) to one of ``buckets`` buckets of ``ways`` (key, count) entries, stored side by side
 in one block-RAM word. A key already in its bucket gets count + 1; a new key replaces the
 bucket's minimum-count entry (lowest way on ties; an empty entry has count 0) and takes
@@ -30,7 +30,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from .bram import BucketTable
-from .hashing import h3_hash, h3_masks
+from .hashing import bucket_hash
 from .replica import replica
 
 __all__ = ["AccessLearner", "READ_LATENCY", "WINDOW", "entry_layout", "readout_layout"]
@@ -69,7 +69,7 @@ class AccessLearner(wiring.Component):
     """Heavy-hitter learner tapping the lookup stream (see the module docstring).
 
     Parameters: ``buckets``, ``ways`` (powers of two; capacity = buckets * ways entries),
-    ``key_bits``, ``count_bits``, ``seed`` (H3 hash number for the bucket index),
+    ``key_bits``, ``count_bits``, ``seed`` (hash number for the bucket index), ``hash_family``,
     ``primitive`` (None: inferred block RAM, for simulation and any FPGA; "ecp5": DP16KD
     instances with output registers, needed for 125 MHz on ECP5 speed grade 6).
 
@@ -109,8 +109,8 @@ class AccessLearner(wiring.Component):
     """
 
     def __init__(self, *, buckets=2048, ways=8, key_bits=32, count_bits=32, seed=0,
-                 primitive=None):
-        self.primitive = primitive
+                 hash_family="tabulation", primitive=None):
+        self.primitive, self.hash_family = primitive, hash_family
         self.bucket_bits = exact_log2(buckets)
         self.way_bits = exact_log2(ways)
         self.buckets, self.ways = buckets, ways
@@ -184,8 +184,7 @@ class AccessLearner(wiring.Component):
 
         # t+2: the bucket addresses the read port (the host readout borrows the port whenever
         # the stage is empty) and is checked against the last WINDOW counted keys.
-        masks = h3_masks(self.seed, key_bits, bucket_bits)
-        bucket = h3_hash(s1.key, masks)
+        bucket = bucket_hash(self.seed, key_bits, bucket_bits, self.hash_family).expr(s1.key)
         s2 = stage("s2", s1.valid, key=s1.key, bucket=bucket)
         # The read address is chosen a cycle ahead: it reaches the block RAMs straight from a
         # flip-flop.

@@ -5,7 +5,7 @@ keys of the current batch, in order of first appearance, and ``first`` = this is
 appearance. Other beats pass through in order (``slot`` = 0, ``first`` = 0). ``eob`` marks the
 last beat of a batch: the next beat starts a new batch, numbered from 0 again.
 
-Organisation: a two-choice hash set. Two memories (tables 0 and 1, H3 seeds ``seeds``) of
+Organisation: a two-choice hash set. Two memories (tables 0 and 1, ``bucket_hash`` seeds ``seeds``) of
 ``capacity // (2 * ways)`` buckets x ``ways`` entries {epoch, key, slot}; an entry belongs to the
 current batch iff its epoch equals the batch epoch, so a new batch needs no clearing pass. A new
 key goes to the lowest free way of the bucket with more free ways (table 0 on a tie), else to
@@ -37,7 +37,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, ceil_log2
 
 from .bram import BucketTable
-from .hashing import h3_hash, h3_masks
+from .hashing import bucket_hash
 from .popularity_cam import OutputQueue
 from .replica import replica
 
@@ -65,7 +65,7 @@ class ColdKeySet(wiring.Component):
 
     Parameters: ``capacity`` (hash-set entries, power of two), ``ways`` (per bucket, power of
     two), ``stash``, ``max_keys`` (slots per batch), ``key_width``, ``user_width``,
-    ``epoch_bits``, ``seeds`` (two distinct H3 seeds), ``primitive`` (the tables'
+    ``epoch_bits``, ``seeds`` (two distinct hash seeds), ``hash_family``, ``primitive`` (the tables'
     ``BucketTable`` primitive: None infers block RAM, for simulation and any FPGA; "ecp5":
     DP16KD instances that use their output register).
     """
@@ -81,7 +81,8 @@ class ColdKeySet(wiring.Component):
     FORWARD = BucketTable.LATENCY + 3
 
     def __init__(self, capacity=32768, *, ways=4, stash=4, max_keys=32768, key_width=32,
-                 user_width=1, epoch_bits=8, seeds=(11, 12), primitive=None):
+                 user_width=1, epoch_bits=8, seeds=(11, 12), hash_family="tabulation",
+                 primitive=None):
         for name, value in (("capacity", capacity), ("ways", ways)):
             if value < 1 or value & (value - 1):
                 raise ValueError(f"{name} must be a power of two, not {value}")
@@ -94,7 +95,8 @@ class ColdKeySet(wiring.Component):
         self.seeds, self.primitive = tuple(seeds), primitive
         self.buckets = capacity // (2 * ways)
         self.slot_width = bits_for(max_keys - 1)
-        self.masks = [h3_masks(s, key_width, ceil_log2(self.buckets)) for s in seeds]
+        self.hash_family = hash_family
+        self.hashes = [bucket_hash(s, key_width, ceil_log2(self.buckets), hash_family) for s in seeds]
         self.entry_layout = data.StructLayout({"epoch": epoch_bits, "key": key_width,
                                                "slot": self.slot_width})
         self.bucket_layout = data.ArrayLayout(self.entry_layout, ways)
@@ -197,7 +199,7 @@ class ColdKeySet(wiring.Component):
             s[0].epoch.eq(in_epoch),
         ]
         for t in tables:
-            bucket = h3_hash(self.i.payload.key, self.masks[t])
+            bucket = self.hashes[t].expr(self.i.payload.key)
             m.d.sync += [s[0].bucket[t].eq(bucket), *(a.eq(bucket[:low_bits]) for a in rd_addr[t])]
         carried = ("key", "insert", "eob", "user", "epoch", "bucket")
         for j in range(1, stages):

@@ -2,7 +2,7 @@
 
 Organisation: two hash tables ``t`` in {0, 1}, each its own memory of ``entries // (2 * ways)``
 buckets of ``ways`` entries (valid bit + full key, so there are no false positives), addressed by
-the H3 hash ``h_t(key)`` (``hotline.hw.hashing``, seeds ``seeds[t]``). A lookup reads both
+the hash ``h_t(key)`` (``hotline.hw.hashing.bucket_hash``, seeds ``seeds[t]``). A lookup reads both
 buckets in the same cycle and compares ``2 * ways`` keys plus the ``stash`` flip-flop entries.
 Each table is a ``hotline.hw.bram.BucketTable`` (block RAM, read every cycle, registered output).
 
@@ -45,7 +45,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, ceil_log2
 
 from .bram import BucketTable
-from .hashing import h3_hash, h3_masks
+from .hashing import bucket_hash
 from .replica import replica
 
 __all__ = ["CAMOp", "CAMStatus", "OutputQueue", "PopularityCAM"]
@@ -153,7 +153,7 @@ class PopularityCAM(wiring.Component):
 
     Parameters: ``entries`` (table entries, power of two), ``ways`` (per bucket, power of two),
     ``key_width``, ``user_width`` (sideband carried from lookup to result), ``stash`` (entries),
-    ``max_kicks`` (relocations per insert), ``seeds`` (H3 seeds of the two hash functions),
+    ``max_kicks`` (relocations per insert), ``seeds`` (the two hash functions' seeds), ``hash_family``,
     ``primitive`` (the tables' ``BucketTable`` primitive: None infers block RAM, for
     simulation and any FPGA; "ecp5": DP16KD instances, needed for 125 MHz on ECP5 speed grade
     6, at most 16384 entries).
@@ -168,7 +168,7 @@ class PopularityCAM(wiring.Component):
     QUEUE_DEPTH = 8
 
     def __init__(self, entries=16384, *, ways=4, key_width=32, user_width=8, stash=4,
-                 max_kicks=64, seeds=(1, 2), primitive=None):
+                 max_kicks=64, seeds=(1, 2), hash_family="tabulation", primitive=None):
         for name, value in (("entries", entries), ("ways", ways)):
             if value < 1 or value & (value - 1):
                 raise ValueError(f"{name} must be a power of two, not {value}")
@@ -181,7 +181,9 @@ class PopularityCAM(wiring.Component):
         self.primitive = primitive
         self.buckets = entries // (2 * ways)
         self.slot_width = bits_for(entries + stash - 1)
-        self.masks = [h3_masks(seed, key_width, ceil_log2(self.buckets)) for seed in seeds]
+        self.hash_family = hash_family
+        self.hashes = [bucket_hash(seed, key_width, ceil_log2(self.buckets), hash_family)
+                       for seed in seeds]
 
         self.entry_layout = data.StructLayout({"valid": 1, "key": key_width})
         self.bucket_layout = data.ArrayLayout(self.entry_layout, ways)
@@ -201,7 +203,7 @@ class PopularityCAM(wiring.Component):
                    bucket, C(table, 1) if isinstance(table, int) else table)
 
     def _hash(self, table, key):
-        return h3_hash(key, self.masks[table])
+        return self.hashes[table].expr(key)
 
     def elaborate(self, platform):
         m = Module()

@@ -132,7 +132,8 @@ def expect(model, s):
 def model_for(cam):
     """The bit-exact model with ``cam``'s geometry."""
     return PopularityCAMModel(cam.entries, ways=cam.ways, key_width=cam.key_width,
-                              stash=cam.stash, max_kicks=cam.max_kicks, seeds=cam.seeds)
+                              stash=cam.stash, max_kicks=cam.max_kicks, seeds=cam.seeds,
+                              hash_family=cam.hash_family)
 
 
 def widths(cam):

@@ -1,6 +1,6 @@
 """Bit-exact model of the AccessLearner (hashed, bucketized Space-Saving with a hazard rule).
 
-Written from the algorithm, not from the RTL: a key hashes (H3) to a bucket of ``ways``
+Written from the algorithm, not from the RTL: a key hashes (``bucket_hash``) to a bucket of ``ways``
 (key, count) entries; a key in its bucket counts + 1, a new key replaces the minimum-count
 entry (lowest way on ties, empty = count 0) with count = minimum + 1; counts saturate.
 Hazard rule: a key is dropped (no update) when one of the ``window`` keys counted just before
@@ -12,7 +12,7 @@ from collections import deque
 import numpy as np
 
 from hotline.hw.access_learner import WINDOW
-from hotline.hw.hashing import h3_hash_np, h3_masks
+from hotline.hw.hashing import bucket_hash
 
 __all__ = ["AccessLearnerModel", "top_k"]
 
@@ -39,13 +39,13 @@ class AccessLearnerModel:
     """
 
     def __init__(self, *, buckets=2048, ways=8, key_bits=32, count_bits=32, seed=0,
-                 window=WINDOW):
+                 window=WINDOW, hash_family="tabulation"):
         if buckets & (buckets - 1) or ways & (ways - 1):
             raise ValueError("buckets and ways must be powers of two")
         self.buckets, self.ways = buckets, ways
         self.key_bits, self.count_bits = key_bits, count_bits
         self.window = window
-        self._masks = h3_masks(seed, key_bits, buckets.bit_length() - 1)
+        self._hash = bucket_hash(seed, key_bits, buckets.bit_length() - 1, hash_family)
         self._max = 2**count_bits - 1
         self.clear()
 
@@ -59,7 +59,7 @@ class AccessLearnerModel:
         keys = np.asarray(keys, dtype=np.uint64)
         if keys.size and int(keys.max()) >> self.key_bits:
             raise ValueError(f"keys must fit in {self.key_bits} bits")
-        buckets = h3_hash_np(keys, self._masks).tolist()
+        buckets = self._hash.np(keys).tolist()
         ways, cap = self.ways, self._max
         table_keys, table_counts = self._keys, self._counts
         history, dropped = self._history, 0

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from hotline.hw.hashing import h3_hash_np, h3_masks
+from hotline.hw.hashing import bucket_hash
 
 
 def first_appearance(keys):
@@ -28,13 +28,14 @@ class ColdKeySetModel:
     """Same parameters as ``hotline.hw.cold_key_set.ColdKeySet`` (the timing ones excepted)."""
 
     def __init__(self, capacity=32768, *, ways=4, stash=4, max_keys=32768, key_width=32,
-                 seeds=(11, 12), **_timing):
+                 seeds=(11, 12), hash_family="tabulation", **_timing):
         self.capacity, self.ways, self.stash, self.max_keys = capacity, ways, stash, max_keys
         self.buckets = capacity // (2 * ways)
-        self.masks = [h3_masks(s, key_width, int(math.log2(self.buckets))) for s in seeds]
+        self.hashes = [bucket_hash(s, key_width, int(math.log2(self.buckets)), hash_family)
+                       for s in seeds]
 
     def buckets_of(self, keys):
-        return [h3_hash_np(keys, m).astype(np.int64) for m in self.masks]
+        return [h.np(keys) for h in self.hashes]
 
     def overflow_impossible(self, uniq):
         """Sufficient condition for a batch with distinct keys ``uniq`` to place every key."""

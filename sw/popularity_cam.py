@@ -1,6 +1,6 @@
 """Bit-exact numpy model of the PopularityCAM (hw/popularity_cam.py).
 
-Same hashes (H3 masks from ``hotline.hw.hashing``), placement, relocation decisions, slots and
+Same hashes (``hotline.hw.hashing.bucket_hash``), placement, relocation decisions, slots and
 statuses as the RTL; the RTL docstring states the rules. Written from that specification, not
 from the RTL code.
 """
@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from hotline.hw.hashing import h3_hash_np, h3_masks
+from hotline.hw.hashing import bucket_hash
 
 __all__ = ["Status", "Op", "Placement", "PopularityCAMModel"]
 
@@ -41,12 +41,12 @@ class PopularityCAMModel:
     """
 
     def __init__(self, entries=16384, *, ways=4, key_width=32, stash=4, max_kicks=64,
-                 seeds=(1, 2)):
+                 seeds=(1, 2), hash_family="tabulation"):
         self.entries, self.ways, self.key_width = entries, ways, key_width
         self.stash_size, self.max_kicks = stash, max_kicks
         self.buckets = entries // (2 * ways)
         bucket_bits = (self.buckets - 1).bit_length()
-        self.masks = [h3_masks(seed, key_width, bucket_bits) for seed in seeds]
+        self.hashes = [bucket_hash(seed, key_width, bucket_bits, hash_family) for seed in seeds]
         self.clear()
 
     def clear(self):
@@ -62,7 +62,7 @@ class PopularityCAMModel:
         return (table * self.buckets + bucket) * self.ways + way
 
     def hash(self, table, keys):
-        return h3_hash_np(keys, self.masks[table]).astype(np.int64)
+        return self.hashes[table].np(keys)
 
     def _check(self, keys):
         keys = np.asarray(keys, np.uint64)

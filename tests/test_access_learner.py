@@ -11,7 +11,7 @@ from amaranth.sim import Simulator
 
 from hotline.access_learner import AccessLearnerModel, top_k
 from hotline.hw.access_learner import READ_LATENCY, WINDOW, AccessLearner, BucketTable
-from hotline.hw.hashing import h3_hash_np, h3_masks
+from hotline.hw.hashing import bucket_hash
 from hotline.sim.bench_access_learner import (cocotb_stream, coverage_ratio, criteo_files,
                                              load_keys)
 
@@ -21,7 +21,7 @@ SMALL = dict(buckets=8, ways=4, count_bits=5, seed=3)
 def colliding_keys(n, rng, buckets, seed, bucket=0):
     """``n`` distinct random keys that all hash to ``bucket``."""
     keys = rng.integers(0, 2**32, 64 * n * buckets, dtype=np.uint64)
-    hit = keys[h3_hash_np(keys, h3_masks(seed, 32, buckets.bit_length() - 1)) == bucket]
+    hit = keys[bucket_hash(seed, 32, buckets.bit_length() - 1).np(keys) == bucket]
     return np.unique(hit)[:n].astype(np.uint32)
 
 
@@ -29,7 +29,7 @@ def kept(keys, buckets, seed=0, window=WINDOW):
     """The hazard rule from its definition: key i is kept unless one of keys i-window..i-1
     has its bucket and a different key."""
     keys = np.asarray(keys, dtype=np.uint64)
-    b = h3_hash_np(keys, h3_masks(seed, 32, buckets.bit_length() - 1))
+    b = bucket_hash(seed, 32, buckets.bit_length() - 1).np(keys)
     hazard = np.zeros(len(keys), dtype=bool)
     for d in range(1, window + 1):
         hazard[d:] |= (b[d:] == b[:-d]) & (keys[d:] != keys[:-d])
@@ -152,7 +152,7 @@ def test_model_space_saving_bounds():
     truth = dict(zip(uniq.tolist(), true.tolist()))
     for k, c in zip(stored[counts > 0].tolist(), counts[counts > 0].tolist()):
         assert c >= truth[k]
-    buckets = h3_hash_np(keys, h3_masks(0, 32, 4))
+    buckets = bucket_hash(0, 32, 4).np(keys)
     per_bucket = np.bincount(buckets.astype(np.int64), minlength=16)
     assert np.array_equal(counts.reshape(16, 4).sum(axis=1), per_bucket)
 
