@@ -68,7 +68,11 @@ def pool(rows, lookup_row, num_bags, bag_of_lookup=None, dim=None):
     """
     dim = rows.shape[1] if dim is None else dim
     vec = rows[:, :dim] if dim != rows.shape[1] else rows
-    picked = vec[lookup_row]
+    # Not ``vec[lookup_row]``: on CPU with several threads, the backward of advanced indexing
+    # accumulates a row's gradient with parallel atomic float adds, in an order that depends on
+    # thread scheduling, so two identical runs drift apart after a few steps. `embedding`'s
+    # backward sums each row's gradients in lookup order (any thread count; CUDA too).
+    picked = nn.functional.embedding(lookup_row, vec)
     if bag_of_lookup is None:
         return picked
     out = torch.zeros(num_bags, dim, dtype=rows.dtype, device=rows.device)

@@ -14,6 +14,7 @@ from hotline.dlrm import DLRM
 from hotline.synth import synth_criteo
 from hotline.train import TrainConfig, auc, prepare_data, train
 
+DEFAULT_THREADS = torch.get_num_threads()
 torch.set_num_threads(1)  # tiny models: one thread is faster, and the cores are shared
 SMALL = dict(dim=8, bottom=(16,), top=(16,), batch_size=64)
 
@@ -190,6 +191,52 @@ def test_checkpoint_resume_is_bit_identical(mode, tmp_path):
     if mode == "hotline":
         keys = ("lookups", "hits", "cold_rows", "gather_rows", "scatter_rows")
         assert {k: mid[0]["counters"][k] for k in keys} == {k: straight[0]["counters"][k] for k in keys}
+
+
+@pytest.fixture
+def default_threads():
+    """torch's default thread count, at least 2 (so that parallel CPU kernels run in parallel),
+    as `hotline train` has without --threads."""
+    torch.set_num_threads(max(2, DEFAULT_THREADS))
+    yield
+    torch.set_num_threads(1)
+
+
+def test_pool_gradient_sums_in_lookup_order_at_several_threads(default_threads):
+    """The rows' gradient is each row's lookup gradients summed in lookup order, whatever the
+    thread count (advanced indexing's backward adds them with parallel atomics instead, in
+    an order that changes from run to run)."""
+    from hotline.dlrm import pool
+    rng = np.random.default_rng(0)
+    R, L, D = 3000, 26 * 512, 16
+    idx = (rng.zipf(1.3, L) - 1) % R               # hot rows: many lookups per row
+    g = rng.standard_normal((L, D)).astype(np.float32)
+    rows = rng.standard_normal((R, D + 2)).astype(np.float32)
+    want = np.zeros((R, D + 2), np.float32)
+    np.add.at(want[:, :D], idx, g)                 # unbuffered, in lookup order
+    for _ in range(10):
+        r = torch.from_numpy(rows).requires_grad_()
+        pool(r, torch.from_numpy(idx), L, None, D).backward(torch.from_numpy(g))
+        np.testing.assert_array_equal(r.grad.numpy(), want)
+
+
+@pytest.mark.parametrize("mode", ["baseline", "hotline"])
+def test_default_threads_runs_and_resume_are_bit_identical(mode, tmp_path, default_threads):
+    """Two runs at torch's default thread count give the same per-step losses and tables, and
+    a resumed run equals an uninterrupted one. Batches of 256 x 26 lookups of dim 8 are large
+    enough for torch's parallel CPU kernels."""
+    data = generated(n=2400, fold=300)
+    kw = dict(optimizer="adagrad", hot_rows=400, batch_size=256)
+    a, b = run(data, mode, **kw), run(data, mode, **kw)
+    assert a[0]["losses"] == b[0]["losses"]
+    for x, y in zip(a[1], b[1]):
+        np.testing.assert_array_equal(x, y)
+    ck = tmp_path / "ck.pt"
+    run(data, mode, checkpoint=str(ck), max_steps=4, **kw)
+    resumed = run(data, mode, resume=str(ck), **kw)
+    assert resumed[0]["losses"] == a[0]["losses"]
+    for x, y in zip(resumed[1], a[1]):
+        np.testing.assert_array_equal(x, y)
 
 
 def test_auc_matches_pairwise_definition():
