@@ -307,11 +307,23 @@ def resolve_paths(args):
     return args
 
 
+def _uses_build_dir(args):
+    """False when this run never touches its --build-dir (so that a default build directory
+    under an unwritable working directory does not stop a run that needs none)."""
+    if args.command == "profile":
+        return args.learner == "hw"
+    if args.command == "fragment":
+        return args.backend != commands.MODEL_BACKEND
+    return True
+
+
 def check_paths(args):
     """`_check_out` every output and build directory of ``args`` (before `resolve_paths`, so
     that the error names the path as typed)."""
     for dest in OUTPUT_FILES + OUTPUT_DIRS:
         value = getattr(args, dest, None)
+        if dest == "build_dir" and not _uses_build_dir(args):
+            continue
         if isinstance(value, (str, Path)):
             directory = dest in OUTPUT_DIRS or (dest == "out" and args.command in DIRECTORY_OUT)
             _check_out(value, _flag(dest), directory)

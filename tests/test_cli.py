@@ -158,10 +158,10 @@ from hotline import cli  # noqa: E402
 # Every command with outputs: argv (cheap; the check comes before the data is read) and its
 # output options, each "file" or "dir".
 OUTPUT_COMMANDS = {
-    "profile": (["profile", "synth:criteo-kaggle:100", "--hot-rows", "8"],
+    "profile": (["profile", "synth:criteo-kaggle:100", "--hot-rows", "8", "--learner", "hw"],
                 {"--json": "file", "--build-dir": "dir"}),
-    "fragment": (["fragment", "synth:criteo-kaggle:100", "--hot-rows", "8", "--batch-size", "8"],
-                 {"--json": "file", "--build-dir": "dir"}),
+    "fragment": (["fragment", "synth:criteo-kaggle:100", "--hot-rows", "8", "--batch-size", "8",
+                  "--backend", "verilator"], {"--json": "file", "--build-dir": "dir"}),
     "gather": (["gather", "synth:criteo-kaggle:100", "--hot-rows", "8", "--batch-size", "8"],
                {"--json": "file", "--build-dir": "dir"}),
     "sim": (["sim", "--backend", "model", "--samples", "100"], {"--out": "dir"}),
@@ -272,3 +272,15 @@ def test_relative_outputs_from_another_directory(tmp_path, monkeypatch):
     assert main(["fragment", "synth:criteo-kaggle:300", "--hot-rows", "50", "--batch-size", "64",
                  "--json", "out/f.json"]) == 0
     assert json.loads((tmp_path / "out" / "f.json").read_text())["samples"] == 300
+
+
+def test_an_unused_build_dir_is_not_checked(tmp_path, monkeypatch):
+    """The model backend needs no build directory: a default one that cannot be created (the
+    working directory holds a file named build) does not stop it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "build").write_text("x")
+    assert main(["fragment", "synth:criteo-kaggle:200", "--hot-rows", "20", "--batch-size", "64",
+                 "--json", "f.json"]) == 0
+    assert main(["profile", "synth:criteo-kaggle:200", "--hot-rows", "20", "--json", "p.json"]) == 0
+    assert main(["profile", "synth:criteo-kaggle:200", "--hot-rows", "20", "--learner", "hw",
+                 "--json", "q.json"]) == 2 and not (tmp_path / "q.json").exists()
