@@ -1,11 +1,13 @@
-"""AccessLearner benchmark: learned-vs-exact hot-set coverage on the real Criteo samples and
+"""AccessLearner benchmark: learned-vs-exact hot-set coverage on every shared data file and
 simulator speed (Amaranth simulator, cocotb + Verilator).
 
 ``python -m hotline.sim.bench_access_learner [--out results.json]`` prints ``measure()``.
 Coverage ratio = (lookups hitting the learned top-K) / (lookups hitting the exact top-K),
 K = ceil(fraction * distinct keys), exact ties broken by key ascending. ``dropped`` is the
-fraction of lookups the learner's hazard rule left uncounted; ``no_hazard_rule`` gives the
-ratios of plain Space-Saving (model ``window=0``) for comparison.
+fraction of lookups the learner's hazard rule left uncounted. The learner is sized per K by
+``hotline.access_learner.learner_geometry``; ``h3_fixed_16384`` is the learner before that
+(H3 hash, 16,384 entries), ``no_hazard_rule`` plain bucketized Space-Saving (model
+``window=0``) and ``h3_sized`` the H3 hash at the sized geometry, for comparison.
 """
 import argparse
 import json
@@ -16,10 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from hotline.access_learner import AccessLearnerModel
+from hotline.access_learner import AccessLearnerModel, learner_geometry
 from hotline.data import shared_data_dir
+from hotline.hw.access_learner import WINDOW
 
-__all__ = ["DATA_DIR", "criteo_files", "load_keys", "coverage_ratio", "amaranth_speed",
+__all__ = ["DATA_DIR", "criteo_files", "shared_files", "quick_files", "load_keys",
+           "coverage_ratio", "coverage_target", "sized_coverage", "amaranth_speed",
            "cocotb_stream", "measure"]
 
 DATA_DIR = shared_data_dir() / "criteo_kaggle"
@@ -113,25 +117,77 @@ def _ratios(keys, model):
     return {f"K={int(f * 100)}%": coverage_ratio(keys, model, f) for f in FRACTIONS}
 
 
+# Targets of the AccessLearner (issue 16): Criteo files (and Alimama) 0.98; user-item files
+# (MovieLens, Amazon-book: flat two-table streams) 0.95.
+USER_ITEM_DIRS = ("movielens", "amazon_book")
+
+
+def coverage_target(path):
+    """Coverage-ratio target of a shared file."""
+    return 0.95 if Path(path).parent.name in USER_ITEM_DIRS else 0.98
+
+
+def shared_files():
+    """Every shared data file the readers support (empty when the data directory is absent)."""
+    from hotline.data import real_data_files
+    return real_data_files()
+
+
+def quick_files():
+    """The ``--quick`` subset: one Criteo CSV and MovieLens (a flat user-item stream)."""
+    files = shared_files()
+    return [p for p in files if p.name.startswith("train_random4584")][:1] + \
+        [p for p in files if p.parent.name == "movielens"][:1]
+
+
+def sized_coverage(keys, fractions=FRACTIONS, window=WINDOW, hash_family="tabulation"):
+    """{"K=5%": ratio, ...} and {"K=5%": entries, ...} of learners sized by `learner_geometry`
+    for each K (models of one geometry are shared), plus the dropped fraction per K."""
+    uniq = np.unique(keys)
+    ratios, entries, dropped, models = {}, {}, {}, {}
+    for f in fractions:
+        name, k = f"K={int(f * 100)}%", math.ceil(f * len(uniq))
+        geometry = learner_geometry(k, len(uniq))
+        if geometry not in models:
+            models[geometry] = AccessLearnerModel(buckets=geometry[0], ways=geometry[1],
+                                                  window=window, hash_family=hash_family)
+            models[geometry].update(keys)
+        ratios[name] = coverage_ratio(keys, models[geometry], f)
+        entries[name] = geometry[0] * geometry[1]
+        dropped[name] = models[geometry].dropped / len(keys)
+    return ratios, entries, dropped
+
+
 def measure(files=None, speed_lookups=20000, simulators=("verilator",), build_dir=None,
-            sweep_buckets=(256, 512, 1024)):
-    """Coverage ratios per real file and K fraction for the default learner and for smaller
-    tables (``capacity_sweep``, 8 ways), and simulator speeds (lookups/s)."""
+            sweep_buckets=(256, 512, 1024), decompose=True):
+    """Per real file (default: every shared file) and K = 5% / 10% of its distinct keys:
+    ``coverage[file]["K=5%"]`` = the coverage ratio of the learner sized by
+    `learner_geometry` (``entries``), beside ``h3_fixed_16384`` (the learner before issue 16:
+    H3 hash, 2048 x 8 entries) and ``fixed_16384`` (tabulation, 2048 x 8) measured in the same
+    run, and ``target``. With ``decompose``: ``no_hazard_rule`` (sized, window 0) and
+    ``h3_sized`` (sized, H3). ``capacity_sweep``: smaller fixed tables (8 ways). ``speed``:
+    simulator lookups/s."""
     from hotline.sim.runner import simulator_available
 
     result = {"coverage": {}, "capacity_sweep": {}, "speed": {}}
-    for path in (criteo_files() if files is None else [Path(f) for f in files]):
+    for path in (shared_files() if files is None else [Path(f) for f in files]):
         keys = load_keys(path)
-        model = AccessLearnerModel()
         t0 = time.perf_counter()
-        model.update(keys)
-        rate = len(keys) / (time.perf_counter() - t0)
-        plain = AccessLearnerModel(window=0)
-        plain.update(keys)
-        result["coverage"][path.name] = {
+        ratios, entries, dropped = sized_coverage(keys)
+        rate = len(keys) * len(set(entries.values())) / (time.perf_counter() - t0)
+        fixed = {}
+        for family in ("h3", "tabulation"):
+            model = AccessLearnerModel(buckets=2048, ways=8, hash_family=family)
+            model.update(keys)
+            fixed[family] = _ratios(keys, model)
+        row = result["coverage"][path.name] = {
             "lookups": int(len(keys)), "distinct": int(len(np.unique(keys))),
-            "model_lookups_per_s": rate, **_ratios(keys, model),
-            "dropped": model.dropped / len(keys), "no_hazard_rule": _ratios(keys, plain)}
+            "target": coverage_target(path), "model_lookups_per_s": rate, **ratios,
+            "entries": entries, "dropped": dropped,
+            "h3_fixed_16384": fixed["h3"], "fixed_16384": fixed["tabulation"]}
+        if decompose:
+            row["no_hazard_rule"] = sized_coverage(keys, window=0)[0]
+            row["h3_sized"] = sized_coverage(keys, hash_family="h3")[0]
         sweep = result["capacity_sweep"][path.name] = {}
         for buckets in sweep_buckets:
             small = AccessLearnerModel(buckets=buckets)

@@ -13,8 +13,10 @@ Sections:
   Icarus and the Amaranth simulator;
 - cam: PopularityCAM lookups/cycle without backpressure (ideal 1.0), load factor at the first
   failed insert (random keys and real hot sets; target 0.90), simulator speeds;
-- learner: AccessLearner coverage of its top K over the exact top K's, per real Criteo file,
-  K = 5% and 10% of the distinct keys (target 0.98), and simulator speeds;
+- learner: AccessLearner coverage of its top K over the exact top K's, per shared data file,
+  K = 5% and 10% of the distinct keys, at the geometry `learner_geometry` sizes (target 0.98;
+  0.95 on the user-item files), beside the H3 / fixed 16,384-entry learner of the same run, and
+  simulator speeds (``--quick``: one Criteo file and MovieLens);
 - synthesis: LUT4 / FF / block RAM / Fmax of cam, learner and cam+learner on LFE5U-85F-6
   (target 125 MHz, <= 50% of the block RAM) and the 1024-entry CAM on iCE40 UP5K;
 - dma: RowDMA read-channel utilisation (beats per cycle from the first AR to the last B,
@@ -186,11 +188,13 @@ def bench_cam(quick):
 
 
 def bench_learner(quick):
-    from hotline.sim.bench_access_learner import criteo_files, measure
-    files = criteo_files()[:1] if quick else None
+    from hotline.sim.bench_access_learner import measure, quick_files
+    files = quick_files() if quick else None
     r = measure(files, speed_lookups=2000 if quick else 20000, simulators=("verilator", "icarus"),
-                sweep_buckets=() if quick else (256, 512, 1024))
-    rows = [[f"learner coverage ratio {k}", name[:30], f"{v[k]:.4f}", "target 0.98", v[k] / 0.98]
+                sweep_buckets=() if quick else (256, 512, 1024), decompose=not quick)
+    rows = [[f"learner coverage ratio {k} ({v['entries'][k]} entries)", name[:30],
+             f"{v[k]:.4f}", f"{v['h3_fixed_16384'][k]:.4f} H3/16384; target {v['target']}",
+             v[k] / v["target"]]
             for name, v in r["coverage"].items() for k in ("K=5%", "K=10%")]
     return r, rows
 
