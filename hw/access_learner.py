@@ -15,9 +15,12 @@ span seven pipeline stages at one key per cycle: every update still in flight wh
 reads its bucket is then one of the same key, whose result is forwarded (count + 1, same
 way).
 
-Measured on the Criteo samples (see ``hotline.sim.bench_access_learner``), 8 ways x 2048
-buckets keeps >= 0.99 of the exact top-K coverage for K = 5% and 10% of the distinct keys;
-the rule drops 0-0.8% of the lookups and costs <= 1e-4 of that ratio. A count-min sketch
+Size it with ``hotline.access_learner.learner_geometry(K, distinct_keys)``: entries = next
+power of two >= max(8 K, distinct / 2), at least 4096. A fixed 8 x 2048 keeps >= 0.99 of
+the exact top-K coverage on the Criteo samples but only 0.67 on Amazon-book (flat, 135k
+distinct keys): the gap is capacity, not the hash or the hazard rule (see
+``hotline.sim.bench_access_learner``). The rule drops 0-1.7% of the lookups and costs
+<= 0.003 of that ratio at 512 buckets or more; with few buckets (<= 32) it drops most keys. A count-min sketch
 admission filter in front helps only when the table is smaller than about 2x K; at the
 default size its collision noise made the ranking worse, so it is not used. On LFE5U-85F-6
 with ``primitive="ecp5"`` the learner alone places and routes at 128-132 MHz (nextpnr).
