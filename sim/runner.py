@@ -8,6 +8,7 @@ and docs/toolchain.md.
 import os
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -103,12 +104,21 @@ def run_cocotb(component, toplevel, test_module, build_dir, simulator="verilator
     env = dict(extra_env or {})
     if module_dir:
         env["PYTHONPATH"] = module_dir + os.pathsep + os.environ.get("PYTHONPATH", "")
-    runner.build(verilog_sources=sources, hdl_toplevel=toplevel, build_dir=build_dir,
-                 build_args=build_args, always=True, waves=waves, timescale=TIMESCALE,
-                 log_file=build_dir / "build.log")
-    results = runner.test(hdl_toplevel=toplevel, test_module=test_module, build_dir=build_dir,
-                          test_dir=build_dir, testcase=testcase, extra_env=env, waves=waves,
-                          seed=seed, log_file=build_dir / "sim.log", timescale=TIMESCALE)
+    # cocotb's runner leaves by sys.exit when the build or the simulator fails (and, under
+    # pytest, when a test fails): a CocotbFailure naming the log instead, so that a caller
+    # (the CLI) reports one line rather than exiting silently.
+    log = build_dir / "build.log"
+    try:
+        runner.build(verilog_sources=sources, hdl_toplevel=toplevel, build_dir=build_dir,
+                     build_args=build_args, always=True, waves=waves, timescale=TIMESCALE,
+                     log_file=log)
+        log = build_dir / "sim.log"
+        results = runner.test(hdl_toplevel=toplevel, test_module=test_module, build_dir=build_dir,
+                              test_dir=build_dir, testcase=testcase, extra_env=env, waves=waves,
+                              seed=seed, log_file=log, timescale=TIMESCALE)
+    except (SystemExit, subprocess.CalledProcessError) as e:
+        code = e.code if isinstance(e, SystemExit) else e.returncode
+        raise CocotbFailure(f"{test_module} on {simulator} failed (exit {code}); see {log}") from None
     total, failed = get_results(results)
     if failed:
         raise CocotbFailure(f"{failed} of {total} cocotb tests failed in {test_module} "

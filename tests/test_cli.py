@@ -284,3 +284,25 @@ def test_an_unused_build_dir_is_not_checked(tmp_path, monkeypatch):
     assert main(["profile", "synth:criteo-kaggle:200", "--hot-rows", "20", "--json", "p.json"]) == 0
     assert main(["profile", "synth:criteo-kaggle:200", "--hot-rows", "20", "--learner", "hw",
                  "--json", "q.json"]) == 2 and not (tmp_path / "q.json").exists()
+
+
+def test_a_simulator_that_exits_is_one_error_line(tmp_path, monkeypatch, capsys):
+    """cocotb's runner leaves by sys.exit when the simulator fails: `profile --learner hw`
+    then reports one line naming the log (it exited 1 with nothing to say)."""
+    import cocotb_tools.runner
+    from hotline.sim import runner as sim_runner
+
+    class Dead:
+        def build(self, **kw):
+            pass
+
+        def test(self, **kw):
+            raise SystemExit(139)
+
+    monkeypatch.setattr(cocotb_tools.runner, "get_runner", lambda name: Dead())
+    monkeypatch.setattr(sim_runner, "simulator_available", lambda name: True)
+    assert main(["profile", "synth:criteo-kaggle:50", "--hot-rows", "8", "--learner", "hw",
+                 "--build-dir", str(tmp_path / "rtl"), "--json", str(tmp_path / "p.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "exit 139" in err and "sim.log" in err
+    assert not (tmp_path / "p.json").exists()

@@ -156,8 +156,15 @@ def clone(tmp_path_factory):
     for sub in ("hw", "sim", "fpga"):
         (pkg / sub).symlink_to(repo / sub, target_is_directory=True)
     (repo / ".venv").symlink_to(VENV_BIN.parent, target_is_directory=True)
+    # The venv stands installed from this pyproject.toml: the copy's file must not look newer
+    # than the install stamp (a copy or an archive gets a fresh or a commit mtime).
+    stamp = VENV_BIN.parent / ".installed-stamp"
+    if stamp.exists():
+        t = stamp.stat().st_mtime - 1
+        os.utime(repo / "pyproject.toml", (t, t))
     env = {k: v for k, v in os.environ.items()
-           if k not in ("HOTLINE_DATA", "MAKEFLAGS", "MAKELEVEL", "MFLAGS", "PYTEST_ADDOPTS")}
+           if k not in ("HOTLINE_DATA", "MAKEFLAGS", "MAKELEVEL", "MFLAGS", "PYTEST_ADDOPTS",
+                        "PYTEST_CURRENT_TEST")}  # a user's shell: cocotb acts on the last one
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = str(base / "pkg")
     env["PYTHONDONTWRITEBYTECODE"] = "1"
