@@ -210,13 +210,17 @@ def _serve(command, repo, env, timeout):
                 with socket.create_connection((m.group(1), int(m.group(2))), timeout=30):
                     pass
         assert url, f"no serial:// URL printed:\n{''.join(lines[-20:])}"
-        proc.send_signal(signal.SIGINT)
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole job
         rest, _ = proc.communicate(timeout=120)
         assert proc.returncode == 0, f"exit {proc.returncode} after Ctrl-C:\n{rest[-3000:]}"
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        if proc.poll() is None:  # once more gently (the board server dies with hotline), then not
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
 
 
 @pytest.mark.parametrize("command,timeout,why", _params())
