@@ -12,8 +12,13 @@ per batch measured 4,211 mean / 4,368 max on the built-in generator (196 batches
 headroom; a batch beyond them is flagged ``overflow``. The earlier 32768 / 16384 set took 96 of
 the 208 block RAMs and, at 93% block-RAM use, every table's address routes crossed the die.
 """
+from amaranth.hdl import Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
 from hotline.hw.access_learner import AccessLearner
 from hotline.hw.cold_key_set import ColdKeySet
+from hotline.hw.hashing import bucket_hash
 from hotline.hw.popularity_cam import PopularityCAM
 
 from .synth import DEVICES, PlaceRouteError, synth_report
@@ -47,6 +52,21 @@ _COLD = {"ecp5-85f": lambda: ColdKeySet(16384, max_keys=8192, primitive="ecp5"),
          "ice40-up5k": lambda: ColdKeySet(1024, max_keys=1024)}
 
 
+class HashProbe(wiring.Component):
+    """One bucket hash alone (32-bit key -> 11-bit bucket, the learner's and cold set's width),
+    combinational: the report harness registers ``key`` and ``bucket``, so its Fmax is the
+    hash's logic depth and its LUT4 count the hash's cost."""
+
+    def __init__(self, family):
+        self.hash = bucket_hash(1, 32, 11, family)
+        super().__init__({"key": In(32), "bucket": Out(11)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.bucket.eq(self.hash.expr(self.key))
+        return m
+
+
 def _accelerator(dev):
     from hotline.hw.accelerator import HotlineAccelerator
     if dev == "ecp5-85f":  # B = 1024 Criteo batches: 26 * 1024 lookups, 16384 hot rows
@@ -68,6 +88,8 @@ BLOCKS = {
     "cam+learner": lambda dev: (_CAM[dev](), _LEARNER[dev]()),
     "cold-key-set": lambda dev: _COLD[dev](),
     "accelerator": _accelerator,
+    "hash-tabulation": lambda dev: HashProbe("tabulation"),
+    "hash-h3": lambda dev: HashProbe("h3"),
 }
 
 

@@ -118,6 +118,7 @@ class AccessLearner(wiring.Component):
         self.way_bits = exact_log2(ways)
         self.buckets, self.ways = buckets, ways
         self.key_bits, self.count_bits, self.seed = key_bits, count_bits, seed
+        self.hash = bucket_hash(seed, key_bits, self.bucket_bits, hash_family)
         self.entry = entry_layout(key_bits, count_bits)
         super().__init__({
             "lookups": In(stream.Signature(key_bits)),
@@ -187,7 +188,7 @@ class AccessLearner(wiring.Component):
 
         # t+2: the bucket addresses the read port (the host readout borrows the port whenever
         # the stage is empty) and is checked against the last WINDOW counted keys.
-        bucket = bucket_hash(self.seed, key_bits, bucket_bits, self.hash_family).expr(s1.key)
+        bucket = self.hash.expr(s1.key)
         s2 = stage("s2", s1.valid, key=s1.key, bucket=bucket)
         # The read address is chosen a cycle ahead: it reaches the block RAMs straight from a
         # flip-flop.

@@ -7,10 +7,18 @@ from amaranth.lib.memory import Memory
 __all__ = ["BucketTable"]
 
 
-def _dp16kd_addr(port, addr):
-    """DP16KD address pins of ``port`` for a 9-bit-wide word address (pins 3..13)."""
-    pins = Cat(addr, Const(0, 11))[:11]
-    return {f"i_AD{port}{i}": pins[i - 3] if i >= 3 else 0 for i in range(14)}
+# DP16KD port width -> lowest word-address pin (TN1264): x9 words on pins 3..13, x18 on 4..13,
+# where pins 0 and 1 are the x18 write port's byte enables.
+_DP16KD_ADDR_LSB = {9: 3, 18: 4}
+
+
+def _dp16kd_addr(port, addr, width, write=False):
+    """DP16KD address pins of ``port`` for a ``width``-bit word address."""
+    lsb = _DP16KD_ADDR_LSB[width]
+    pins = Cat(addr, Const(0, 14))[:14 - lsb]
+    byte_enable = int(write and width == 18)
+    return {f"i_AD{port}{i}": pins[i - lsb] if i >= lsb else byte_enable if i < 2 else 0
+            for i in range(14)}
 
 
 class BucketTable(Elaboratable):
@@ -23,7 +31,7 @@ class BucketTable(Elaboratable):
     read of the word being written in cycle t returns undefined data in the written lanes
     (with ``primitive="ecp5"`` the other lanes are separate block RAMs and read correctly).
     ``primitive``: None infers a Memory followed by two registers; "ecp5" instantiates DP16KD
-    block RAMs (depth <= 2048, 9-bit ports) whose output register is the first of them, with
+    block RAMs (depth <= 2048: 2048 x 9, or 1024 x 18 for depth <= 1024) whose output register is the first of them, with
     a 0.95 ns clock-to-out instead of 5.8 ns (Yosys does not infer it). The last register is
     in the fabric, so the block RAMs' long routes end at flip-flops, not at logic.
     """
@@ -49,26 +57,28 @@ class BucketTable(Elaboratable):
     def elaborate(self, platform):
         m = Module()
         if self.primitive == "ecp5":
-            # One DP16KD per 9 bits of an entry lane, 2048 x 9: port A writes, port B reads.
+            # One DP16KD per 9 (or 18) bits of an entry lane: port A writes, port B reads.
+            # The widest port that is deep enough: a shallow table needs half the blocks.
+            block = 18 if self.depth <= 1024 else 9
             for lane in range(self.ways):
-                for lsb in range(0, self.width, 9):
-                    bits = min(9, self.width - lsb)
-                    dout = Signal(9, name=f"dout_{lane}_{lsb}")
+                for lsb in range(0, self.width, block):
+                    bits = min(block, self.width - lsb)
+                    dout = Signal(block, name=f"dout_{lane}_{lsb}")
                     m.submodules[f"bram_{lane}_{lsb}"] = self.dp16kd(
-                        p_DATA_WIDTH_A=9, p_DATA_WIDTH_B=9, p_REGMODE_A="NOREG",
+                        p_DATA_WIDTH_A=block, p_DATA_WIDTH_B=block, p_REGMODE_A="NOREG",
                         p_REGMODE_B="OUTREG", p_WRITEMODE_A="NORMAL", p_WRITEMODE_B="NORMAL",
                         p_RESETMODE="SYNC", p_CSDECODE_A="0b000", p_CSDECODE_B="0b000",
                         p_GSR="DISABLED",
                         i_CLKA=ClockSignal(), i_CEA=1, i_OCEA=1, i_RSTA=0,
                         i_WEA=self.write_en[lane], i_CSA0=0, i_CSA1=0, i_CSA2=0,
-                        **_dp16kd_addr("A", self.write_addr),
+                        **_dp16kd_addr("A", self.write_addr, block, write=True),
                         **{f"i_DIA{i}": self.write_data[lsb + i] if i < bits else 0
                            for i in range(18)},
                         i_CLKB=ClockSignal(), i_CEB=1, i_OCEB=1, i_RSTB=0, i_WEB=0,
                         i_CSB0=0, i_CSB1=0, i_CSB2=0,
-                        **_dp16kd_addr("B", self.read_addr),
+                        **_dp16kd_addr("B", self.read_addr, block),
                         **{f"i_DIB{i}": 0 for i in range(18)},
-                        **{f"o_DOB{i}": dout[i] for i in range(9)})
+                        **{f"o_DOB{i}": dout[i] for i in range(block)})
                     m.d.sync += self.read_data[lane * self.width + lsb:][:bits].eq(dout)
         else:
             m.submodules.memory = memory = Memory(

@@ -51,7 +51,7 @@ def _check_widths(key_bits, out_bits):
 class TabulationHash:
     """Hash number ``seed`` from ``key_bits`` to ``out_bits``: XOR of one 16-entry table per
     4-bit character of the key. ``expr(key)`` is the Amaranth expression, ``np(keys)`` the
-    vectorised reference (int64)."""
+    vectorised reference (int64), ``value(key)`` the same for one int."""
 
     def __init__(self, seed, key_bits, out_bits):
         _check_widths(key_bits, out_bits)
@@ -72,6 +72,13 @@ class TabulationHash:
                            1 << CHAR_BITS).bit_select(c, 1) for t, c in zip(self.tables, chars)]
             bits.append(reduce(xor, terms))
         return Cat(*bits)
+
+    def value(self, key):
+        h = 0
+        for table in self.tables:
+            h ^= table[key & 15]
+            key >>= CHAR_BITS
+        return h
 
     def np(self, keys):
         keys = np.asarray(keys, np.uint64)
@@ -99,6 +106,9 @@ class H3Hash:
 
     def expr(self, key: Value):
         return Cat(*((key & m).xor() for m in self.masks))
+
+    def value(self, key):
+        return sum(((key & m).bit_count() & 1) << j for j, m in enumerate(self.masks))
 
     def np(self, keys):
         keys = np.asarray(keys, np.uint64)

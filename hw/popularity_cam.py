@@ -167,7 +167,7 @@ class PopularityCAM(wiring.Component):
     # (LATENCY lookups are outstanding then), with room to spare for a stall of the consumer.
     QUEUE_DEPTH = 8
 
-    def __init__(self, entries=16384, *, ways=4, key_width=32, user_width=8, stash=4,
+    def __init__(self, entries=16384, *, ways=8, key_width=32, user_width=8, stash=4,
                  max_kicks=64, seeds=(1, 2), hash_family="tabulation", primitive=None):
         for name, value in (("entries", entries), ("ways", ways)):
             if value < 1 or value & (value - 1):

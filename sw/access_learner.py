@@ -81,7 +81,7 @@ class AccessLearnerModel:
         self.buckets, self.ways = buckets, ways
         self.key_bits, self.count_bits = key_bits, count_bits
         self.window = window
-        self._hash = bucket_hash(seed, key_bits, buckets.bit_length() - 1, hash_family)
+        self.hash = bucket_hash(seed, key_bits, buckets.bit_length() - 1, hash_family)
         self._max = 2**count_bits - 1
         self.clear()
 
@@ -95,7 +95,7 @@ class AccessLearnerModel:
         keys = np.asarray(keys, dtype=np.uint64)
         if keys.size and int(keys.max()) >> self.key_bits:
             raise ValueError(f"keys must fit in {self.key_bits} bits")
-        buckets = self._hash.np(keys).tolist()
+        buckets = self.hash.np(keys).tolist()
         ways, cap = self.ways, self._max
         table_keys, table_counts = self._keys, self._counts
         history, dropped = self._history, 0

@@ -11,6 +11,14 @@ Sections:
   file (B = 1024), in lookups per cycle against the ideal 1.0, every beat checked against the
   model; and the simulators' speed (simulated cycles/s) on one short stream, Verilator beside
   Icarus and the Amaranth simulator;
+- hashing: occupancy at the first refused CAM insert (bit-exact model) for every key family
+  (random; dense rows of one and of 26 tables, random and rank order; the distinct keys of
+  every shared file) at 4,096 / 16,384 / 65,536 entries, for the product geometry (tabulation
+  hash, 2 x 8 ways; target 0.95) beside the linear H3 hash and the old 2 x 4 buckets in the
+  same run; whether the CAM sized by ``for_workload`` holds exactly K hot keys of every shared
+  file (K = 5%, 10%, 50% of its distinct keys); the ColdKeySet's occupancy at its first
+  overflow (stated load 0.5); the hash's LUT4 and Fmax come from the synthesis section
+  (``--quick``: 4,096 entries, synthetic keys, one file);
 - cam: PopularityCAM lookups/cycle without backpressure (ideal 1.0), load factor at the first
   failed insert (random keys and real hot sets; target 0.90), simulator speeds;
 - learner: AccessLearner coverage of its top K over the exact top K's, per shared data file,
@@ -54,7 +62,8 @@ from .synth import synth_criteo
 
 
 
-SECTIONS = ("fragment_model", "criteo_parse", "fragment_rtl", "cam", "learner", "synthesis",
+SECTIONS = ("fragment_model", "criteo_parse", "hashing", "fragment_rtl", "cam", "learner",
+            "synthesis",
             "dma", "gather", "boards", "train")
 SLOW_SECTIONS = ("boards",)  # not in --quick runs unless named with --only
 
@@ -170,6 +179,53 @@ def bench_fragment_rtl(quick):
     rows += [[f"{name} speed", short.name, f"{r['cycles_per_second']:,.0f} cycles/s",
               "Verilator", 1 / r["verilator_speedup"]] for name, r in speed.items()]
     return result, rows
+
+
+def bench_hashing(quick):
+    from .device_model import AcceleratorConfig, place_hot_set
+    from .hash_quality import (GEOMETRIES, cam_first_refusal, cold_first_overflow, file_families,
+                               key_families)
+    sizes = (4096,) if quick else (4096, 16384, 65536)
+    files = real_data_files()[:1] if quick else real_data_files()
+    cam, rows = [], []
+
+    def record(data, entries, keys):
+        loads = {f"{fam}/{ways}": cam_first_refusal(keys, entries, ways, fam)
+                 for fam, ways in GEOMETRIES}
+        cam.append({"data": data, "entries": entries, "keys": len(keys), **loads})
+        after, h3 = loads["tabulation/8"], loads["h3/4"]
+        fmt = lambda v: "all fit" if v is None else f"{v:.3f}"
+        rows.append([f"CAM load at first refusal ({entries})", data[:40], fmt(after),
+                     f"{fmt(h3)} H3 2x4; {fmt(loads['tabulation/4'])} tab 2x4; target 0.95",
+                     (after or 1.0) / 0.95])
+
+    for entries in sizes:
+        for name, keys in key_families(int(entries * 1.25)).items():
+            record(name, entries, keys)
+    hold, cold = [], []
+    for path in files:
+        fams = file_families(path)
+        ranked = fams["rank order"]
+        # The largest table the file's keys overfill (the smallest one when they cannot).
+        entries = max(64, 1 << max(6, (len(ranked) - 1).bit_length() - 1))
+        for order, keys in fams.items():
+            record(f"{path.name.split('.')[0]} {order}", min(entries, 65536), keys)
+        for share in (0.05, 0.10, 0.50):
+            k = max(1, int(share * len(ranked)))
+            config = AcceleratorConfig.for_workload(k, 1024, 26 * 1024)
+            held = place_hot_set(ranked[:k], config).keys.size
+            hold.append({"data": path.name, "k": k, "cam_entries": config.cam_entries,
+                         "held": int(held)})
+            rows.append([f"CAM holds K = {share:.0%} of distinct keys", path.name[:40],
+                         f"{held} of {k}", f"{config.cam_entries} entries", held / k])
+    capacity = 4096 if quick else 16384
+    for name, keys in key_families(capacity).items():
+        loads = {fam: cold_first_overflow(keys, capacity, fam) for fam in ("tabulation", "h3")}
+        cold.append({"data": name, "capacity": capacity, **loads})
+        rows.append([f"cold set load at first overflow ({capacity})", name, f"{loads['tabulation']:.3f}",
+                     f"{loads['h3']:.3f} H3; stated load 0.5", loads["tabulation"] / 0.5])
+    return {"cam_first_refusal": cam, "cam_holds_k": hold, "cold_first_overflow": cold,
+            "target_cam_load": 0.95, "cam_sizing_load": AcceleratorConfig.CAM_LOAD}, rows
 
 
 def bench_cam(quick):
@@ -338,7 +394,8 @@ def main(argv=None):
         r = results["criteo_parse"] = bench_criteo_parse(args.quick)
         rows.append(["Criteo CSV parse", r["data"][:40], f"{r['mb_per_s']:.1f} MB/s",
                      f"{r['reference_mb_per_s']:.1f} MB/s csv.reader", r["ratio_vs_reference"]])
-    for name, fn in (("fragment_rtl", bench_fragment_rtl), ("cam", bench_cam),
+    for name, fn in (("hashing", bench_hashing), ("fragment_rtl", bench_fragment_rtl),
+                     ("cam", bench_cam),
                      ("learner", bench_learner), ("synthesis", bench_synthesis),
                      ("dma", None), ("gather", bench_gather), ("boards", bench_boards),
                      ("train", bench_train)):

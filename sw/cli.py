@@ -166,7 +166,7 @@ def build_parser():
                         "fpga report cam+learner --device ecp5-85f --json build/synth.json",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("block", choices=("cam", "learner", "cam+learner", "cold-key-set",
-                                     "accelerator"))
+                                     "accelerator", "hash-tabulation", "hash-h3"))
     p.add_argument("--device", choices=("ecp5-85f", "ice40-up5k"), default="ecp5-85f")
     p.add_argument("--freq", type=float, metavar="MHZ", help="clock constraint (default: target)")
     p.add_argument("--seed", type=int, help="nextpnr's placement seed (default: 1; the whole "

@@ -40,7 +40,7 @@ class PopularityCAMModel:
     after reset); vectorised ``lookup(keys) -> (hit, slot)``; ``place(keys) -> Placement``.
     """
 
-    def __init__(self, entries=16384, *, ways=4, key_width=32, stash=4, max_kicks=64,
+    def __init__(self, entries=16384, *, ways=8, key_width=32, stash=4, max_kicks=64,
                  seeds=(1, 2), hash_family="tabulation"):
         self.entries, self.ways, self.key_width = entries, ways, key_width
         self.stash_size, self.max_kicks = stash, max_kicks
@@ -63,6 +63,9 @@ class PopularityCAMModel:
 
     def hash(self, table, keys):
         return self.hashes[table].np(keys)
+
+    def _bucket(self, table, key):
+        return self.hashes[table].value(int(key))
 
     def _check(self, keys):
         keys = np.asarray(keys, np.uint64)
@@ -89,7 +92,7 @@ class PopularityCAMModel:
     def _find(self, key):
         """(table, bucket, way) or ('stash', i) or None."""
         for t in (0, 1):
-            b = int(self.hash(t, key))
+            b = self._bucket(t, key)
             ways = np.flatnonzero(self.valid[t, b] & (self.keys[t, b] == key))
             if ways.size:
                 return t, b, int(ways[0])
@@ -114,7 +117,7 @@ class PopularityCAMModel:
     def _search(self, key):
         """Victim path [(t, b, w), ...] plus the free slot ending it, or None."""
         path = []
-        t, b = 0, int(self.hash(0, key))
+        t, b = 0, self._bucket(0, key)
         while len(path) < self.max_kicks:
             taken = {w for (pt, pb, w) in path if (pt, pb) == (t, b)}
             order = [(self.kicks + r) % self.ways for r in range(self.ways)]
@@ -125,7 +128,7 @@ class PopularityCAMModel:
             self.kicks += 1
             victim = self.keys[t, b, way]
             t = 1 - t
-            b = int(self.hash(t, victim))
+            b = self._bucket(t, victim)
             free = self._free_way(t, b)
             if free is not None:
                 return path, (t, b, free)
@@ -139,7 +142,7 @@ class PopularityCAMModel:
             slot = self.entries + where[1] if where[0] == "stash" else self.slot(*where)
             return Status.EXISTS, slot, []
         for t in (0, 1):
-            b = int(self.hash(t, key))
+            b = self._bucket(t, key)
             w = self._free_way(t, b)
             if w is not None:
                 self.keys[t, b, w], self.valid[t, b, w] = key, True

@@ -330,26 +330,31 @@ def test_cocotb_real_stream(path, tmp_path):
 
 
 class DP16KDModel(Elaboratable):
-    """The DP16KD configuration BucketTable uses, from the ECP5 memory guide (TN1264): 9-bit
-    ports address words with pins 3..13; port A writes when WEA; port B reads, its data
-    registered once in the array and once more in the output register (OUTREG)."""
+    """The DP16KD configurations BucketTable uses, from the ECP5 memory guide (TN1264): 9-bit
+    ports address 2048 words with pins 3..13, 18-bit ports 1024 words with pins 4..13 (pins
+    0 and 1 of the write port are its byte enables, both set); port A writes when WEA; port B
+    reads, its data registered once in the array and once more in the output register."""
 
     def __init__(self, **ports):
         self.ports = ports
 
     def elaborate(self, platform):
         p = self.ports
-        assert (p["p_DATA_WIDTH_A"], p["p_DATA_WIDTH_B"], p["p_REGMODE_B"]) == (9, 9, "OUTREG")
+        width = p["p_DATA_WIDTH_A"]
+        assert width in (9, 18) and (p["p_DATA_WIDTH_B"], p["p_REGMODE_B"]) == (width, "OUTREG")
         assert (p["i_WEB"], p["i_CEA"], p["i_CEB"], p["i_OCEB"]) == (0, 1, 1, 1)
+        lsb, depth = {9: (3, 2048), 18: (4, 1024)}[width]
+        if width == 18:
+            assert (p["i_ADA0"], p["i_ADA1"]) == (1, 1)
         pins = lambda prefix, lo, hi: Cat(Const(v, 1) if isinstance(v, int) else v
                                           for v in (p[f"{prefix}{i}"] for i in range(lo, hi)))
         m = Module()
-        m.submodules.array = array = Memory(shape=9, depth=2048, init=[])
+        m.submodules.array = array = Memory(shape=width, depth=depth, init=[])
         wr, rd = array.write_port(), array.read_port()
-        out = Signal(9)
-        m.d.comb += [wr.addr.eq(pins("i_ADA", 3, 14)), wr.en.eq(p["i_WEA"]),
-                     wr.data.eq(pins("i_DIA", 0, 9)), rd.addr.eq(pins("i_ADB", 3, 14)),
-                     pins("o_DOB", 0, 9).eq(out)]
+        out = Signal(width)
+        m.d.comb += [wr.addr.eq(pins("i_ADA", lsb, 14)), wr.en.eq(p["i_WEA"]),
+                     wr.data.eq(pins("i_DIA", 0, width)), rd.addr.eq(pins("i_ADB", lsb, 14)),
+                     pins("o_DOB", 0, width).eq(out)]
         m.d.sync += out.eq(rd.data)
         return m
 

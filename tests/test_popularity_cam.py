@@ -198,9 +198,15 @@ def test_ecp5_tables_match_model(monkeypatch):
 
 
 def test_ecp5_tables_structure():
-    text = verilog.convert(PopularityCAM(1024, primitive="ecp5"), name="top", emit_src=False)
-    assert text.count("DP16KD #(") == 2 * 4 * 4  # 2 tables x 4 ways x 4 blocks per entry
+    # 2 tables x 8 ways x 2 blocks per 33-bit entry: 64 buckets deep, 1024 x 18 blocks.
+    text = verilog.convert(PopularityCAM(1024, ways=8, primitive="ecp5"), name="top",
+                           emit_src=False)
+    assert text.count("DP16KD #(") == text.count(".DATA_WIDTH_A(32'd18)") == 2 * 8 * 2
     assert text.count('.REGMODE_B("OUTREG")') == 32
+    # 2048 buckets deep: 2048 x 9 blocks, 4 per entry.
+    text = verilog.convert(PopularityCAM(16384, ways=4, primitive="ecp5"), name="top",
+                           emit_src=False)
+    assert text.count("DP16KD #(") == 2 * 4 * 4
 
 
 @pytest.mark.parametrize("depth", [1, 3, 8])
