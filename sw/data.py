@@ -182,16 +182,36 @@ class Dataset:
                        parts[-1].table_sizes, opt("dense"), opt("label"), name)
 
 
-def write_atomic(path, writer, mode="wb"):
-    """Call ``writer(file)`` on a temporary file and rename it over ``path`` only on success."""
+def partial_path(path):
+    """The temporary file `write_atomic` writes before renaming it to ``path``."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.partial")
+
+
+def write_atomic(path, writer, mode="wb", durable=False):
+    """Call ``writer(file)`` on a temporary file and rename it over ``path`` only on success,
+    so ``path`` is either its previous content or the complete new one. With ``durable``, the
+    file is fsynced before the rename and the directory after it (a crash or power loss then
+    leaves the old or the new file, never a torn one). A process killed mid-write leaves the
+    temporary `partial_path(path)` behind; the next writer overwrites it."""
+    import os
     path = Path(path)
     if path.parent and not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.partial")
+    tmp = partial_path(path)
     try:
         with open(tmp, mode) as f:
             writer(f)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         tmp.replace(path)
+        if durable:
+            fd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
     finally:
         tmp.unlink(missing_ok=True)
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .data import ROW_BITS, MAX_ROWS, write_atomic
+from .data import ROW_BITS, MAX_ROWS, partial_path, write_atomic
 from .errors import HotlineError
 
 MODES = ("baseline", "hotline", "device-only")
@@ -734,7 +734,29 @@ def save_checkpoint(path, trainer, state):
     obj["counters"] = trainer.device_counters()
     obj["bytes"] = [trainer.bytes_h2d, trainer.bytes_d2h]
     obj["device_seconds"] = trainer.device_seconds
-    write_atomic(path, lambda f: torch.save(obj, f))
+    # The previous checkpoint stays in place until the new one is complete and on disk.
+    try:
+        write_atomic(path, lambda f: torch.save(obj, f), durable=True)
+    except OSError as e:
+        raise HotlineError(f"{path}: cannot write the checkpoint ({e.strerror or e}); the "
+                           f"previous one, if any, is unchanged") from None
+
+
+def remove_stale_partial(path, notes):
+    """Delete the temporary file of a checkpoint write that was killed (`write_atomic` removes
+    it itself on any error it sees); ``path`` itself, if present, is the last complete one."""
+    tmp = partial_path(path)
+    if tmp.is_file():
+        size = tmp.stat().st_size
+        try:
+            tmp.unlink()
+        except OSError as e:
+            raise HotlineError(f"{tmp}: cannot remove this stale partial checkpoint "
+                               f"({e.strerror})") from None
+        notes.append(f"removed {tmp} ({fmt_bytes(size)}), left by an interrupted checkpoint "
+                     f"write; {path} is the last complete checkpoint"
+                     if Path(path).is_file() else
+                     f"removed {tmp} ({fmt_bytes(size)}), left by an interrupted checkpoint write")
 
 
 def load_checkpoint(path, cfg, data):
@@ -769,6 +791,8 @@ def train(data, cfg, progress=None, keep=False):
     torch = _torch()
     cfg.check()
     notes = []
+    for path in dict.fromkeys(p for p in (cfg.checkpoint, cfg.resume) if p):
+        remove_stale_partial(path, notes)
     ckpt = load_checkpoint(cfg.resume, cfg, data) if cfg.resume else None
     trainer = TRAINERS[cfg.mode](data, cfg, notes)
     if ckpt is not None and ckpt["hot_keys"] is not None:

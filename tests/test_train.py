@@ -239,6 +239,36 @@ def test_default_threads_runs_and_resume_are_bit_identical(mode, tmp_path, defau
         np.testing.assert_array_equal(x, y)
 
 
+def test_interrupted_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypatch):
+    from hotline.errors import HotlineError
+    data = generated(n=400)
+    kw = dict(optimizer="adagrad", hot_rows=200, epochs=2)
+    straight = run(data, "hotline", **kw)
+    ck = tmp_path / "ck.pt"
+    run(data, "hotline", checkpoint=str(ck), max_steps=4, **kw)
+    good = ck.read_bytes()
+    # A write that fails half-way (disk full): one-line error, the step-4 checkpoint stays.
+    real_save = torch.save
+
+    def failing(obj, f):
+        f.write(good[:len(good) // 2])
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(torch, "save", failing)
+    with pytest.raises(HotlineError, match="No space left on device.*unchanged"):
+        run(data, "hotline", checkpoint=str(ck), resume=str(ck), max_steps=6, **kw)
+    monkeypatch.setattr(torch, "save", real_save)
+    assert ck.read_bytes() == good and not list(tmp_path.glob(".*partial"))
+    # A process killed mid-write leaves the hidden partial file behind: the next run removes
+    # it, says so, and resumes from the previous checkpoint.
+    partial = tmp_path / ".ck.pt.partial"
+    for more in ({}, {"checkpoint": str(ck)}):
+        partial.write_bytes(good[:len(good) // 2])
+        rep, _ = run(data, "hotline", resume=str(ck), **more, **kw)
+        assert not partial.exists()
+        assert any("interrupted checkpoint write" in n for n in rep["notes"])
+        assert rep["losses"] == straight[0]["losses"]
+
+
 def test_auc_matches_pairwise_definition():
     rng = np.random.default_rng(0)
     y = (rng.random(300) < 0.4).astype(np.float32)
