@@ -6,7 +6,8 @@ in sample n (1 everywhere for single-hot data). Keys follow DESIGN.md:
 ``key = (table << ROW_BITS) | row``, 32 bits.
 
 Readers (chosen by content, or forced with ``fmt``):
-- ``criteo-csv``: Criteo Kaggle CSV with header ``Id,Label,I1..I13,C1..C26`` (test files may lack Label);
+- ``criteo-csv``: Criteo Kaggle CSV with header ``Id,Label,I1..I13,C1..C26`` in any order (test
+  files may lack Label); a header missing any other of them is refused;
 - ``criteo-tsv``: raw Criteo TSV (label, 13 ints, 26 hex categoricals, no header; the 1TB logs too);
 - ``arff``: Weka ARFF of Criteo columns (``?`` = missing);
 - ``npz``: index stream with ``sparse`` [N, F] or ``indices`` + ``lengths`` [N, F], ``table_sizes`` [F],
@@ -345,18 +346,44 @@ def _parse_criteo_chunk(path, lineno, lines, layout, vocabs):
     return sparse, dense, label
 
 
+CRITEO_CSV_COLUMNS = ("Id", "Label", *(f"I{i}" for i in range(1, 14)),
+                      *(f"C{i}" for i in range(1, 27)))
+
+
+def _check_criteo_header(path, names):
+    """A Criteo CSV has every standard column (Label may be absent: test files), each once,
+    and no other. Subsets are refused rather than trained as fewer tables without a word
+    (ARFF files name their attributes and may be subsets: Weka filters columns out)."""
+    missing = [c for c in CRITEO_CSV_COLUMNS if c not in names and c != "Label"]
+    extra = [c for c in dict.fromkeys(names) if c not in CRITEO_CSV_COLUMNS]
+    twice = [c for c in dict.fromkeys(names) if names.count(c) > 1]
+    problems = ([f"lacks {', '.join(missing)}"] if missing else []) + \
+               ([f"has unknown column{'s' * (len(extra) > 1)} {', '.join(map(repr, extra))}"]
+                if extra else []) + \
+               ([f"repeats {', '.join(twice)}"] if twice else [])
+    if problems:
+        raise HotlineError(f"{path}:1: the Criteo CSV header {'; '.join(problems)} (expected "
+                           f"Id,Label,I1..I13,C1..C26; Label may be absent)")
+
+
+def _numbered(names, prefix):
+    """Positions of the columns ``prefix``1, ``prefix``2, ... present in ``names``, in the
+    order of their numbers (I1 is dense feature 0 and C1 table 0 wherever they stand)."""
+    found = [(int(c[len(prefix):]), i) for i, c in enumerate(names)
+             if re.fullmatch(prefix + r"\d+", c)]
+    return [i for _, i in sorted(found)]
+
+
 def _criteo_layout(path, first):
     """Infer the layout from the first line; returns (layout, lines to skip)."""
     if first.startswith("@") or first.startswith("%"):
         return None, 0
     fields = first.split(",")
-    if "Label" in fields or any(f == "C1" for f in fields):
+    if len(fields) > 1 and any(f in CRITEO_CSV_COLUMNS for f in fields):
         names = fields
+        _check_criteo_header(path, names)
         label = names.index("Label") if "Label" in names else None
-        dense = [i for i, c in enumerate(names) if re.fullmatch(r"I\d+", c)]
-        cats = [i for i, c in enumerate(names) if re.fullmatch(r"C\d+", c)]
-        if not cats:
-            raise HotlineError(f"{path}:1: header has no categorical columns C1..C26")
+        dense, cats = _numbered(names, "I"), _numbered(names, "C")
         return _CriteoLayout(",", len(names), label, dense, cats, names=names), 1
     tabs = first.split("\t")
     if len(tabs) != 40:
@@ -379,8 +406,7 @@ def _arff_layout(path, f):
         elif low.startswith("@data"):
             break
     label = names.index("Label") if "Label" in names else None
-    dense = [i for i, c in enumerate(names) if re.fullmatch(r"I\d+", c)]
-    cats = [i for i, c in enumerate(names) if re.fullmatch(r"C\d+", c)]
+    dense, cats = _numbered(names, "I"), _numbered(names, "C")
     if not cats:
         raise HotlineError(f"{path}: ARFF has no categorical attributes C1..C26")
     return _CriteoLayout(",", len(names), label, dense, cats, missing=("?",), names=names), lineno + 1
@@ -402,8 +428,8 @@ def detect_format(path):
         return "recbole"
     if "\t" in first and first.count("\t") == 39:
         return "criteo-tsv"
-    if first.startswith("Id,") or first.startswith("Label,") or ",C1," in first:
-        return "criteo-csv"
+    if first.count(",") and any(f in CRITEO_CSV_COLUMNS for f in first.split(",")):
+        return "criteo-csv"  # a header naming Criteo columns (checked by the reader)
     if first.count(",") == 266:
         return "alimama"
     if re.fullmatch(r"\d+( \d+)*\s*", first):

@@ -61,13 +61,24 @@ def test_clamped_hot_rows_says_so(tmp_path, capsys):
     assert res["hot_rows"] == res["distinct_keys"] < 100000
 
 
+# A Criteo CSV header (every standard column is required) and a row of it with one field set.
+CSV_HEAD = "Id,Label," + ",".join(f"I{i}" for i in range(1, 14)) + "," + \
+    ",".join(f"C{i}" for i in range(1, 27)) + "\n"
+
+
+def csv_row(i1="3", c1="ab"):
+    return f"1,0,{i1}," + "3," * 12 + f"{c1}," + ",".join(["ab"] * 25) + "\n"
+
+
 @pytest.mark.parametrize("content,args,message", [
-    ("Id,Label,I1,C1\n1,0,3,abc\n2,0,4\n", ["--batch-size", "4"], "bad.csv:3: 3 columns"),
-    ("Id,Label,I1,C1\n1,0,3,zz\n", ["--batch-size", "4"], "bad.csv:2: field C1 = 'zz'"),
-    ("Id,Label,I1,C1\n1,0,x,ab\n", ["--batch-size", "4"], "bad.csv:2: field I1 = 'x'"),
+    (CSV_HEAD + csv_row() + "2,0,4\n", ["--batch-size", "4"], "bad.csv:3: 3 columns"),
+    (CSV_HEAD + csv_row(c1="zz"), ["--batch-size", "4"], "bad.csv:2: field C1 = 'zz'"),
+    (CSV_HEAD + csv_row(i1="x"), ["--batch-size", "4"], "bad.csv:2: field I1 = 'x'"),
     ("", ["--batch-size", "4"], "bad.csv: empty file"),
-    ("Id,Label,I1,C1\n1,0,3,ab\n", ["--batch-size", "0"], "--batch-size: must be a positive"),
-    ("Id,Label,I1,C1\n1,0,3,ab\n", ["--batch-size", "4", "--hot-rows", "0"], "--hot-rows: must be"),
+    (CSV_HEAD.replace(",C26", "") + csv_row()[:-4] + "\n", ["--batch-size", "4"],
+     "bad.csv:1: the Criteo CSV header lacks C26"),
+    (CSV_HEAD + csv_row(), ["--batch-size", "0"], "--batch-size: must be a positive"),
+    (CSV_HEAD + csv_row(), ["--batch-size", "4", "--hot-rows", "0"], "--hot-rows: must be"),
 ])
 def test_bad_input_one_line_error_no_output(tmp_path, content, args, message):
     data = tmp_path / "bad.csv"

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from conftest import CRITEO_CSV, real_file
-from hotline.data import Dataset, detect_format, iter_chunks, load_dataset, make_keys, split_keys
+from hotline.data import (CRITEO_CSV_COLUMNS, Dataset, detect_format, iter_chunks, load_dataset,
+                          make_keys, split_keys)
 from hotline.errors import HotlineError
 import reference
 
@@ -126,10 +127,22 @@ def test_user_item_lists(tmp_path):
     assert ds.indices.reshape(3, 2).tolist() == [[0, 0], [0, 1], [1, 1]]
 
 
+def criteo_csv(*rows, columns=CRITEO_CSV_COLUMNS):
+    """CSV text: the header ``columns``, then one line per dict of field overrides (Id from 1,
+    Label 0, I* 3, C* 'abc'), or per string taken as the line itself."""
+    default = lambda c, i: str(i) if c == "Id" else "0" if c == "Label" else \
+        "3" if c.startswith("I") else "abc"
+    lines = [",".join(columns)]
+    for i, r in enumerate(rows, 1):
+        lines.append(r if isinstance(r, str) else
+                     ",".join(r.get(c, default(c, i)) for c in columns))
+    return "\n".join(lines) + "\n"
+
+
 @pytest.mark.parametrize("content,fragment", [
-    ("Id,Label,I1,C1\n1,0,3,abc\n2,0,4\n", ":3: 3 columns, expected 4"),
-    ("Id,Label,I1,C1\n1,0,3,abc\n2,0,4,xyz!\n", ":3: field C1 = 'xyz!' is not a hex"),
-    ("Id,Label,I1,C1\n1,0,3,abc\n2,0,four,ab\n", ":3: field I1 = 'four' is not a number"),
+    (criteo_csv({}, "2,0,4"), ":3: 3 columns, expected 41"),
+    (criteo_csv({}, {"C1": "xyz!"}), ":3: field C1 = 'xyz!' is not a hex"),
+    (criteo_csv({}, {"I1": "four"}), ":3: field I1 = 'four' is not a number"),
     ("", "empty file"),
 ])
 def test_bad_text_input_names_line_and_field(tmp_path, content, fragment):
@@ -137,6 +150,57 @@ def test_bad_text_input_names_line_and_field(tmp_path, content, fragment):
     p.write_text(content)
     with pytest.raises(HotlineError, match=fragment.replace("(", r"\(").replace("?", r"\?")):
         load_dataset(p)
+
+
+def without(*names):
+    return tuple(c for c in CRITEO_CSV_COLUMNS if c not in names)
+
+
+@pytest.mark.parametrize("columns,fragment", [
+    (without("C26"), "lacks C26 "),
+    (without("I5"), "lacks I5 "),
+    (without("Id"), "lacks Id "),
+    (without("Id", "Label", "C1"), "lacks Id, C1 "),
+    (CRITEO_CSV_COLUMNS + ("C27",), "has unknown column 'C27'"),
+    (CRITEO_CSV_COLUMNS + ("I5",), "repeats I5"),
+])
+def test_criteo_csv_header_without_a_standard_column_is_refused(tmp_path, columns, fragment):
+    """A header missing C26 used to train 25 tables without a word: every column is required
+    (Label may be absent, as in test files), none unknown or repeated."""
+    p = tmp_path / "part.csv"
+    p.write_text(criteo_csv({}, {}, columns=columns))
+    with pytest.raises(HotlineError) as e:
+        load_dataset(p)
+    msg = str(e.value)
+    assert msg.startswith(f"{p}:1: the Criteo CSV header ") and fragment in msg
+    assert "\n" not in msg
+
+
+def test_criteo_csv_columns_by_name_label_optional(tmp_path):
+    full = tmp_path / "full.csv"
+    full.write_text(criteo_csv({"C26": "ff", "I5": "7"}, {"Label": "1"}))
+    a = load_dataset(full)
+    assert a.num_features == 26 and a.dense.shape == (2, 13) and a.label.tolist() == [0, 1]
+    # a test file: no Label column, columns in another order
+    cols = tuple(reversed(without("Label")))
+    test = tmp_path / "test.csv"
+    test.write_text(criteo_csv({"C26": "ff", "I5": "7"}, {}, columns=cols))
+    b = load_dataset(test)
+    assert b.label is None and b.num_features == 26
+    np.testing.assert_array_equal(b.dense, a.dense)
+    np.testing.assert_array_equal(b.indices, a.indices)
+
+
+def test_train_refuses_a_partial_criteo_header_one_line_exit_2(tmp_path, capsys):
+    from hotline import cli
+    p = tmp_path / "part.csv"
+    p.write_text(criteo_csv(*[{} for _ in range(20)], columns=without("C26")))
+    out = tmp_path / "t.json"
+    rc = cli.main(["train", str(p), "--mode", "baseline", "--batch-size", "4", "--json", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and not out.exists()
+    assert err == [f"hotline: error: {p}:1: the Criteo CSV header lacks C26 (expected "
+                   f"Id,Label,I1..I13,C1..C26; Label may be absent)"]
 
 
 @pytest.mark.parametrize("arrays,fragment", [
