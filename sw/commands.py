@@ -36,11 +36,21 @@ def open_data(spec, fmt=None, max_ind_range=None, limit=None):
     return load_dataset(spec, fmt, max_ind_range, limit)
 
 
+class HotRows(int):
+    """A hot-set size K that remembers how it was asked for (`plan`'s notes name it)."""
+    asked = None
+
+
 def resolve_hot_rows(hot_rows, hot_bytes, dim):
     if hot_rows is not None and hot_bytes is not None:
         raise HotlineError("give either --hot-rows or --hot-bytes, not both")
     if hot_bytes is not None:
-        return hot_rows_from_bytes(hot_bytes, dim)
+        k = HotRows(hot_rows_from_bytes(hot_bytes, dim))
+        if k <= 0:
+            raise HotlineError(f"--hot-bytes {hot_bytes} holds no row of dim {dim} "
+                               f"({4 * dim} bytes each)")
+        k.asked = f"--hot-bytes {hot_bytes} ({k} rows of dim {dim})"
+        return k
     if hot_rows is None:
         raise HotlineError("--hot-rows K (or --hot-bytes B with --dim D) is required")
     return hot_rows
@@ -55,7 +65,8 @@ def plan(ds, hot_rows, profile_fraction=1.0):
     hot = exact_hot_set(keys[:ds.sample_offsets[window]], hot_rows)
     notes = []
     if hot.clamped:
-        notes.append(f"--hot-rows {hot_rows} exceeds the {hot.distinct} distinct keys in the "
+        asked = getattr(hot_rows, "asked", None) or f"--hot-rows {hot_rows}"
+        notes.append(f"{asked} exceeds the {hot.distinct} distinct keys in the "
                      f"profiling window; using {hot.size}")
     return hot, window, keys, notes
 

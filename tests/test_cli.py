@@ -61,6 +61,20 @@ def test_clamped_hot_rows_says_so(tmp_path, capsys):
     assert res["hot_rows"] == res["distinct_keys"] < 100000
 
 
+@pytest.mark.parametrize("command", [["profile"], ["fragment", "--batch-size", "64"]])
+def test_clamped_hot_bytes_note_names_hot_bytes(tmp_path, capsys, command):
+    """The note names what was asked for: --hot-bytes, not a --hot-rows the user never gave."""
+    out = tmp_path / "p.json"
+    assert main([*command, "synth:criteo-kaggle:50", "--hot-bytes", "1048576", "--dim", "16",
+                 "--json", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "note: --hot-bytes 1048576 (16384 rows of dim 16) exceeds the" in err
+    assert "--hot-rows" not in err
+    r = run(*command, "synth:criteo-kaggle:50", "--hot-bytes", "10", "--dim", "16", "--json", out)
+    assert r.returncode == 2 and r.stderr == ("hotline: error: --hot-bytes 10 holds no row of "
+                                              "dim 16 (64 bytes each)\n")
+
+
 # A Criteo CSV header (every standard column is required) and a row of it with one field set.
 CSV_HEAD = "Id,Label," + ",".join(f"I{i}" for i in range(1, 14)) + "," + \
     ",".join(f"C{i}" for i in range(1, 27)) + "\n"
