@@ -57,7 +57,8 @@ bench-quick: $(STAMP)
 	$(BIN)/python -m hotline.bench --quick --out build/bench-quick.json
 
 # make train options (see `hotline train --help`): a short DLRM run on the generator with the
-# model:// accelerator; MODE=baseline|device-only for the references on the same data.
+# model:// accelerator; MODE=baseline|device-only for the references on the same data (each
+# mode writes its own build/train/train-MODE.json and .png).
 MODE          ?= hotline
 TRAIN_SAMPLES ?= 500000
 MAX_IND_RANGE ?= 1000000
@@ -68,7 +69,8 @@ TRAIN_ARGS    ?=
 train: $(STAMP)
 	$(BIN)/hotline train synth:criteo-kaggle:$(TRAIN_SAMPLES) --max-ind-range $(MAX_IND_RANGE) \
 	    --mode $(MODE) --batch-size $(BATCH_SIZE) --hot-rows $(TRAIN_HOT) --epochs 1 \
-	    --threads $(TRAIN_THREADS) $(TRAIN_ARGS) --json build/train/train.json --plot build/train/train.png
+	    --threads $(TRAIN_THREADS) $(TRAIN_ARGS) \
+	    --json build/train/train-$(MODE).json --plot build/train/train-$(MODE).png
 
 # make fpga BOARD=ulx3s-85f|orangecrab-85f|icebreaker|all (see `hotline fpga build --help`):
 # bitstream in build/boards/BOARD/, report in build/boards/BOARD.json.
