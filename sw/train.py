@@ -1042,7 +1042,8 @@ def add_parser(sub):
     p.add_argument("--test-fraction", type=_test_fraction, default=0.1, metavar="F",
                    help="hold out the last F of the samples for test_auc (default 0.1)")
     p.add_argument("--checkpoint", metavar="PATH",
-                   help="write a checkpoint here (atomically) at every epoch end")
+                   help="write a checkpoint here at every epoch end (to a hidden .partial "
+                        "file first, renamed when complete: PATH stays the last complete one)")
     p.add_argument("--checkpoint-every", type=cli._positive_int, default=0, metavar="N",
                    help="also every N steps")
     p.add_argument("--resume", metavar="PATH", help="continue from this checkpoint (bit-identical)")
@@ -1053,7 +1054,8 @@ def add_parser(sub):
     p.add_argument("--torch-device", metavar="DEV", help="torch device (default cuda if available, else cpu)")
     p.add_argument("--threads", type=cli._positive_int, metavar="N",
                    help="torch CPU threads (default: torch's, one per core; on shared or busy "
-                        "cores 1 is often much faster)")
+                        "cores 1 is often much faster; two runs with the same count, the default "
+                        "included, are bit-identical)")
     p.add_argument("--plot", metavar="PNG", help="write loss and throughput curves here")
     p.add_argument("--json", metavar="OUT", required=True, help="write the JSON report here")
     p.set_defaults(func=cmd_train)
