@@ -746,6 +746,8 @@ def remove_stale_partial(path, notes):
     """Delete the temporary file of a checkpoint write that was killed (`write_atomic` removes
     it itself on any error it sees); ``path`` itself, if present, is the last complete one."""
     tmp = partial_path(path)
+    if tmp.exists() and not tmp.is_file():
+        raise HotlineError(f"{tmp}: not a file, and in the way of checkpoint writes to {path}")
     if tmp.is_file():
         size = tmp.stat().st_size
         try:
@@ -1083,6 +1085,11 @@ def cmd_train(args):
         scheme = cfg.device_url.partition("://")
         if not scheme[1]:
             raise HotlineError(f"--device-url {cfg.device_url!r} has no scheme (e.g. model://)")
+    early = []  # before any work: a stale partial checkpoint in the way is an error
+    for path in dict.fromkeys(p for p in (cfg.checkpoint, cfg.resume) if p):
+        remove_stale_partial(path, early)
+    for n in early:
+        cli._say(f"hotline: note: {n}")
     ds = open_data(args.data, args.fmt, args.max_ind_range, args.max_samples)
     data = prepare_data(ds, cfg.test_fraction, cfg.max_ind_range)
     nb = -(-data.n_train // cfg.batch_size)

@@ -345,6 +345,23 @@ def test_cli_bad_input_one_line_exit_2_no_json(tmp_path, capsys, args, message):
     assert re.search(message, err[0]), err[0]
 
 
+def test_cli_stale_partial_checkpoint_removed_or_refused_before_any_work(tmp_path, capsys):
+    common = ["synth:criteo-kaggle:300", "--max-ind-range", "100", "--mode", "baseline",
+              "--batch-size", "64", "--dim", "4", "--bottom", "8", "--top", "8"]
+    ck = tmp_path / "c.pt"
+    partial = tmp_path / ".c.pt.partial"
+    partial.mkdir()
+    rc, out = cli_run(tmp_path, *common, "--checkpoint", str(ck))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and not out.exists() and not ck.exists()
+    assert err == [f"hotline: error: {partial}: not a file, and in the way of checkpoint "
+                   f"writes to {ck}"]
+    partial.rmdir()
+    partial.write_bytes(b"torn")
+    assert cli_run(tmp_path, *common, "--checkpoint", str(ck))[0] == 0
+    assert "note: removed" in capsys.readouterr().err and not partial.exists() and ck.is_file()
+
+
 def test_resume_with_other_settings_is_refused(tmp_path, capsys):
     common = ["synth:criteo-kaggle:300", "--max-ind-range", "100", "--mode", "baseline",
               "--batch-size", "64", "--dim", "4", "--bottom", "8", "--top", "8"]
