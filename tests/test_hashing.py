@@ -179,3 +179,38 @@ def test_model_default_is_the_product_geometry():
     cam = PopularityCAMModel()
     assert cam.ways == AcceleratorConfig.cam_ways == 8
     assert all(isinstance(h, TabulationHash) for h in cam.hashes)
+
+
+def _fragment_hot_rows(path, k, backend, tmp_path):
+    import json
+    import subprocess
+    import sys
+    out = tmp_path / f"frag_{backend}_{k}.json"
+    done = subprocess.run([sys.executable, "-m", "hotline.cli", "fragment", str(path),
+                           "--hot-rows", str(k), "--batch-size", "1024", "--backend", backend,
+                           "--json", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return json.loads(out.read_text())["hot_rows"]
+
+
+@pytest.mark.realdata
+@pytest.mark.parametrize("rel", ["criteo_kaggle/train_random4584.csv.gz",
+                                 "movielens/ml-100k.inter.gz"])
+def test_fragment_reports_exactly_k_hot_rows(rel, tmp_path):
+    """`hotline fragment --json` (model backend): ``hot_rows`` is the K asked for."""
+    path = real_file(rel)
+    distinct = len(file_families(path)["rank order"])
+    for share in (0.05, 0.10, 0.50):
+        k = int(share * distinct)
+        assert _fragment_hot_rows(path, k, "model", tmp_path) == k
+
+
+@pytest.mark.slow
+@pytest.mark.ci
+@pytest.mark.realdata
+def test_fragment_rtl_reports_exactly_k_hot_rows(tmp_path):
+    """The same with the Fragmenter RTL in Verilator, at K = 50% of the distinct keys."""
+    from conftest import simulator_or_skip
+    path = real_file("criteo_kaggle/train_head1999.csv.gz")
+    k = len(file_families(path)["rank order"]) // 2
+    assert _fragment_hot_rows(path, k, simulator_or_skip("verilator"), tmp_path) == k
