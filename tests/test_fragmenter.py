@@ -10,6 +10,7 @@ from conftest import real_file, simulator_or_skip
 from hotline.commands import model_fragment
 from hotline.data import Dataset, load_dataset
 from hotline.device_model import AcceleratorConfig
+from hotline.errors import HotlineError
 from hotline.planner import exact_hot_set
 from hotline.sim.fragmenter_run import FragmenterSim, compare, expected_streams, lookup_beats
 
@@ -118,11 +119,17 @@ def test_adversarial_batches(simulator, tmp_path_factory):
             assert run.counters.popular_samples == ds.num_samples
 
 
-def test_hot_set_larger_than_cam_is_reported_and_mirrored(tmp_path_factory):
+def test_hot_set_at_cam_capacity_is_held_and_larger_is_refused(tmp_path_factory):
+    """A hot set of ``hot_capacity`` keys fills the tiny CAM to its bound, every key held
+    (with relocations) and the RTL equal to the model; one more key is a one-line error."""
     ds = multi_hot(np.random.default_rng(1), 100, 2, 3, 200)
-    hot = exact_hot_set(ds.keys, 200).keys  # more keys than the 64-entry CAM can hold
+    hot = exact_hot_set(ds.keys, 200).keys
+    with pytest.raises(HotlineError, match="holds at most"):
+        model_fragment(ds.keys, ds.sample_offsets, 10, hot, TINY)
+    hot = hot[:TINY.hot_capacity]
     placement, run = model_fragment(ds.keys, ds.sample_offsets, 10, hot, TINY)
-    assert placement.failed.size > 0 and placement.keys.size <= 64 + TINY.cam_stash
+    assert placement.failed.size == 0 and placement.keys.size == TINY.hot_capacity
+    assert any(moves for _, _, moves in placement.responses)
     check(rtl(TINY, "verilator", tmp_path_factory), ds.keys, ds.sample_offsets, 10, hot)
 
 
