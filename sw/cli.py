@@ -501,6 +501,8 @@ def cmd_fpga_build(args):
                         f"({100 * r['bram_fraction']:.0f}%)" for r in results)),
         ("Fmax", *(f"{r['fmax_mhz']} MHz (board clock {r['constraint_mhz']:g} MHz: "
                    f"{'met' if r['timing_ok'] else 'MISSED'})" for r in results)),
+        ("hot rows", *(f"{r['hot_capacity']:,} ({r['cam_entries']:,}-entry CAM)"
+                       for r in results)),
         ("build", *(f"{r['seconds']:.0f} s" for r in results)),
         ("bitstream", *(r["bitstream"] for r in results)),
     ], ["board", *(r["board"] for r in results)]))
