@@ -64,8 +64,18 @@ def _hot_args(p, required_json=True):
     p.add_argument("--json", metavar="OUT", required=required_json, help="write the JSON report here")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the CLI's error contract: one line ``hotline: error: ...``, exit 2 (the
+    subcommands', `hotline train`'s included, are of this class too)."""
+
+    def error(self, message):
+        where = self.prog.removeprefix("hotline").strip()
+        self.exit(2, f"hotline: error: {where + ': ' if where else ''}{message} "
+                     f"(see '{self.prog} --help')\n")
+
+
 def build_parser():
-    top = argparse.ArgumentParser(
+    top = _Parser(
         prog="hotline",
         description="Hotline: learn the popular embedding rows, split mini-batches into popular "
                     "and non-popular micro-batches, and model/simulate the accelerator that does it.",

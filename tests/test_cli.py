@@ -331,3 +331,18 @@ def test_a_simulator_that_exits_is_one_error_line(tmp_path, monkeypatch, capsys)
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "exit 139" in err and "sim.log" in err
     assert not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize("argv,message", [
+    ([], "the following arguments are required: COMMAND"),
+    (["profile", "x.csv"], "profile: the following arguments are required: --json"),
+    (["fragment", "x", "--json", "y", "--hot-rows", "0", "--batch-size", "2"],
+     "fragment: argument --hot-rows: must be a positive integer, not 0"),
+    (["fpga", "build", "--board", "nope"], "fpga build: argument --board: invalid choice"),
+    (["train", "x", "--mode", "hotline"], "train: the following arguments are required"),
+    (["data", "synth", "--samples", "x", "--out", "y"], "data synth: argument --samples"),
+])
+def test_usage_errors_are_one_line(argv, message):
+    r = run(*argv)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.startswith(f"hotline: error: {message}") and r.stderr.count("\n") == 1, r.stderr
