@@ -25,6 +25,7 @@ except ``build/``.
 """
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -195,7 +196,8 @@ def _make_is_up_to_date(repo, env):
 def _serve(command, repo, env, timeout):
     """Start a command that serves until interrupted, read its serial:// URL, connect to it,
     interrupt it (Ctrl-C) and require exit 0."""
-    proc = subprocess.Popen(command, shell=True, cwd=repo, env=env, stdout=subprocess.PIPE,
+    # No shell in between: its own death by SIGINT would hide hotline's exit status.
+    proc = subprocess.Popen(shlex.split(command), cwd=repo, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     lines, url = [], None
     try:
@@ -207,13 +209,15 @@ def _serve(command, repo, env, timeout):
             lines.append(line)
             m = re.match(r"serial://socket://([\d.]+):(\d+)", line)
             if m:
-                url = m.group(0)
-                with socket.create_connection((m.group(1), int(m.group(2))), timeout=30):
+                url, address = m.group(0), (m.group(1), int(m.group(2)))
+                with socket.create_connection(address, timeout=30):
                     pass
         assert url, f"no serial:// URL printed:\n{''.join(lines[-20:])}"
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole job
         rest, _ = proc.communicate(timeout=120)
         assert proc.returncode == 0, f"exit {proc.returncode} after Ctrl-C:\n{rest[-3000:]}"
+        with pytest.raises(OSError):  # the co-simulated board went with it
+            socket.create_connection(address, timeout=5).close()
     finally:
         if proc.poll() is None:  # once more gently (the board server dies with hotline), then not
             os.killpg(proc.pid, signal.SIGINT)
