@@ -36,8 +36,8 @@ test: $(STAMP) icarus
 test-full: $(STAMP) icarus
 	$(BIN)/python -m pytest -q
 
-# The reduced slow set CI runs (marker ci): the README's Verilator commands profile --learner hw
-# and fragment --backend verilator, as written, from a clean copy of the repository.
+# The reduced slow set CI runs (slow tests marked ci), e.g. the README's Verilator commands
+# profile --learner hw and fragment --backend verilator, as written, from a clean copy.
 test-ci: $(STAMP) icarus
 	$(BIN)/python -m pytest -q -m "slow and ci"
 
