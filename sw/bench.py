@@ -188,13 +188,13 @@ def bench_hashing(quick):
     sizes = (4096,) if quick else (4096, 16384, 65536)
     files = real_data_files()[:1] if quick else real_data_files()
     cam, rows = [], []
+    fmt = lambda v: "all fit" if v is None else f"{v:.3f}"
 
     def record(data, entries, keys):
         loads = {f"{fam}/{ways}": cam_first_refusal(keys, entries, ways, fam)
                  for fam, ways in GEOMETRIES}
         cam.append({"data": data, "entries": entries, "keys": len(keys), **loads})
         after, h3 = loads["tabulation/8"], loads["h3/4"]
-        fmt = lambda v: "all fit" if v is None else f"{v:.3f}"
         rows.append([f"CAM load at first refusal ({entries})", data[:40], fmt(after),
                      f"{fmt(h3)} H3 2x4; {fmt(loads['tabulation/4'])} tab 2x4; target 0.95",
                      (after or 1.0) / 0.95])
@@ -222,8 +222,9 @@ def bench_hashing(quick):
     for name, keys in key_families(capacity).items():
         loads = {fam: cold_first_overflow(keys, capacity, fam) for fam in ("tabulation", "h3")}
         cold.append({"data": name, "capacity": capacity, **loads})
-        rows.append([f"cold set load at first overflow ({capacity})", name, f"{loads['tabulation']:.3f}",
-                     f"{loads['h3']:.3f} H3; stated load 0.5", loads["tabulation"] / 0.5])
+        rows.append([f"cold set load at first overflow ({capacity})", name,
+                     fmt(loads["tabulation"]), f"{fmt(loads['h3'])} H3; stated load 0.5",
+                     (loads["tabulation"] or 1.0) / 0.5])
     return {"cam_first_refusal": cam, "cam_holds_k": hold, "cold_first_overflow": cold,
             "target_cam_load": 0.95, "cam_sizing_load": AcceleratorConfig.CAM_LOAD}, rows
 
