@@ -70,9 +70,14 @@ def pool(rows, lookup_row, num_bags, bag_of_lookup=None, dim=None):
     vec = rows[:, :dim] if dim != rows.shape[1] else rows
     # Not ``vec[lookup_row]``: on CPU with several threads, the backward of advanced indexing
     # accumulates a row's gradient with parallel atomic float adds, in an order that depends on
-    # thread scheduling, so two identical runs drift apart after a few steps. `embedding`'s
-    # backward sums each row's gradients in lookup order (any thread count; CUDA too).
-    picked = nn.functional.embedding(lookup_row, vec)
+    # thread scheduling, so two identical runs drift apart after a few steps. On CPU the
+    # backward of `index_select` (`index_add_`) sums each row's gradients in lookup order at
+    # any thread count, and is the fastest of the three; on CUDA `index_add_` uses atomics and
+    # `embedding`'s backward (sorted segments) is the deterministic one.
+    if vec.is_cuda:
+        picked = nn.functional.embedding(lookup_row, vec)
+    else:
+        picked = vec.index_select(0, lookup_row)
     if bag_of_lookup is None:
         return picked
     out = torch.zeros(num_bags, dim, dtype=rows.dtype, device=rows.device)
