@@ -14,7 +14,7 @@ Tiers (``TIERS``: the first rule that matches a command decides):
 - ``slow`` (``make test-full``): everything that builds RTL or a board, synthesises or trains
   for minutes; ``hotline fpga cosim`` (serves until interrupted) is started, its URL read and
   connected to, and then interrupted (Ctrl-C) and must exit 0;
-- ``slow`` and ``ci``: the reduced slow set CI runs (``make test-ci``, about 2.5 min): the
+- ``slow`` and ``ci``: the reduced slow set CI runs (``make test-ci``, about 3 min): the
   Verilator runs of profile and fragment;
 - ``make test`` itself only as ``make -n test`` (it is this suite; reason in ``TIERS``).
 
