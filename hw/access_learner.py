@@ -183,12 +183,14 @@ class AccessLearner(wiring.Component):
                 m.d.sync += getattr(regs, field).eq(value)
             return regs
 
-        # t+1: the counted key.
-        s1 = stage("s1", take, key=self.lookups.payload)
+        # t+1: the counted key and its bucket (hashed from the input port, so only flip-flops
+        # drive the read address below: timing).
+        s1 = stage("s1", take, key=self.lookups.payload,
+                   bucket=self.hash.expr(self.lookups.payload))
 
         # t+2: the bucket addresses the read port (the host readout borrows the port whenever
         # the stage is empty) and is checked against the last WINDOW counted keys.
-        bucket = self.hash.expr(s1.key)
+        bucket = s1.bucket
         s2 = stage("s2", s1.valid, key=s1.key, bucket=bucket)
         # The read address is chosen a cycle ahead: it reaches the block RAMs straight from a
         # flip-flop.

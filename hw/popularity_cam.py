@@ -342,7 +342,14 @@ class PopularityCAM(wiring.Component):
         on_path_r = Signal(ways)
         found_r = [Signal(ways, name=f"found{t}") for t in tables]
         in_stash_r = Signal(self.stash)
+        in_stash_any = Signal()
         in_table_r = Signal()
+        victim_home = [Signal(bucket_bits, name=f"victim_home{t}", reset_less=True) for t in tables]
+        # The first free stash entry's slot, from stash_valid a cycle earlier: the stash only
+        # changes in states that respond, and STASH comes many cycles after any of them.
+        stash_free = Signal()
+        stash_free_index = Signal(range(self.stash), reset_less=True)
+        stash_free_slot = Signal(self.slot_width, reset_less=True)
         hit_slot_r = Signal(self.slot_width, reset_less=True)  # of the key in table or stash
         free_r = [Signal(name=f"free{t}") for t in tables]
         free_slot_r = [Signal(path_layout, name=f"free_slot{t}", reset_less=True) for t in tables]
@@ -462,6 +469,7 @@ class PopularityCAM(wiring.Component):
                 stash_index = _first(list(in_stash_r))[1]
                 m.d.sync += [
                     in_table_r.eq(Cat(found).any()),
+                    in_stash_any.eq(in_stash_r.any()),
                     hit_slot_r.eq(Mux(Cat(found).any(),
                                       self._slot(hit_table, home[hit_table], hit_way),
                                       stash_slot(0) + stash_index)),
@@ -473,7 +481,7 @@ class PopularityCAM(wiring.Component):
                 goto("HOME_EVAL")
 
             with state("HOME_EVAL"):
-                in_stash = in_stash_r.any()
+                in_stash = in_stash_any
                 with m.If(op == CAMOp.DELETE):
                     with m.If(in_table_r):
                         m.d.comb += [wr[t].addr.eq(home[t]) for t in tables]
@@ -534,13 +542,17 @@ class PopularityCAM(wiring.Component):
                 goto("VICTIM_HASH")
 
             # The victim's other bucket is registered before it addresses the table (timing).
+            # Both of the victim's buckets are registered, then the other table's one is
+            # selected (timing: the hash and the select took a cycle together).
             with state("VICTIM_HASH"):
-                next_bucket = Mux(cur.table, self._hash(0, victim_key), self._hash(1, victim_key))
-                m.d.sync += [cur.table.eq(~cur.table), cur.bucket.eq(next_bucket)]
+                m.d.sync += [victim_home[t].eq(self._hash(t, victim_key)) for t in tables]
+                m.d.sync += cur.table.eq(~cur.table)
                 goto("WALK_ADDR")
 
             with state("WALK_ADDR"):
-                read_next(cur.bucket)
+                next_bucket = Mux(cur.table, victim_home[1], victim_home[0])
+                m.d.sync += cur.bucket.eq(next_bucket)
+                read_next(next_bucket)
                 goto("WALK_READ")
 
             with state("WALK_READ"):
@@ -560,12 +572,14 @@ class PopularityCAM(wiring.Component):
                 with m.Else():
                     goto("MASK")
 
+            free, free_index = _first([~stash_valid[i] for i in range(self.stash)])
+            m.d.sync += [stash_free.eq(free), stash_free_index.eq(free_index),
+                         stash_free_slot.eq(stash_slot(0) + free_index)]
             with state("STASH"):
-                free, free_index = _first([~stash_valid[i] for i in range(self.stash)])
-                with m.If(free):
-                    m.d.sync += [stash_key[free_index].eq(key),
-                                 stash_valid.bit_select(free_index, 1).eq(1)]
-                    respond(CAMStatus.OK, stash_slot(0) + free_index)
+                with m.If(stash_free):
+                    m.d.sync += [stash_key[stash_free_index].eq(key),
+                                 stash_valid.bit_select(stash_free_index, 1).eq(1)]
+                    respond(CAMStatus.OK, stash_free_slot)
                 with m.Else():
                     respond(CAMStatus.FULL)
 
