@@ -326,6 +326,8 @@ class PopularityCAM(wiring.Component):
         home = Array(Signal(bucket_bits, name=f"home{t}", reset_less=True) for t in tables)
         clear_count = Signal(bucket_bits)
         clear_cmd = Signal()
+        # from_kicks (below) follows kicks a cycle late: kicks changes in PUSH and CLEAR only,
+        # several cycles before the next CHOOSE.
         kicks = Signal(ceil_log2(ways))
 
         # Relocation path as a stack of victim slots, newest in path[0]: the search pushes, the
@@ -520,14 +522,18 @@ class PopularityCAM(wiring.Component):
                     for w in range(ways)))
                 goto("CHOOSE")
 
+            # The first way not on the path, scanning from kicks: the first such way at or above
+            # kicks, else the first one (two priority chains side by side, no rotate or add).
+            from_kicks = Signal(ways)
+            m.d.sync += from_kicks.eq(Cat(C(w, way_bits + 1) >= kicks for w in range(ways)))
             with state("CHOOSE"):
-                rotated = Signal(ways)
-                m.d.comb += rotated.eq(Cat(on_path_r, on_path_r) >> kicks)
-                avail, offset = _first([~rotated[r] for r in range(ways)])
+                candidate = [~on_path_r[w] for w in range(ways)]
+                late, late_way = _first([c & from_kicks[w] for w, c in enumerate(candidate)])
+                avail, first_way = _first(candidate)
                 with m.If(path_valid[-1] | ~avail):
                     goto("STASH")
                 with m.Else():
-                    m.d.sync += cur.way.eq(kicks + offset)
+                    m.d.sync += cur.way.eq(Mux(late, late_way, first_way))
                     goto("PUSH")
 
             with state("PUSH"):
