@@ -263,6 +263,11 @@ class PopularityCAM(wiring.Component):
         m.d.comb += [self.lookup.ready.eq(room & idle & ~self.cmd.valid),
                      self.cmd.ready.eq(idle & ~self.resp.valid)]
 
+        # Copies of the command's key, one that the engine sends down the lookup pipeline and
+        # one for the stash compare (timing: ``key`` also drives the write data of every table
+        # block RAM, which pulled it away from the compare logic).
+        match_key = [replica(self.key_width, f"match_key{i}") for i in range(2)]
+
         # Data registers have no reset: only the valid flags matter after a reset.
         valid = Signal(5)  # stages s1, s2, s3, s3b, s4
         s1 = Signal(data.StructLayout({"key": self.key_width, "user": self.user_width,
@@ -278,7 +283,9 @@ class PopularityCAM(wiring.Component):
                                        "stash_hit": self.stash}), reset_less=True)
         m.d.sync += [
             valid.eq(Cat(taken, valid[:4])),
-            s1.key.eq(self.lookup.payload.key),
+            # The engine's reads carry its key, so s4.way_hit is its home match too: the
+            # 2 x ways key compares are shared (each is 33 bits wide, fed by block RAM).
+            s1.key.eq(Mux(idle, self.lookup.payload.key, match_key[0])),
             s1.user.eq(self.lookup.payload.user),
             s2.key.eq(s1.key), s2.user.eq(s1.user),
             s2.bucket.eq(s1.bucket), s2.stash_hit.eq(Cat(stash_match(s1.key))),
@@ -319,10 +326,6 @@ class PopularityCAM(wiring.Component):
 
         op = Signal(CAMOp)
         key = Signal(self.key_width, reset_less=True)
-        # Copies of the command's key for HOME_MATCH's compares, one per table and one for the
-        # stash (timing: ``key`` also drives the write data of every table block RAM, which
-        # pulled it away from the compare logic; one copy for all sat between them)
-        match_key = [replica(self.key_width, f"match_key{i}") for i in range(3)]
         home = Array(Signal(bucket_bits, name=f"home{t}", reset_less=True) for t in tables)
         clear_count = Signal(bucket_bits)
         clear_cmd = Signal()
@@ -422,7 +425,11 @@ class PopularityCAM(wiring.Component):
 
         moving = fsm_state[state_index["MOVE_WRITE"]]
         write_valid = moving | fsm_state[state_index["PLACE"]]
-        write_key = Mux(moving, current(path[0].table)[path[0].way].key, key)
+        # One 2 x ways : 1 key select serves both of its users: the victim's key (PUSH, at
+        # cur) and a moved key (MOVE_WRITE, at path[0]).
+        select = Mux(moving, Cat(path[0].way, path[0].table), Cat(cur.way, cur.table))
+        selected_key = Array(bucket_data[t][w].key for t in tables for w in range(ways))[select]
+        write_key = Mux(moving, selected_key, key)
         m.d.comb += wr_entry.eq(Cat(write_valid, write_key))
 
         if True:
@@ -456,17 +463,16 @@ class PopularityCAM(wiring.Component):
 
             settle("HOME_WAIT", "HOME_MATCH")
 
-            # The key compares, then what follows from them, get a cycle each, so HOME_EVAL
-            # only decides, from flip-flops.
+            # The key compares (the lookup pipeline's, into s4.way_hit), then what follows from
+            # them, get a cycle each, so HOME_EVAL only decides, from flip-flops.
             with state("HOME_MATCH"):
-                m.d.sync += [found_r[t].eq(Cat(way_match(bucket_data[t], match_key[t])))
-                             for t in tables]
-                m.d.sync += in_stash_r.eq(Cat(stash_match(match_key[2])))
+                m.d.sync += in_stash_r.eq(Cat(stash_match(match_key[1])))
                 goto("HOME_DECODE")
 
             with state("HOME_DECODE"):
-                found = list(found_r[0]) + list(found_r[1])
-                hit_table = found_r[1].any()
+                found = list(s4.way_hit[0]) + list(s4.way_hit[1])
+                hit_table = s4.way_hit[1].any()
+                m.d.sync += [found_r[t].eq(s4.way_hit[t]) for t in tables]
                 hit_way = _first(found)[1][:way_bits]
                 stash_index = _first(list(in_stash_r))[1]
                 m.d.sync += [
@@ -543,7 +549,7 @@ class PopularityCAM(wiring.Component):
                     path_valid.eq(Cat(C(1, 1), path_valid)),
                     path_len.eq(path_len + 1),
                     kicks.eq(kicks + 1),
-                    victim_key.eq(current(cur.table)[cur.way].key),
+                    victim_key.eq(selected_key),
                 ]
                 goto("VICTIM_HASH")
 
