@@ -106,7 +106,8 @@ def test_timing_miss_prints_the_table_and_exits_1(tmp_path, monkeypatch, capsys)
     result = dict(board="icebreaker", device="ice40-up5k", top="BoardBuild", bitstream="x.bin",
                   lut4=5000, ff=3000, bram=20, lut4_available=5280, ff_available=5280,
                   bram_available=30, lut4_fraction=0.95, ff_fraction=0.57, bram_fraction=0.67,
-                  fmax_mhz=11.2, constraint_mhz=12.0, timing_ok=False, seconds=80.0)
+                  fmax_mhz=11.2, constraint_mhz=12.0, timing_ok=False, seconds=80.0,
+                  hot_capacity=230, cam_entries=256)
 
     def missed(name, build_dir, seed):
         raise BoardBuildError("icebreaker: timing missed, Fmax 11.2 MHz < 12 MHz board clock; "
