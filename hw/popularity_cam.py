@@ -426,9 +426,8 @@ class PopularityCAM(wiring.Component):
         moving = fsm_state[state_index["MOVE_WRITE"]]
         write_valid = moving | fsm_state[state_index["PLACE"]]
         # One 2 x ways : 1 key select serves both of its users: the victim's key (PUSH, at
-        # cur) and a moved key (MOVE_WRITE, at path[0]). Its (way, table) is a register,
-        # loaded in CHOOSE and MOVE_READ (timing: a select in front of it was critical).
-        select = Signal(way_bits + 1, reset_less=True)
+        # cur) and a moved key (MOVE_WRITE, at path[0]).
+        select = Mux(moving, Cat(path[0].way, path[0].table), Cat(cur.way, cur.table))
         selected_key = Array(bucket_data[t][w].key for t in tables for w in range(ways))[select]
         write_key = Mux(moving, selected_key, key)
         m.d.comb += wr_entry.eq(Cat(write_valid, write_key))
@@ -540,8 +539,7 @@ class PopularityCAM(wiring.Component):
                 with m.If(path_valid[-1] | ~avail):
                     goto("STASH")
                 with m.Else():
-                    victim_way = Mux(late, late_way, first_way)
-                    m.d.sync += [cur.way.eq(victim_way), select.eq(Cat(victim_way, cur.table))]
+                    m.d.sync += cur.way.eq(Mux(late, late_way, first_way))
                     goto("PUSH")
 
             with state("PUSH"):
@@ -600,7 +598,6 @@ class PopularityCAM(wiring.Component):
             # Moves run from the end of the path back to its head, so each copy goes to a
             # slot that is already free.
             with state("MOVE_READ"):
-                m.d.sync += select.eq(Cat(path[0].way, path[0].table))
                 goto("MOVE_WAIT0")
 
             # Waiting for the moves register before MOVE_WRITE keeps moves.ready out of the
