@@ -7,11 +7,11 @@ Hazard rule: a key is dropped (no update) when one of the ``window`` keys counte
 it, dropped or not, has the same bucket and a different key; ``clear`` forgets that history.
 Entry address = bucket * ways + way, as in the hardware readout.
 """
-import math
 from collections import deque
 
 import numpy as np
 
+from hotline.device_model import pow2_at_least
 from hotline.hw.access_learner import WINDOW
 from hotline.hw.hashing import bucket_hash
 
@@ -39,10 +39,6 @@ def top_k(keys, counts, k):
     return keys[order[:k]]
 
 
-def _pow2_at_least(x):
-    return 1 << max(0, math.ceil(math.log2(max(1, x))))
-
-
 def learner_geometry(k, distinct_keys=None, ways=8):
     """``(buckets, ways)`` of an AccessLearner that learns a top-``k`` hot set.
 
@@ -55,10 +51,10 @@ def learner_geometry(k, distinct_keys=None, ways=8):
     if k < 1:
         raise ValueError(f"k must be positive, not {k}")
     if distinct_keys:
-        entries = min(_pow2_at_least(max(ENTRIES_PER_HOT_KEY * k, distinct_keys / 2)),
-                      _pow2_at_least(2 * distinct_keys))
+        entries = min(pow2_at_least(max(ENTRIES_PER_HOT_KEY * k, distinct_keys / 2)),
+                      pow2_at_least(2 * distinct_keys))
     else:
-        entries = _pow2_at_least(ENTRIES_PER_HOT_KEY_BLIND * k)
+        entries = pow2_at_least(ENTRIES_PER_HOT_KEY_BLIND * k)
     entries = max(entries, MIN_ENTRIES, ways)
     return entries // ways, ways
 

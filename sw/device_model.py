@@ -86,7 +86,7 @@ class HotIndex:
         return slot_of_first[first], keys[is_first]
 
 
-def _pow2_at_least(n):
+def pow2_at_least(n):
     return 1 << max(0, math.ceil(math.log2(max(1, n))))
 
 
@@ -119,9 +119,9 @@ class AcceleratorConfig:
     @classmethod
     def for_workload(cls, hot_rows, batch_size, max_batch_lookups):
         max_keys = max(16, int(max_batch_lookups))
-        return cls(cam_entries=max(64, _pow2_at_least(math.ceil(hot_rows / cls.CAM_LOAD))),
-                   cold_capacity=max(64, _pow2_at_least(2 * max_keys)), cold_max_keys=max_keys,
-                   max_batch_samples=max(2, _pow2_at_least(batch_size)))
+        return cls(cam_entries=max(64, pow2_at_least(math.ceil(hot_rows / cls.CAM_LOAD))),
+                   cold_capacity=max(64, pow2_at_least(2 * max_keys)), cold_max_keys=max_keys,
+                   max_batch_samples=max(2, pow2_at_least(batch_size)))
 
     def cam_kwargs(self):
         return dict(entries=self.cam_entries, ways=self.cam_ways, stash=self.cam_stash,
