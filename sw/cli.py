@@ -213,6 +213,19 @@ def build_parser():
     p.add_argument("--build-dir", default="build/boardsim")
     p.set_defaults(func=cmd_fpga_cosim)
 
+    from hotline.fpga.rtlil import TARGETS
+    p = fsub.add_parser("rtlil", help="write a block's or a board top's RTLIL without src "
+                        "attributes (diff two of them to check that a change kept the netlist)",
+                        epilog="targets: the blocks of 'fpga report' in --device's configuration "
+                        "(accelerator: the whole top in the product configuration on ecp5-85f) "
+                        "and the boards (their BoardTop).\n\nexample:\n  hotline fpga rtlil "
+                        "accelerator --out build/accelerator.il",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("target", choices=TARGETS)
+    p.add_argument("--device", choices=("ecp5-85f", "ice40-up5k"), default="ecp5-85f")
+    p.add_argument("--out", required=True, help="output .il file")
+    p.set_defaults(func=cmd_fpga_rtlil)
+
     d = sub.add_parser("data", help="generate, convert and inspect index streams")
     dsub = d.add_subparsers(dest="data_command", required=True, metavar="ACTION")
     p = dsub.add_parser("synth", help="draw a calibrated synthetic stream",
@@ -536,6 +549,15 @@ def cmd_fpga_cosim(args):
         raise HotlineError(str(e)) from None
     except KeyboardInterrupt:
         return 0
+
+
+def cmd_fpga_rtlil(args):
+    from hotline.fpga.rtlil import rtlil_text
+    from .data import write_atomic
+    text = rtlil_text(args.target, args.device)
+    write_atomic(args.out, lambda f: f.write(text), mode="w")
+    print(f"wrote {args.out}: {text.count(chr(10)):,} lines")
+    return 0
 
 
 def cmd_synth(args):
