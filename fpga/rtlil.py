@@ -15,6 +15,7 @@ from amaranth.back import rtlil
 from amaranth.hdl import UnusedElaboratable
 
 from .blocks import BLOCKS
+from .board_top import BoardTop
 from .boards import BOARDS, board
 
 __all__ = ["TARGETS", "normalise", "rtlil_text"]
@@ -31,7 +32,6 @@ def normalise(text: str) -> str:
 
 def _design(target, device):
     if target in BOARDS:
-        from .board_top import BoardTop
         return [("hotline_" + target.replace("-", "_"), BoardTop(board(target)))]
     if target not in BLOCKS:
         raise ValueError(f"unknown target {target!r} (choose from {', '.join(TARGETS)})")
