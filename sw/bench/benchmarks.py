@@ -61,6 +61,7 @@ from hotline.data.generator import synth_criteo
 from hotline.data.readers import load_dataset, real_data_files, shared_data_dir
 from hotline.data.report import table, write_json
 from hotline.data.spec import open_data
+from hotline.fpga.boards import BOARDS
 from hotline.host.simulators import simulator_available
 from hotline.model.device_model import DeviceModel, place_hot_set
 from hotline.model.planner import exact_hot_set
@@ -287,7 +288,6 @@ def bench_synthesis(quick):
 def bench_boards(quick):
     """Every board's bitstream build; a failed build is recorded with its error."""
     from hotline.fpga.board_build import BoardBuildError, build_board  # lazy: (see bench_cam)
-    from hotline.fpga.boards import BOARDS
     out, rows = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for name in BOARDS:

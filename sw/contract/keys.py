@@ -1,4 +1,5 @@
-"""The key format (DESIGN.md, "Keys and slots"): ``key = (table << ROW_BITS) | row``, 32 bits.
+"""The key format (docs/design.md, "Keys and slots"): ``key = (table << ROW_BITS) | row``,
+32 bits.
 
 Feature ``f`` looks up table ``f``; a key names one embedding row. The accelerator, its
 models, the DMA descriptors (``ROW_BITS`` register) and the host runtime all split keys here.
@@ -22,4 +23,5 @@ def make_keys(tables, rows) -> np.ndarray:
 def split_keys(keys) -> tuple[np.ndarray, np.ndarray]:
     """Inverse of `make_keys`: (tables, rows) as int64 arrays."""
     keys = np.asarray(keys, np.uint32)
-    return (keys >> np.uint32(ROW_BITS)).astype(np.int64), (keys & np.uint32(MAX_ROWS - 1)).astype(np.int64)
+    return ((keys >> np.uint32(ROW_BITS)).astype(np.int64),
+            (keys & np.uint32(MAX_ROWS - 1)).astype(np.int64))
