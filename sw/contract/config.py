@@ -73,6 +73,11 @@ class AcceleratorConfig:
         """The hot rows this CAM holds: ``CAM_LOAD`` of its table entries."""
         return int(self.cam_entries * self.CAM_LOAD)
 
+    @property
+    def hot_slots(self) -> int:
+        """Hot slots: the CAM's entries, then its stash (slot ``cam_entries + i``)."""
+        return self.cam_entries + self.cam_stash
+
     @classmethod
     def for_workload(cls, hot_rows, batch_size, max_batch_lookups) -> "AcceleratorConfig":
         max_keys = max(16, int(max_batch_lookups))

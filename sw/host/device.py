@@ -127,7 +127,7 @@ class Device(abc.ABC):
         """Capabilities: accelerator geometry and DMA parameters."""
         return {"url": self.url, "backend": self.backend, "data_width": self.data_width,
                 "addr_width": self.addr_width, "num_tables": MAX_TABLES, "row_bits": ROW_BITS,
-                "max_rows": MAX_ROWS, "hot_slots": self.config.cam_entries,
+                "max_rows": MAX_ROWS, "hot_slots": self.config.hot_slots,
                 "max_batch_samples": self.config.max_batch_samples,
                 "max_cold_keys": self.config.cold_max_keys, "max_row_bytes": self.max_row_bytes,
                 "max_staging_stride": self.max_stride, "max_staging_slots": self.max_slots,

@@ -547,7 +547,7 @@ class HotlineTrainer(BaselineTrainer):
                                f"lookups, more than the {Device.max_slots:,} staging slots of a "
                                f"bank; use a smaller --batch-size")
         staging_bytes = self.banks * self.slots * lay.nbytes
-        hot_bytes = self.acc_config.cam_entries * lay.nbytes
+        hot_bytes = self.acc_config.hot_slots * lay.nbytes
         check_fits(f"{self.dev.type} device memory (hot table + staging copies)",
                    hot_bytes + staging_bytes, self.device_limit(), d)
         super().setup(staging_bytes)
@@ -561,7 +561,9 @@ class HotlineTrainer(BaselineTrainer):
         if self.placement.failed.size:
             self.notes.append(f"the CAM refused {self.placement.failed.size} of "
                               f"{len(self.hot_keys)} hot keys; they are trained as cold rows")
-        self.hot_table = torch.zeros(self.acc_config.cam_entries, lay.floats, device=self.dev)
+        # One row per hot slot: the CAM's entries, then its stash (a stashed key has slot
+        # cam_entries + i).
+        self.hot_table = torch.zeros(self.device.info()["hot_slots"], lay.floats, device=self.dev)
         self.load_hot_rows()
         self.queue = []       # batch indices pushed and not yet pulled, oldest first
         self.next_push = 0
