@@ -164,7 +164,7 @@ def test_imports_go_one_way():
      "the host runtime never"),
     ("sw/contract/keys.py", "from .. import model\n", "the contract imports nothing"),
     ("fpga/board_top.py", "from hotline.sim.accelerator_run import x\n", "fpga imports"),
-    ("sw/train/training.py", "from .. import cli\n", "train imports the layers below"),
+    ("sw/train/run.py", "from .. import cli\n", "train imports the layers below"),
     ("sw/model/planner.py", "def f():\n    from .device_model import x\n",
      "function-level import of hotline.model.device_model"),
 ])
