@@ -178,3 +178,10 @@ def test_the_check_passes_allowed_imports():
                         "from hotline.contract.keys import ROW_BITS\n"
                         "from ..model import device_model\n"
                         "def f():\n    import torch  # lazy: seconds to import\n") == []
+
+
+def test_no_module_cites_the_brief_for_a_contract():
+    """Docstrings cite docs/design.md for the contracts, not ``DESIGN.md`` (the product brief
+    outside the repository, which docs/design.md supersedes)."""
+    cited = [str(p.relative_to(ROOT)) for p in python_files() if "DESIGN.md" in p.read_text()]
+    assert not cited, f"cite docs/design.md instead of DESIGN.md in: {cited}"

@@ -1,4 +1,4 @@
-"""The `hotline` command line (contract in DESIGN.md, "CLI").
+"""The `hotline` command line (contract in docs/design.md, "The CLI"; reference docs/cli.md).
 
 Bad input exits 2 with one line ``hotline: error: ...`` naming the file, line or field; no
 traceback and no partial output file.

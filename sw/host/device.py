@@ -1,4 +1,5 @@
-"""The Device API: one interface to the accelerator, several backends (DESIGN.md).
+"""The Device API: one interface to the accelerator, several backends (docs/device-api.md;
+contracts in docs/design.md).
 
 ``hotline.open(url, config=..., memory=...)`` returns a `Device`:
 

@@ -1,4 +1,4 @@
-"""Reference model of the accelerator's mini-batch fragmentation (DESIGN.md semantics).
+"""Reference model of the accelerator's mini-batch fragmentation (docs/design.md semantics).
 
 Given a placed hot set (key -> hot slot), each mini-batch of consecutive samples is split into
 a popular micro-batch (samples all of whose lookups are hot) and a non-popular one, both in
@@ -163,7 +163,7 @@ class FragmentRun:
         return popular, sizes - popular, np.diff(self.cold_offsets)
 
     def summary(self):
-        """The DESIGN.md `fragment --json` fields."""
+        """The `fragment --json` fields (docs/cli.md)."""
         c = self.counters
         popular, non_popular, cold = self.batch_sizes()
         return {
