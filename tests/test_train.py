@@ -2,6 +2,9 @@
 checkpoint/resume, the CLI and its errors."""
 import json
 import math
+import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -385,7 +388,6 @@ def test_cli_bad_input_one_line_exit_2_no_json(tmp_path, capsys, args, message):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and not out.exists()
     assert len(err) == 1 and err[0].startswith("hotline: error: ")
-    import re
     assert re.search(message, err[0]), err[0]
 
 
@@ -415,11 +417,24 @@ def test_resume_with_other_settings_is_refused(tmp_path, capsys):
     assert rc == 2 and "--lr" in capsys.readouterr().err
 
 
+def test_cli_and_package_import_neither_torch_nor_matplotlib():
+    """`hotline --help`, its argument checks and `import hotline.train` stay fast: the trainers
+    (torch) are imported when a run starts, matplotlib only for --plot."""
+    code = ("import sys, hotline.cli, hotline.train\n"
+            "hotline.cli.build_parser().parse_args(['train', 'x', '--mode', 'baseline', "
+            "'--batch-size', '8', '--json', 'j'])\n"
+            "print(sorted(m for m in ('torch', 'matplotlib') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_help_has_example(capsys):
     with pytest.raises(SystemExit):
         cli.main(["train", "--help"])
     text = capsys.readouterr().out
     assert "example:" in text and "--mode" in text and "--max-ind-range" in text
+    outputs = re.findall(r"--(?:json|plot|checkpoint) (\S+)", text.partition("example:")[2])
+    assert outputs and all(path.startswith("build/") for path in outputs), outputs
 
 
 @pytest.mark.slow

@@ -69,11 +69,14 @@ class HotlineTrainer(BaselineTrainer):
         self.next_push = 0
         self.prev = None      # (sorted cold keys, their updated rows) of the last trained batch
 
+    def index(self, a) -> torch.Tensor:
+        """``a`` as an int64 index tensor on the torch device."""
+        return torch.from_numpy(a.astype(np.int64)).to(self.dev)
+
     def load_hot_rows(self) -> None:
         p = self.placement
         rows = np.asarray(self.host_rows[self.global_rows(p.keys)])
-        self.hot_table[torch.from_numpy(p.slots.astype(np.int64)).to(self.dev)] = \
-            torch.from_numpy(rows).to(self.dev)
+        self.hot_table[self.index(p.slots)] = torch.from_numpy(rows).to(self.dev)
         self.bytes_h2d += len(p.keys) * self.lay.nbytes
 
     def load_tables(self, tables) -> None:
@@ -86,7 +89,7 @@ class HotlineTrainer(BaselineTrainer):
         p = self.placement
         if not len(p.keys):
             return
-        rows = self.hot_table[torch.from_numpy(p.slots.astype(np.int64)).to(self.dev)]
+        rows = self.hot_table[self.index(p.slots)]
         self.host_rows[self.global_rows(p.keys)] = rows.cpu().numpy()
         if count:
             self.bytes_d2h += len(p.keys) * self.lay.nbytes
@@ -134,30 +137,9 @@ class HotlineTrainer(BaselineTrainer):
         st = self.staging(r.bank)
         ck = r.cold_keys
         U = len(ck)
-        if self.prev is not None and U:
-            # Batch j was gathered before batch j - 1 was scattered (it was pushed while j - 1
-            # trained), so the rows cold in both batches are stale in this bank: take them from
-            # batch j - 1's updated rows. (The hardware gathers ahead in the same way.)
-            pk, prow = self.prev
-            if len(pk):
-                pos = np.minimum(np.searchsorted(pk, ck), len(pk) - 1)
-                m = pk[pos] == ck
-                if m.any():
-                    st[:U][m] = prow[pos[m]]
-        # Rows for this batch: R = [unique hot slots used (H) | cold slots (C)].
-        hot, slot = r.hot, r.slot
-        hu, hinv = np.unique(slot[hot], return_inverse=True)
-        nh = len(hu)
-        src = cmap = None
-        if r.overflow and len(np.unique(ck)) < U:
-            # The cold-key set overflowed: a key may sit in several slots. Train on one copy
-            # (gradients summed) and write the result into every slot it occupies.
-            _, src, cmap = np.unique(ck, return_index=True, return_inverse=True)
-        lookup_row = np.empty(len(hot), np.int64)
-        lookup_row[hot] = hinv
-        cold_slot = slot[~hot].astype(np.int64)
-        lookup_row[~hot] = nh + (cold_slot if cmap is None else cmap[cold_slot])
-        H = self.leaf(self.hot_table[torch.from_numpy(hu.astype(np.int64)).to(self.dev)])
+        self.refresh_stale(st[:U], ck)
+        hu, lookup_row, src, cmap = self.lookup_rows(r)
+        H = self.leaf(self.hot_table[self.index(hu)])
         self.opt.zero_grad(set_to_none=True)
         total = 0.0
         # The popular micro-batch needs hot rows only: it can run while the cold rows are
@@ -178,27 +160,62 @@ class HotlineTrainer(BaselineTrainer):
             (loss / n).backward()
             total += float(loss.detach())
         self.opt.step()
-        if nh and H.grad is not None:
+        if len(hu) and H.grad is not None:
             self.update_rows(H.data, H.grad)
-            self.hot_table[torch.from_numpy(hu.astype(np.int64)).to(self.dev)] = H.data
+            self.hot_table[self.index(hu)] = H.data
         if len(C):
             if C.grad is not None:
                 self.update_rows(C.data, C.grad)
-            new = C.data.cpu().numpy()
-            self.bytes_d2h += len(C) * self.lay.nbytes
-            st[:U] = new if cmap is None else new[cmap]
-            done = self.in_device(self.device.scatter, r.bank, ck)
-            if done["errors"]:
-                raise HotlineError(f"{self.cfg.device_url}: scatter of batch {j} reported "
-                                   f"{done['errors']} DMA errors")
-            if cmap is None:
-                order = np.argsort(ck, kind="stable")
-                self.prev = (ck[order], new[order])
-            else:
-                self.prev = (np.unique(ck), new)
+            self.write_back_cold(j, r.bank, st[:U], ck, C.data.cpu().numpy(), cmap)
         else:
             self.prev = None
         return total / n
+
+    def refresh_stale(self, rows, ck) -> None:
+        """Batch j was gathered before batch j - 1 was scattered (it was pushed while j - 1
+        trained), so the rows cold in both batches are stale in its bank (``rows``, cold keys
+        ``ck``): take them from batch j - 1's updated rows. (The hardware gathers ahead in the
+        same way.)"""
+        if self.prev is None or not len(ck):
+            return
+        pk, prow = self.prev
+        if len(pk):
+            pos = np.minimum(np.searchsorted(pk, ck), len(pk) - 1)
+            m = pk[pos] == ck
+            if m.any():
+                rows[m] = prow[pos[m]]
+
+    def lookup_rows(self, r) -> tuple:
+        """(unique hot slots used ``hu``, each lookup's row, ``src``, ``cmap``) of a pulled
+        batch: the batch trains on R = [hot rows of ``hu`` (H) | cold rows (C)]. C is the
+        staging rows in cold-slot order; when the cold-key set overflowed and a key sits in
+        several slots, C is one copy per key (staging slots ``src``; slot -> row ``cmap``),
+        so its gradients are summed, and the result goes into every slot it occupies."""
+        hot, slot, ck = r.hot, r.slot, r.cold_keys
+        hu, hinv = np.unique(slot[hot], return_inverse=True)
+        src = cmap = None
+        if r.overflow and len(np.unique(ck)) < len(ck):
+            _, src, cmap = np.unique(ck, return_index=True, return_inverse=True)
+        lookup_row = np.empty(len(hot), np.int64)
+        lookup_row[hot] = hinv
+        cold_slot = slot[~hot].astype(np.int64)
+        lookup_row[~hot] = len(hu) + (cold_slot if cmap is None else cmap[cold_slot])
+        return hu, lookup_row, src, cmap
+
+    def write_back_cold(self, j, bank, rows, ck, new, cmap) -> None:
+        """The updated cold rows ``new`` into the staging ``rows`` of ``bank`` and scattered
+        to the host tables by the device; kept for `refresh_stale` of the next batch."""
+        self.bytes_d2h += len(new) * self.lay.nbytes
+        rows[:] = new if cmap is None else new[cmap]
+        done = self.in_device(self.device.scatter, bank, ck)
+        if done["errors"]:
+            raise HotlineError(f"{self.cfg.device_url}: scatter of batch {j} reported "
+                               f"{done['errors']} DMA errors")
+        if cmap is None:
+            order = np.argsort(ck, kind="stable")
+            self.prev = (ck[order], new[order])
+        else:
+            self.prev = (np.unique(ck), new)
 
     def device_counters(self) -> dict:
         c = self.device.counters()
