@@ -18,8 +18,9 @@ from .rows import RowLayout, available_ram
 
 
 class Trainer(abc.ABC):
-    """What every mode shares: the DLRM, its dense optimizer, the sparse row update, the loop
-    over batches, evaluation. Subclasses supply where rows live and `train_batch`."""
+    """What every mode shares: the DLRM, its dense optimizer, batches and their lookups, the
+    sparse row update, evaluation. Subclasses supply where rows live and `train_batch`; the
+    run over epochs is `hotline.train.run`'s."""
 
     def __init__(self, data, cfg, notes):
         self.data, self.cfg, self.notes = data, cfg, notes
