@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 from amaranth.sim import Simulator
-from conftest import simulator_or_skip
 
 from hotline.host import registers
 from hotline.hw.csr import OKAY, SLVERR, CSRBank
@@ -256,5 +255,5 @@ def run_bank(simulator, build_dir, seed=1, ops=300):
 
 
 @pytest.mark.parametrize("simulator", SIMULATORS)
-def test_cocotb_csr_bank(simulator, tmp_path):
+def test_cocotb_csr_bank(simulator, tmp_path, simulator_or_skip):
     run_bank(simulator_or_skip(simulator), tmp_path, ops=300 if simulator == "verilator" else 150)
