@@ -34,9 +34,10 @@ test: $(STAMP) icarus
 	$(BIN)/python -m pytest -q -m "not slow"
 
 # The inner loop: contract, models, host runtime, CLI and Amaranth-simulator tests; nothing
-# marked slow or rtl (no Verilator, Icarus or Yosys/nextpnr; tests/conftest.py), a few minutes.
+# marked slow or rtl (no Verilator, Icarus or Yosys/nextpnr: tests/conftest.py), and not the
+# README's commands on a clean copy (make test-readme).
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow and not rtl"
+	$(BIN)/python -m pytest -q -m "not slow and not rtl" --ignore=tests/test_readme.py
 
 test-full: $(STAMP) icarus
 	$(BIN)/python -m pytest -q

@@ -11,8 +11,9 @@ Tiers (markers in pyproject.toml):
 - ``slow``: long regressions, outside `make test` (`make test-full`; CI runs the ``slow and ci``
   ones).
 
-`make test-fast` runs ``-m "not slow and not rtl"``: contract, models, host runtime, CLI and the
-Amaranth-simulator tests of the gateware. `make test` (``-m "not slow"``) is the CI gate.
+`make test-fast` runs ``-m "not slow and not rtl"`` without test_readme.py (the README's commands
+have `make test-readme`): contract, models, host runtime, CLI and the Amaranth-simulator tests
+of the gateware. `make test` (``-m "not slow"``) is the CI gate.
 Plain helpers (the real data files, `helpers.param`) are in helpers.py.
 """
 import pytest
