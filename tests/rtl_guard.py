@@ -18,7 +18,7 @@ from pathlib import Path, PurePath
 
 ENV = "HOTLINE_TEST_NOT_RTL"
 SIMULATORS = {"verilator", "verilator_bin", "verilator_bin_dbg", "iverilog", "vvp"}
-FLOW_ENV = ("YOSYS", "NEXTPNR_ECP5", "NEXTPNR_ICE40")   # the board build script's tools
+FLOW_ENV = ("YOSYS", "NEXTPNR_ECP5", "NEXTPNR_ICE40")   # pointed at YoWASP: the board build
 
 SITE = Path(__file__).resolve().parent / "rtl_guard_site"
 RECORD = Path(tempfile.gettempdir()) / f"hotline-rtl-guard-{os.getpid()}.log"
@@ -36,7 +36,7 @@ def hdl_tool(executable, env=None):
     name = PurePath(os.fsdecode(executable)).name
     if name in SIMULATORS or name.startswith(("yowasp-", "nextpnr-")):
         return name
-    if env and any(k in env for k in FLOW_ENV):
+    if env and any(PurePath(env.get(k, "")).name.startswith("yowasp-") for k in FLOW_ENV):
         return f"{name} (the FPGA build script)"
     return None
 

