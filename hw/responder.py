@@ -23,9 +23,9 @@ the parser's request register holds them until the next frame ends.
 
 Timing: a request is taken the cycle it is offered while idle; its magic byte is offered 2
 cycles later (NAK, BUSY), 3 (cached, ERROR, INFO, RESULTS, MEM_READ, ACK) or 3 after the CSR
-response. Then one byte per cycle while ``tx.ready``, except: a ``MEM_READ`` payload waits 2
-cycles per 8 bytes for the window read, and a ``RESULTS`` payload 1 cycle per count and per
-beat. ``tx.ready`` low stalls the frame; the next request is taken the cycle after the last
+response. Then one byte per cycle while ``tx.ready``, with pauses while the send register
+refills: 2 cycles per 8-byte word of a ``MEM_READ`` (the window ready at once), at least 1 per
+count and per beat of a ``RESULTS``. ``tx.ready`` low stalls the frame; the next request is taken the cycle after the last
 CRC byte is accepted.
 """
 from amaranth import *
