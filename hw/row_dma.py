@@ -4,35 +4,7 @@
 ``RowDMA`` with the direction fixed; ``RowDMA(None)`` takes the direction per command (a
 ``scatter`` bit in ``cmd``), so one AXI master serves both.
 
-Ports (streams carry ``data.StructLayout`` payloads):
-
-- ``cmd`` In {count: 16, bank: 1[, scatter: 1]}: the next ``count`` keys on ``keys`` form one
-  batch for staging bank ``bank``; slot = index of the key in its batch. ``count`` = 0 is legal.
-- ``keys`` In {key: key_width}: key = (table << row_bits) | row.
-- With ``framing="end"`` the batch length is in band instead: ``cmd`` is {bank[, scatter]}
-  and ``keys`` is {end, key}; the batch's keys follow its command, closed by one beat with
-  ``end`` set (its key is ignored). A source that learns a batch's length only after its
-  keys (the Fragmenter's cold keys) can then stream them without buffering the batch.
-- ``done`` Out {rows: 16, errors: 16}: one per command, in order, after the last write response
-  of its batch: rows copied, rows refused by the window check.
-- descriptor port ``desc_we``, ``desc_table``, ``desc_base`` (addr_width), ``desc_rows``
-  (row_bits + 1), ``desc_row_bytes`` (16): writes the table's descriptor when ``desc_we`` is
-  high (a table id >= num_tables is ignored); rows = 0 invalidates it. All descriptors are
-  invalid after reset. A write takes effect ``DESC_LATENCY`` cycles after ``desc_we``; do not
-  rewrite a descriptor that a batch in flight uses.
-- staging window ``staging_base`` (addr_width), ``staging_stride`` (16, bytes per slot),
-  ``staging_slots`` (16, slots per bank), ``staging_banks`` (2): slot (bank, s) is at
-  ``staging_base + (bank * staging_slots + s) * staging_stride``. They must be stable from a
-  ``cmd`` handshake until ``busy`` falls (they may change in the cycle of the handshake).
-- ``bus`` Out(AXI4Signature(addr_width, data_width)): ID 0 only, INCR bursts of full-width
-  beats (``AxSIZE`` = log2(data_width / 8)), ``AxCACHE`` = 0b0011, ``AxPROT`` = 0.
-- ``busy``: a command was accepted whose ``done`` has not been taken yet.
-- counters (``counter_width`` bits, wrapping; ``clear_counters`` zeroes them): ``rows`` copied,
-  ``window_errors`` (refused rows), ``axi_errors`` (error read beats + error write responses),
-  ``bytes_read`` (bytes of OKAY read beats), ``bytes_written`` (bytes of write beats sent with
-  strobes). Sticky ``error_cause`` {table, row, slot, desc, axi_read, axi_write}
-  (``clear_errors`` zeroes it; events in the same cycle are kept). Counters follow their events
-  by two cycles, so they are final one cycle after the batch's ``done`` is valid.
+Parameters and ports: `RowDMA`'s docstring (one numpydoc template for the three classes).
 
 Window check (per key, in hardware, before any transaction; first failing check names the
 cause): ``table``: table >= num_tables or descriptor invalid; ``row``: row >= rows; ``desc``:
@@ -137,14 +109,81 @@ def _bus_part(bus, signature):
 
 
 class RowDMA(wiring.Component):
-    """Gather/scatter of table rows by key (AXI4 master). See the module docstring.
+    # One template for RowDMA, GatherDMA and ScatterDMA (as amaranth.lib.fifo's FIFOInterface):
+    # they differ only in the direction parameter and cmd's scatter bit.
+    _doc_template = """
+    {description}
 
-    Parameters: ``direction`` ("gather", "scatter", or None = per command), ``addr_width``,
-    ``data_width`` (64, 128, 256; 32 works too), ``num_tables``, ``row_bits``, ``key_width``,
-    ``max_burst_beats`` (<= 256, one burst within 4 KiB), ``fifo_beats`` (read-data FIFO depth =
-    read beats outstanding), ``max_chunks`` (chunks in flight between chunker and write
-    response), ``counter_width``.
+    Parameters
+    ----------
+{direction}    addr_width : int
+        Bus address bits, 13..64.
+    data_width : int
+        Bus data bits: 64, 128 or 256 (32 works too).
+    num_tables : int
+        Table descriptors, 1 .. ``2 ** (key_width - row_bits)``.
+    row_bits, key_width : int
+        The key layout: key = (table << row_bits) | row.
+    max_burst_beats : int
+        Beats per burst, 1..256, at most 4 KiB.
+    fifo_beats : int
+        Read-data FIFO depth: the read beats outstanding (>= max_burst_beats).
+    max_chunks : int
+        Chunks in flight between the chunker and their write responses.
+    counter_width : int
+        Bits of each counter (wrapping).
+    framing : ``"count"`` or ``"end"``
+        Where a batch's length is: in ``cmd``, or in band on ``keys``.
+
+    Attributes
+    ----------
+    cmd : In stream
+        framing "count": {{count: 16, bank: 1{scatter}}}: the next ``count`` keys on ``keys``
+        form one batch for staging bank ``bank``; slot = index of the key in its batch;
+        ``count`` = 0 is legal. framing "end": {{bank: 1{scatter}}}, the batch's keys follow
+        it, closed by one beat with ``end`` set (its key is ignored): a source that learns a
+        batch's length only after its keys (the Fragmenter's cold keys) streams them without
+        buffering the batch.{scatter_doc}
+    keys : In stream
+        {{key: key_width}} (framing "end": {{end, key}}); key = (table << row_bits) | row.
+    done : Out stream
+        {{rows: 16, errors: 16}}: one per command, in order, after the last write response of
+        its batch: rows copied, rows refused by the window check.
+    desc_we, desc_table, desc_base, desc_rows, desc_row_bytes : In
+        Descriptor write port (base: addr_width, rows: row_bits + 1, row_bytes: 16 bits). A
+        write when ``desc_we`` is high sets the table's descriptor (a table id >= num_tables is
+        ignored); rows = 0 invalidates it. All are invalid after reset. A write takes effect
+        ``DESC_LATENCY`` cycles after ``desc_we``; do not rewrite a descriptor that a batch in
+        flight uses.
+    staging_base, staging_stride, staging_slots, staging_banks : In
+        The staging window (addr_width, 16, 16, 2 bits): slot (bank, s) is at
+        ``staging_base + (bank * staging_slots + s) * staging_stride``. Stable from a ``cmd``
+        handshake until ``busy`` falls (they may change in the cycle of the handshake).
+    bus : Out(AXI4Signature(addr_width, data_width))
+        ID 0 only, INCR bursts of full-width beats (AxSIZE = log2(data_width / 8)),
+        AxCACHE = 0b0011, AxPROT = 0.
+    busy : Out
+        A command was accepted whose ``done`` has not been taken yet.
+    rows, window_errors, axi_errors, bytes_read, bytes_written : Out
+        Counters (``clear_counters`` zeroes them): rows copied, rows refused, error read beats
+        + error write responses, bytes of OKAY read beats, bytes of write beats sent with
+        strobes. They follow their events by two cycles, so they are final one cycle after
+        the batch's ``done`` is valid.
+    error_cause : Out
+        Sticky {{table, row, slot, desc, axi_read, axi_write}} (``clear_errors`` zeroes it;
+        events in the same cycle are kept).
+
+    Behaviour (window check, ordering, bursts) and timing are in the module docstring.
     """
+    __doc__ = _doc_template.format(
+        description="Gather/scatter of table rows by key (AXI4 master), direction per command "
+                    "or fixed.",
+        direction="""    direction : ``"gather"``, ``"scatter"`` or None
+        None: per command (``cmd.scatter``), so one AXI master serves both.
+""",
+        scatter=", scatter: 1", scatter_doc=" ``scatter`` (direction None only) chooses the "
+        "direction.")
+
     SETUP_CYCLES = RowWindowCheck.SETUP_CYCLES  # staging-window check pipeline depth
     # desc_we -> the descriptor is used by a key accepted this many cycles later
     DESC_LATENCY = RowWindowCheck.DESC_LATENCY
@@ -248,14 +287,18 @@ class RowDMA(wiring.Component):
 
 
 class GatherDMA(RowDMA):
-    """RowDMA copying table rows into staging slots (the cold-row gather)."""
+    __doc__ = RowDMA._doc_template.format(
+        description="RowDMA copying table rows into staging slots (the cold-row gather).",
+        direction="", scatter="", scatter_doc="")
 
     def __init__(self, **kwargs):
         super().__init__("gather", **kwargs)
 
 
 class ScatterDMA(RowDMA):
-    """RowDMA copying staging slots back to table rows (the updated-row scatter)."""
+    __doc__ = RowDMA._doc_template.format(
+        description="RowDMA copying staging slots back to table rows (the updated-row scatter).",
+        direction="", scatter="", scatter_doc="")
 
     def __init__(self, **kwargs):
         super().__init__("scatter", **kwargs)
