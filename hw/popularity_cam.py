@@ -426,206 +426,208 @@ class PopularityCAM(wiring.Component):
         moving = fsm_state[state_index["MOVE_WRITE"]]
         write_valid = moving | fsm_state[state_index["PLACE"]]
         # One 2 x ways : 1 key select serves both of its users: the victim's key (PUSH, at
-        # cur) and a moved key (MOVE_WRITE, at path[0]).
-        select = Mux(moving, Cat(path[0].way, path[0].table), Cat(cur.way, cur.table))
+        # cur) and a moved key (MOVE_WRITE, at path[0]). Its index is a register of its own,
+        # loaded a cycle ahead (CHOOSE for PUSH, the move's read for MOVE_WRITE): timing, the
+        # select then starts at flip-flops that drive nothing else.
+        select = Signal(way_bits + 1, reset_less=True)
         selected_key = Array(bucket_data[t][w].key for t in tables for w in range(ways))[select]
         write_key = Mux(moving, selected_key, key)
         m.d.comb += wr_entry.eq(Cat(write_valid, write_key))
 
-        if True:
-            with state("CLEAR"):
-                for t in tables:
-                    m.d.comb += [wr[t].addr.eq(clear_count), wr[t].en.eq(-1)]
-                m.d.sync += [clear_count.eq(clear_count + 1), stash_valid.eq(0), kicks.eq(0)]
-                with m.If(clear_count == self.buckets - 1):
-                    with m.If(clear_cmd):
-                        respond(CAMStatus.OK)
-                    with m.Else():
-                        goto("IDLE")
-
-            with state("IDLE"):
-                m.d.sync += [path_len.eq(0), path_valid.eq(0)]  # not gated by cmd: timing
-                # The home buckets, for HOME_READ (the load is harmless otherwise: while idle,
-                # the lookup's hash wins, and CLEAR reads nothing).
-                read_next(*(self._hash(t, self.cmd.payload.key) for t in tables))
-                with m.If(self.cmd.valid & self.cmd.ready):
-                    m.d.sync += [op.eq(self.cmd.payload.op), key.eq(self.cmd.payload.key),
-                                 *(k.eq(self.cmd.payload.key) for k in match_key)]
-                    m.d.sync += [home[t].eq(self._hash(t, self.cmd.payload.key)) for t in tables]
-                    with m.If(self.cmd.payload.op == CAMOp.CLEAR):
-                        m.d.sync += [clear_count.eq(0), clear_cmd.eq(1)]
-                        goto("CLEAR")
-                    with m.Else():
-                        goto("HOME_READ")
-
-            with state("HOME_READ"):
-                goto("HOME_WAIT0")
-
-            settle("HOME_WAIT", "HOME_MATCH")
-
-            # The key compares (the lookup pipeline's, into s4.way_hit), then what follows from
-            # them, get a cycle each, so HOME_EVAL only decides, from flip-flops.
-            with state("HOME_MATCH"):
-                m.d.sync += in_stash_r.eq(Cat(stash_match(match_key[1])))
-                goto("HOME_DECODE")
-
-            with state("HOME_DECODE"):
-                found = list(s4.way_hit[0]) + list(s4.way_hit[1])
-                hit_table = s4.way_hit[1].any()
-                m.d.sync += [found_r[t].eq(s4.way_hit[t]) for t in tables]
-                hit_way = _first(found)[1][:way_bits]
-                stash_index = _first(list(in_stash_r))[1]
-                m.d.sync += [
-                    in_table_r.eq(Cat(found).any()),
-                    in_stash_any.eq(in_stash_r.any()),
-                    hit_slot_r.eq(Mux(Cat(found).any(),
-                                      self._slot(hit_table, home[hit_table], hit_way),
-                                      stash_slot(0) + stash_index)),
-                ]
-                for t in tables:
-                    free, free_way = _first([~bucket_data[t][w].valid for w in range(ways)])
-                    m.d.sync += [free_r[t].eq(free),
-                                 free_slot_r[t].eq(Cat(free_way, home[t], C(t, 1)))]
-                goto("HOME_EVAL")
-
-            with state("HOME_EVAL"):
-                in_stash = in_stash_any
-                with m.If(op == CAMOp.DELETE):
-                    with m.If(in_table_r):
-                        m.d.comb += [wr[t].addr.eq(home[t]) for t in tables]
-                        m.d.comb += [wr[t].en.eq(found_r[t]) for t in tables]
-                        respond(CAMStatus.OK, hit_slot_r)
-                    with m.Elif(in_stash):
-                        m.d.sync += stash_valid.eq(stash_valid & ~in_stash_r)
-                        respond(CAMStatus.OK, hit_slot_r)
-                    with m.Else():
-                        respond(CAMStatus.NOT_FOUND)
-                with m.Elif(in_table_r | in_stash):
-                    respond(CAMStatus.EXISTS, hit_slot_r)
+        with state("CLEAR"):
+            for t in tables:
+                m.d.comb += [wr[t].addr.eq(clear_count), wr[t].en.eq(-1)]
+            m.d.sync += [clear_count.eq(clear_count + 1), stash_valid.eq(0), kicks.eq(0)]
+            with m.If(clear_count == self.buckets - 1):
+                with m.If(clear_cmd):
+                    respond(CAMStatus.OK)
                 with m.Else():
-                    with m.If(free_r[0] | free_r[1]):
-                        goto("PLACE")
-                    with m.Else():
-                        goto("MASK")
-                # Loaded whatever the outcome: each is used only after the state it suits
-                # (timing: the decision drives only the state and the response).
-                m.d.sync += [target.eq(Mux(free_r[0], free_slot_r[0], free_slot_r[1])),
-                             cur.table.eq(0), cur.bucket.eq(home[0])]
+                    goto("IDLE")
 
-            # Ways of the current bucket already on the path are not candidates, so every key
-            # moves at most once and the search never needs to modify the table. The mask (two
-            # steps), the choice and the push each take a cycle to keep the path logic off the
-            # critical path.
-            with state("MASK"):
-                m.d.sync += same_bucket.eq(Cat(
-                    path_valid[j] & (path[j].table == cur.table) & (path[j].bucket == cur.bucket)
-                    for j in range(self.max_kicks)))
-                goto("MASK_WAYS")
-
-            with state("MASK_WAYS"):
-                m.d.sync += on_path_r.eq(Cat(
-                    (same_bucket & Cat(path[j].way == w for j in range(self.max_kicks))).any()
-                    for w in range(ways)))
-                goto("CHOOSE")
-
-            # The first way not on the path, scanning from kicks: the first such way at or above
-            # kicks, else the first one (two priority chains side by side, no rotate or add).
-            from_kicks = Signal(ways)
-            m.d.sync += from_kicks.eq(Cat(C(w, way_bits + 1) >= kicks for w in range(ways)))
-            with state("CHOOSE"):
-                candidate = [~on_path_r[w] for w in range(ways)]
-                late, late_way = _first([c & from_kicks[w] for w, c in enumerate(candidate)])
-                avail, first_way = _first(candidate)
-                with m.If(path_valid[-1] | ~avail):
-                    goto("STASH")
+        with state("IDLE"):
+            m.d.sync += [path_len.eq(0), path_valid.eq(0)]  # not gated by cmd: timing
+            # The home buckets, for HOME_READ (the load is harmless otherwise: while idle,
+            # the lookup's hash wins, and CLEAR reads nothing).
+            read_next(*(self._hash(t, self.cmd.payload.key) for t in tables))
+            with m.If(self.cmd.valid & self.cmd.ready):
+                m.d.sync += [op.eq(self.cmd.payload.op), key.eq(self.cmd.payload.key),
+                             *(k.eq(self.cmd.payload.key) for k in match_key)]
+                m.d.sync += [home[t].eq(self._hash(t, self.cmd.payload.key)) for t in tables]
+                with m.If(self.cmd.payload.op == CAMOp.CLEAR):
+                    m.d.sync += [clear_count.eq(0), clear_cmd.eq(1)]
+                    goto("CLEAR")
                 with m.Else():
-                    m.d.sync += cur.way.eq(Mux(late, late_way, first_way))
-                    goto("PUSH")
+                    goto("HOME_READ")
 
-            with state("PUSH"):
-                m.d.sync += [
-                    path[0].eq(cur),
-                    *(path[j].eq(path[j - 1]) for j in range(1, self.max_kicks)),
-                    path_valid.eq(Cat(C(1, 1), path_valid)),
-                    path_len.eq(path_len + 1),
-                    kicks.eq(kicks + 1),
-                    victim_key.eq(selected_key),
-                ]
-                goto("VICTIM_HASH")
+        with state("HOME_READ"):
+            goto("HOME_WAIT0")
 
-            # The victim's other bucket is registered before it addresses the table (timing).
-            # Both of the victim's buckets are registered, then the other table's one is
-            # selected (timing: the hash and the select took a cycle together).
-            with state("VICTIM_HASH"):
-                m.d.sync += [victim_home[t].eq(self._hash(t, victim_key)) for t in tables]
-                m.d.sync += cur.table.eq(~cur.table)
-                goto("WALK_ADDR")
+        settle("HOME_WAIT", "HOME_MATCH")
 
-            with state("WALK_ADDR"):
-                next_bucket = Mux(cur.table, victim_home[1], victim_home[0])
-                m.d.sync += cur.bucket.eq(next_bucket)
-                read_next(next_bucket)
-                goto("WALK_READ")
+        # The key compares (the lookup pipeline's, into s4.way_hit), then what follows from
+        # them, get a cycle each, so HOME_EVAL only decides, from flip-flops.
+        with state("HOME_MATCH"):
+            m.d.sync += in_stash_r.eq(Cat(stash_match(match_key[1])))
+            goto("HOME_DECODE")
 
-            with state("WALK_READ"):
-                goto("WALK_WAIT0")
+        with state("HOME_DECODE"):
+            found = list(s4.way_hit[0]) + list(s4.way_hit[1])
+            hit_table = s4.way_hit[1].any()
+            m.d.sync += [found_r[t].eq(s4.way_hit[t]) for t in tables]
+            hit_way = _first(found)[1][:way_bits]
+            stash_index = _first(list(in_stash_r))[1]
+            m.d.sync += [
+                in_table_r.eq(Cat(found).any()),
+                in_stash_any.eq(in_stash_r.any()),
+                hit_slot_r.eq(Mux(Cat(found).any(),
+                                  self._slot(hit_table, home[hit_table], hit_way),
+                                  stash_slot(0) + stash_index)),
+            ]
+            for t in tables:
+                free, free_way = _first([~bucket_data[t][w].valid for w in range(ways)])
+                m.d.sync += [free_r[t].eq(free),
+                             free_slot_r[t].eq(Cat(free_way, home[t], C(t, 1)))]
+            goto("HOME_EVAL")
 
-            settle("WALK_WAIT", "WALK_EVAL")
-
-            with state("WALK_EVAL"):
-                bucket = current(cur.table)
-                free, free_way = _first([~bucket[w].valid for w in range(ways)])
-                # Only the state and the load depend on ``free`` (timing); target is unused
-                # until set again if the walk goes on.
-                m.d.sync += target.eq(Cat(free_way, cur.bucket, cur.table))
-                read_next(path[0].bucket, when=free)
-                with m.If(free):
-                    goto("MOVE_READ")
+        with state("HOME_EVAL"):
+            in_stash = in_stash_any
+            with m.If(op == CAMOp.DELETE):
+                with m.If(in_table_r):
+                    m.d.comb += [wr[t].addr.eq(home[t]) for t in tables]
+                    m.d.comb += [wr[t].en.eq(found_r[t]) for t in tables]
+                    respond(CAMStatus.OK, hit_slot_r)
+                with m.Elif(in_stash):
+                    m.d.sync += stash_valid.eq(stash_valid & ~in_stash_r)
+                    respond(CAMStatus.OK, hit_slot_r)
+                with m.Else():
+                    respond(CAMStatus.NOT_FOUND)
+            with m.Elif(in_table_r | in_stash):
+                respond(CAMStatus.EXISTS, hit_slot_r)
+            with m.Else():
+                with m.If(free_r[0] | free_r[1]):
+                    goto("PLACE")
                 with m.Else():
                     goto("MASK")
+            # Loaded whatever the outcome: each is used only after the state it suits
+            # (timing: the decision drives only the state and the response).
+            m.d.sync += [target.eq(Mux(free_r[0], free_slot_r[0], free_slot_r[1])),
+                         cur.table.eq(0), cur.bucket.eq(home[0])]
 
-            free, free_index = _first([~stash_valid[i] for i in range(self.stash)])
-            m.d.sync += [stash_free.eq(free), stash_free_index.eq(free_index),
-                         stash_free_slot.eq(stash_slot(0) + free_index)]
-            with state("STASH"):
-                with m.If(stash_free):
-                    m.d.sync += [stash_key[stash_free_index].eq(key),
-                                 stash_valid.bit_select(stash_free_index, 1).eq(1)]
-                    respond(CAMStatus.OK, stash_free_slot)
-                with m.Else():
-                    respond(CAMStatus.FULL)
+        # Ways of the current bucket already on the path are not candidates, so every key
+        # moves at most once and the search never needs to modify the table. The mask (two
+        # steps), the choice and the push each take a cycle to keep the path logic off the
+        # critical path.
+        with state("MASK"):
+            m.d.sync += same_bucket.eq(Cat(
+                path_valid[j] & (path[j].table == cur.table) & (path[j].bucket == cur.bucket)
+                for j in range(self.max_kicks)))
+            goto("MASK_WAYS")
 
-            # Moves run from the end of the path back to its head, so each copy goes to a
-            # slot that is already free.
-            with state("MOVE_READ"):
-                goto("MOVE_WAIT0")
+        with state("MASK_WAYS"):
+            m.d.sync += on_path_r.eq(Cat(
+                (same_bucket & Cat(path[j].way == w for j in range(self.max_kicks))).any()
+                for w in range(ways)))
+            goto("CHOOSE")
 
-            # Waiting for the moves register before MOVE_WRITE keeps moves.ready out of the
-            # path shift and the read address logic (timing).
-            settle("MOVE_WAIT", "MOVE_WRITE", go=moves_free)
+        # The first way not on the path, scanning from kicks: the first such way at or above
+        # kicks, else the first one (two priority chains side by side, no rotate or add).
+        from_kicks = Signal(ways)
+        m.d.sync += from_kicks.eq(Cat(C(w, way_bits + 1) >= kicks for w in range(ways)))
+        with state("CHOOSE"):
+            candidate = [~on_path_r[w] for w in range(ways)]
+            late, late_way = _first([c & from_kicks[w] for w, c in enumerate(candidate)])
+            avail, first_way = _first(candidate)
+            with m.If(path_valid[-1] | ~avail):
+                goto("STASH")
+            with m.Else():
+                chosen = Mux(late, late_way, first_way)
+                m.d.sync += [cur.way.eq(chosen), select.eq(Cat(chosen, cur.table))]
+                goto("PUSH")
 
-            with state("MOVE_WRITE"):
-                src = path[0]
-                write(target)
-                m.d.sync += [
-                    self.moves.valid.eq(1),
-                    self.moves.payload.src.eq(slot_of(src)),
-                    self.moves.payload.dst.eq(slot_of(target)),
-                    target.eq(src),
-                    *(path[j].eq(path[j + 1]) for j in range(self.max_kicks - 1)),
-                    path_valid.eq(path_valid[1:]),
-                ]
-                read_next(path[1].bucket, when=path_valid[1])
-                with m.If(path_valid[1]):
-                    goto("MOVE_READ")
-                with m.Else():
-                    goto("PLACE")
+        with state("PUSH"):
+            m.d.sync += [
+                path[0].eq(cur),
+                *(path[j].eq(path[j - 1]) for j in range(1, self.max_kicks)),
+                path_valid.eq(Cat(C(1, 1), path_valid)),
+                path_len.eq(path_len + 1),
+                kicks.eq(kicks + 1),
+                victim_key.eq(selected_key),
+            ]
+            goto("VICTIM_HASH")
 
-            # The write repeats while the response waits for the last move to be taken, so
-            # moves.ready stays out of the write port logic (timing).
-            with state("PLACE"):
-                write(target)
-                with m.If(moves_free):
-                    respond(CAMStatus.OK, slot_of(target), path_len)
+        # Both of the victim's buckets are registered, then the other table's one is selected
+        # (timing: the hash and the select took a cycle together).
+        with state("VICTIM_HASH"):
+            m.d.sync += [victim_home[t].eq(self._hash(t, victim_key)) for t in tables]
+            m.d.sync += cur.table.eq(~cur.table)
+            goto("WALK_ADDR")
+
+        with state("WALK_ADDR"):
+            next_bucket = Mux(cur.table, victim_home[1], victim_home[0])
+            m.d.sync += cur.bucket.eq(next_bucket)
+            read_next(next_bucket)
+            goto("WALK_READ")
+
+        with state("WALK_READ"):
+            goto("WALK_WAIT0")
+
+        settle("WALK_WAIT", "WALK_EVAL")
+
+        with state("WALK_EVAL"):
+            bucket = current(cur.table)
+            free, free_way = _first([~bucket[w].valid for w in range(ways)])
+            # Only the state and the load depend on ``free`` (timing); target is unused
+            # until set again if the walk goes on.
+            m.d.sync += target.eq(Cat(free_way, cur.bucket, cur.table))
+            read_next(path[0].bucket, when=free)
+            with m.If(free):
+                goto("MOVE_READ")
+            with m.Else():
+                goto("MASK")
+
+        free, free_index = _first([~stash_valid[i] for i in range(self.stash)])
+        m.d.sync += [stash_free.eq(free), stash_free_index.eq(free_index),
+                     stash_free_slot.eq(stash_slot(0) + free_index)]
+        with state("STASH"):
+            with m.If(stash_free):
+                m.d.sync += [stash_key[stash_free_index].eq(key),
+                             stash_valid.bit_select(stash_free_index, 1).eq(1)]
+                respond(CAMStatus.OK, stash_free_slot)
+            with m.Else():
+                respond(CAMStatus.FULL)
+
+        # Moves run from the end of the path back to its head, so each copy goes to a
+        # slot that is already free.
+        with state("MOVE_READ"):
+            m.d.sync += select.eq(Cat(path[0].way, path[0].table))
+            goto("MOVE_WAIT0")
+
+        # Waiting for the moves register before MOVE_WRITE keeps moves.ready out of the
+        # path shift and the read address logic (timing).
+        settle("MOVE_WAIT", "MOVE_WRITE", go=moves_free)
+
+        with state("MOVE_WRITE"):
+            src = path[0]
+            write(target)
+            m.d.sync += [
+                self.moves.valid.eq(1),
+                self.moves.payload.src.eq(slot_of(src)),
+                self.moves.payload.dst.eq(slot_of(target)),
+                target.eq(src),
+                *(path[j].eq(path[j + 1]) for j in range(self.max_kicks - 1)),
+                path_valid.eq(path_valid[1:]),
+            ]
+            read_next(path[1].bucket, when=path_valid[1])
+            with m.If(path_valid[1]):
+                goto("MOVE_READ")
+            with m.Else():
+                goto("PLACE")
+
+        # The write repeats while the response waits for the last move to be taken, so
+        # moves.ready stays out of the write port logic (timing).
+        with state("PLACE"):
+            write(target)
+            with m.If(moves_free):
+                respond(CAMStatus.OK, slot_of(target), path_len)
 
         return m
