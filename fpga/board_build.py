@@ -158,7 +158,7 @@ def build_board(name, build_dir="build/boards", seed=1, top=None):
                              "bram_available")},
         **{f"{k}_fraction": r[k] / r[f"{k}_available"] for k in ("lut4", "ff", "bram")},
         "utilization": r["utilization"],
-        "fmax_mhz": round(r["fmax_mhz"], 1), "constraint_mhz": constraint,
+        "fmax_mhz": round(r["fmax_mhz"], 2), "constraint_mhz": constraint,
         "timing_ok": r["fmax_mhz"] >= constraint,
         "hot_capacity": spec.config.hot_capacity, "cam_entries": spec.config.cam_entries,
         "seed": seed, "build_dir": str(out), "seconds": round(time.monotonic() - start, 1),

@@ -156,7 +156,7 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
     fmax = r["fmax_mhz"]
     return {
         "device": device, "name": name, "freq_mhz": freq_mhz, "seed": seed, **r,
-        "fmax_mhz": round(fmax, 1),
+        "fmax_mhz": round(fmax, 2),  # 2 decimals: 99.96 must not print as 100.0
         "timing_ok": fmax >= freq_mhz,
         "build_dir": str(out),
     }
@@ -174,8 +174,8 @@ def read_reports(out, top, device, stat="stat.json", report="report.json"):
     {"register", "arrival_ns"}, latest first, where those paths end (nextpnr's log shows only
     the single critical path). Arrival is nextpnr's, from the launching clock edge; setup and
     the capturing clock's network delay are not counted (on ECP5 the latest arrival equalled
-    the critical path's length), and paths from unclocked inputs and into set/reset (LSR)
-    inputs are left out.
+    the critical path's length), and paths from unclocked inputs, into set/reset (LSR) inputs
+    and longer than nextpnr's critical path (they start at the untimed reset pin) are left out.
     """
     dev = DEVICES[device]
     out = Path(out)
@@ -202,6 +202,10 @@ def _late_endpoints(rep):
     if "detailed_net_timings" not in rep:
         return {}
     period = {f"posedge {clk}": 1000.0 / c["constraint"] for clk, c in rep["fmax"].items()}
+    # An arrival later than nextpnr's own critical path starts at an input it does not time
+    # (the reset pin, through logic): those are left out too.
+    timed = max((sum(step["delay"] for step in path["path"]) for path in rep["critical_paths"]
+                 if path["from"] == path["to"]), default=float("inf"))
     late = {}
     for net in rep["detailed_net_timings"]:
         for end in net["endpoints"]:
@@ -209,7 +213,7 @@ def _late_endpoints(rep):
             # Set/reset inputs are left out: their arrival includes the reset pin's path,
             # which nextpnr does not time (the largest "late" arrivals were all of that kind).
             if end.get("event") in period and net.get("event") != "<async>" \
-                    and end.get("port") != "LSR" and arrival > period[end["event"]]:
+                    and end.get("port") != "LSR" and period[end["event"]] < arrival <= timed + 0.01:
                 # "x.y.reg_TRELLIS_FF_Q_3" -> "x.y.reg": one entry per register, not per bit
                 register = re.split(r"_(?:TRELLIS|SB)_", end["cell"])[0].replace("\\$", "$")
                 late.setdefault(register, []).append(arrival)

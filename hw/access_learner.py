@@ -268,9 +268,9 @@ class AccessLearner(wiring.Component):
             fanned out to every bit: timing); the sum is full when count >= max - 1."""
             return (count + ~full)[:count_bits], count[1:].all()
 
-        new_way, new_count, new_full = Signal(way_bits), Signal(count_bits), Signal()
-        results = [stage("r1", s7.valid, bucket=s7.bucket, way=new_way, count=new_count,
-                         full=new_full)]
+        new_lanes, new_count, new_full = Signal(ways), Signal(count_bits), Signal()
+        results = [stage("r1", s7.valid, bucket=s7.bucket, lanes=new_lanes,
+                         count=new_count, full=new_full)]
         r1_next, r1_next_full = plus_one(results[0].count, results[0].full)
         for d in range(2, WINDOW + 1):
             prev = results[-1]
@@ -280,17 +280,13 @@ class AccessLearner(wiring.Component):
             if d < WINDOW:
                 fields["next"] = r1_next if d == 2 else prev.next
                 fields["next_full"] = r1_next_full if d == 2 else prev.next_full
-            results.append(stage(f"r{d}", prev.valid, way=prev.way, **fields))
-        own_way = _one_hot_select(s7.lanes, [Const(w, way_bits) for w in range(ways)])
+            results.append(stage(f"r{d}", prev.valid, lanes=prev.lanes, **fields))
         forward = s7.fwd.any()
         sources = Cat(s7.fwd, ~forward)
-        # The write enables are selected one-hot, not decoded from new_way (timing: the
-        # decode after the forward select was the longest path); the ways of the result
-        # registers are decoded from flip-flops, beside the select.
-        new_lanes = _one_hot_select(sources, [Const(1, ways) << r.way for r in results]
-                                    + [s7.lanes])
+        # The way written is one-hot throughout, in the result registers too (timing: a
+        # decode after, then in front of, the forward select was the longest path).
         m.d.comb += [
-            new_way.eq(_one_hot_select(sources, [r.way for r in results] + [own_way])),
+            new_lanes.eq(_one_hot_select(sources, [r.lanes for r in results] + [s7.lanes])),
             early.eq(_one_hot_select(s6.fwd[1:],
                                      [r1_next] + [r.next for r in results[1:WINDOW - 1]])),
             early_full.eq(_one_hot_select(
