@@ -34,6 +34,7 @@ from amaranth.utils import exact_log2
 
 from .bram import BucketTable
 from .hashing import bucket_hash
+from .onehot import one_hot_select
 from .replica import replica
 
 __all__ = ["AccessLearner", "READ_LATENCY", "WINDOW", "entry_layout", "readout_layout"]
@@ -53,14 +54,6 @@ def entry_layout(key_bits, count_bits):
 
 def readout_layout(key_bits, count_bits):
     return data.StructLayout({"valid": 1, "key": key_bits, "count": count_bits})
-
-
-def _one_hot_select(select, values):
-    """OR of ``values[i]`` where one-hot ``select[i]`` is set (0 when none is)."""
-    out = Const(0, len(values[0]))
-    for i, value in enumerate(values):
-        out = out | Mux(select[i], value, 0)
-    return out
 
 
 def _first(bits):
@@ -256,8 +249,8 @@ class AccessLearner(wiring.Component):
         early, early_full = Signal(count_bits), Signal()
         s7 = stage("s7", s6.valid, key=s6.key, bucket=s6.bucket, fwd=s6.fwd, early=early,
                    early_full=early_full, lanes=Mux(hit, s6.hits, minimum),
-                   count=Mux(hit, _one_hot_select(s6.hits, counts),
-                             _one_hot_select(minimum, counts)),
+                   count=Mux(hit, one_hot_select(s6.hits, counts),
+                             one_hot_select(minimum, counts)),
                    full=Mux(hit, (s6.hits & s6.full).any(), (minimum & s6.full).any()))
 
         # t+7: count + 1 (saturating) of the chosen entry, or of the youngest forwarded one.
@@ -286,10 +279,10 @@ class AccessLearner(wiring.Component):
         # The way written is one-hot throughout, in the result registers too (timing: a
         # decode after, then in front of, the forward select was the longest path).
         m.d.comb += [
-            new_lanes.eq(_one_hot_select(sources, [r.lanes for r in results] + [s7.lanes])),
-            early.eq(_one_hot_select(s6.fwd[1:],
+            new_lanes.eq(one_hot_select(sources, [r.lanes for r in results] + [s7.lanes])),
+            early.eq(one_hot_select(s6.fwd[1:],
                                      [r1_next] + [r.next for r in results[1:WINDOW - 1]])),
-            early_full.eq(_one_hot_select(
+            early_full.eq(one_hot_select(
                 s6.fwd[1:], [r1_next_full] + [r.next_full for r in results[1:WINDOW - 1]])),
             Cat(new_count, new_full).eq(Mux(s7.fwd[0], Cat(r1_next, r1_next_full),
                                             Mux(s7.fwd[1:].any(), Cat(s7.early, s7.early_full),

@@ -37,6 +37,7 @@ without its effect, lookups accepted after it with it.
   Reset runs the same pass (no response); ``lookup`` and ``cmd`` are not ready meanwhile.
 """
 from contextlib import contextmanager
+from types import SimpleNamespace
 
 from amaranth import *
 from amaranth.lib import data, enum, stream, wiring
@@ -46,6 +47,7 @@ from amaranth.utils import bits_for, ceil_log2
 
 from .bram import BucketTable
 from .hashing import bucket_hash
+from .onehot import one_hot_select
 from .replica import replica
 
 __all__ = ["CAMOp", "CAMStatus", "OutputQueue", "PopularityCAM"]
@@ -166,6 +168,8 @@ class PopularityCAM(wiring.Component):
     # Results the queue holds besides its output register: enough for one lookup per cycle
     # (LATENCY lookups are outstanding then), with room to spare for a stall of the consumer.
     QUEUE_DEPTH = 8
+    # Copies of the written key's select, each driving a slice of the key (see elaborate).
+    KEY_SELECT_COPIES = 3
 
     def __init__(self, entries=16384, *, ways=8, key_width=32, user_width=8, stash=4,
                  max_kicks=64, seeds=(1, 2), hash_family="tabulation", primitive=None):
@@ -425,14 +429,25 @@ class PopularityCAM(wiring.Component):
 
         moving = fsm_state[state_index["MOVE_WRITE"]]
         write_valid = moving | fsm_state[state_index["PLACE"]]
-        # One 2 x ways : 1 key select serves both of its users: the victim's key (PUSH, at
-        # cur) and a moved key (MOVE_WRITE, at path[0]). Its index is a register of its own,
-        # loaded a cycle ahead (CHOOSE for PUSH, the move's read for MOVE_WRITE): timing, the
-        # select then starts at flip-flops that drive nothing else.
-        select = Signal(way_bits + 1, reset_less=True)
-        selected_key = Array(bucket_data[t][w].key for t in tables for w in range(ways))[select]
-        write_key = Mux(moving, selected_key, key)
-        m.d.comb += wr_entry.eq(Cat(write_valid, write_key))
+        # One key select serves every key written and the victim's: a moved key (MOVE_WRITE,
+        # at path[0]), the command's key (PLACE) and the victim (PUSH, at cur). Its select is
+        # one-hot over the 2 x ways keys of the bucket words and the command's key, loaded a
+        # cycle ahead, and kept in a copy per slice of the key (timing: a binary select, then
+        # its decode fanned out to every key bit, were the longest paths).
+        sources = [bucket_data[t][w].key for t in tables for w in range(ways)] + [key]
+        cut = [self.key_width * i // self.KEY_SELECT_COPIES
+               for i in range(self.KEY_SELECT_COPIES + 1)]
+        select = [replica(len(sources), f"key_select{i}") for i in range(self.KEY_SELECT_COPIES)]
+        selected_key = Cat(one_hot_select(select[i], [source[lo:hi] for source in sources])
+                           for i, (lo, hi) in enumerate(zip(cut, cut[1:])))
+
+        def select_key(where=None):
+            """Select, from the next cycle on, the key at ``where`` (None: the command's)."""
+            onehot = (C(1 << 2 * ways, len(sources)) if where is None else
+                      C(1, len(sources)) << Cat(where.way, where.table))
+            m.d.sync += [s.eq(onehot) for s in select]
+
+        m.d.comb += wr_entry.eq(Cat(write_valid, selected_key))
 
         with state("CLEAR"):
             for t in tables:
@@ -512,6 +527,7 @@ class PopularityCAM(wiring.Component):
             # (timing: the decision drives only the state and the response).
             m.d.sync += [target.eq(Mux(free_r[0], free_slot_r[0], free_slot_r[1])),
                          cur.table.eq(0), cur.bucket.eq(home[0])]
+            select_key()  # for PLACE
 
         # Ways of the current bucket already on the path are not candidates, so every key
         # moves at most once and the search never needs to modify the table. The mask (two
@@ -541,7 +557,8 @@ class PopularityCAM(wiring.Component):
                 goto("STASH")
             with m.Else():
                 chosen = Mux(late, late_way, first_way)
-                m.d.sync += [cur.way.eq(chosen), select.eq(Cat(chosen, cur.table))]
+                m.d.sync += cur.way.eq(chosen)
+                select_key(SimpleNamespace(way=chosen, table=cur.table))
                 goto("PUSH")
 
         with state("PUSH"):
@@ -599,7 +616,7 @@ class PopularityCAM(wiring.Component):
         # Moves run from the end of the path back to its head, so each copy goes to a
         # slot that is already free.
         with state("MOVE_READ"):
-            m.d.sync += select.eq(Cat(path[0].way, path[0].table))
+            select_key(path[0])
             goto("MOVE_WAIT0")
 
         # Waiting for the moves register before MOVE_WRITE keeps moves.ready out of the
@@ -618,6 +635,7 @@ class PopularityCAM(wiring.Component):
                 path_valid.eq(path_valid[1:]),
             ]
             read_next(path[1].bucket, when=path_valid[1])
+            select_key()  # for PLACE (MOVE_READ selects the next move's key)
             with m.If(path_valid[1]):
                 goto("MOVE_READ")
             with m.Else():
