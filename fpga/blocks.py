@@ -16,9 +16,10 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from hotline.contract.hashing import bucket_hash
+from hotline.hw.accelerator import HotlineAccelerator
 from hotline.hw.access_learner import AccessLearner
 from hotline.hw.cold_key_set import ColdKeySet
-from hotline.hw.hashing import bucket_hash
 from hotline.hw.popularity_cam import PopularityCAM
 
 from .synth import DEVICES, PlaceRouteError, synth_report
@@ -70,7 +71,6 @@ class HashProbe(wiring.Component):
 
 
 def _accelerator(dev):
-    from hotline.hw.accelerator import HotlineAccelerator
     if dev == "ecp5-85f":  # B = 1024 Criteo batches: 26 * 1024 lookups, 16384 hot rows
         return HotlineAccelerator(
             fragmenter=dict(cam=dict(entries=16384, primitive="ecp5"),

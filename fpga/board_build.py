@@ -21,7 +21,7 @@ from amaranth_boards.resources import UARTResource
 
 from hotline.hw.uart import UARTRx, UARTTx
 
-from .board_top import uart_pins
+from .board_top import BoardBuild, uart_pins
 from .boards import board
 from .synth import SCRIPT_AFTER_READ, _tool, read_reports
 
@@ -115,8 +115,7 @@ def build_board(name, build_dir="build/boards", seed=1, top=None):
     bitstream is then still written, by ``--timing-allow-fail``, for inspection).
     """
     spec = board(name)
-    if top is None:  # imported here: the whole design is only needed for a real build
-        from .board_top import BoardBuild
+    if top is None:
         top = BoardBuild(spec)
     platform = board_platform(spec)
     clock_hz = platform.default_clk_frequency

@@ -17,13 +17,13 @@ from amaranth import *
 from amaranth.lib import io, wiring
 from amaranth.lib.wiring import In, Out
 
+from hotline.contract.streams import RESULT_STREAMS
+from hotline.hw.accelerator import HotlineAccelerator
 from hotline.hw.host_link import HostLinkBridge
 from hotline.hw.uart import UARTRx, UARTTx
 from hotline.hw.window_ram import WindowRAM
 
-__all__ = ["RESULT_STREAMS", "BoardTop", "BoardBuild", "uart_pins"]
-
-RESULT_STREAMS = ("remap", "popular", "non_popular", "batch_keys", "dma_done")
+__all__ = ["BoardTop", "BoardBuild", "uart_pins"]
 
 
 class BoardTop(wiring.Component):
@@ -31,10 +31,9 @@ class BoardTop(wiring.Component):
     ``timeout``: cycles of line silence that drop a partial frame (default 10 ms)."""
 
     def __init__(self, spec, timeout=None):
-        from hotline.sim.accelerator_run import accelerator
         self.spec = spec
-        self.accelerator = accelerator(spec.config, spec.data_width, 32, spec.num_tables,
-                                       learner=spec.learner)
+        self.accelerator = HotlineAccelerator.from_config(spec.config, spec.data_width, 32,
+                                                          spec.num_tables, learner=spec.learner)
         acc = self.accelerator
         self.bridge = HostLinkBridge(
             {name: Shape.cast(getattr(acc, name).payload.shape()).width

@@ -7,7 +7,7 @@ link buffers fit the part's block RAM together; the UART runs at ``baud`` from t
 """
 from dataclasses import dataclass, field
 
-from hotline.device_model import AcceleratorConfig
+from hotline.contract.config import AcceleratorConfig
 
 __all__ = ["BoardSpec", "BOARDS", "board", "buildable"]
 

@@ -3,7 +3,7 @@
 Blocks: ``Fragmenter`` (PopularityCAM + ColdKeySet + sample classification), ``AccessLearner``
 (taps the accepted lookups, never stalls them), one ``RowDMA`` engine shared by the gather and
 the scatter (one AXI4 master; batches run one at a time, in the order they are ready), and the
-``CSRBank`` generated from ``hotline.hw.regmap.HOTLINE_REGISTERS`` (docs/registers.md).
+``CSRBank`` generated from ``hotline.contract.regmap.HOTLINE_REGISTERS`` (docs/registers.md).
 
 Streams (payloads are ``data.StructLayout``):
 - ``lookups`` In {key, eos, eob, empty}: as ``Fragmenter.lookups``.
@@ -29,8 +29,13 @@ FIFOs; ``LEARNER_ADDR`` reads one learner entry (``STATUS.learner_valid`` after
 descriptor. Counters are 64-bit views of the blocks' 48-bit counters (the learner's 32-bit).
 """
 from amaranth import *
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
+
+from hotline.contract.config import AcceleratorConfig
+from hotline.contract.dma import CAUSES
+from hotline.contract.regmap import HOTLINE_REGISTERS
+from hotline.contract.streams import dma_done_layout
 
 from .access_learner import READ_LATENCY, AccessLearner
 from .axi import AXI4LiteSignature, AXI4Signature
@@ -40,8 +45,7 @@ from .csr import CSRBank
 from .fragmenter import Fragmenter
 from .lagged_counter import lagged_count
 from .register_slice import RegisterSlice
-from .regmap import HOTLINE_REGISTERS
-from .row_dma import CAUSES, RowDMA
+from .row_dma import RowDMA
 from .stream_fork import StreamFork
 
 __all__ = ["HotlineAccelerator"]
@@ -53,8 +57,19 @@ class HotlineAccelerator(wiring.Component):
     """Parameters: ``fragmenter`` (``Fragmenter`` keyword arguments: cam, cold,
     max_batch_samples, fifo_depth), ``learner`` (``AccessLearner`` keyword arguments),
     ``dma`` (``RowDMA`` keyword arguments: addr_width, data_width, num_tables, row_bits, ...).
+    `from_config` builds it from an `AcceleratorConfig`; its stream payloads are then
+    `hotline.contract.streams.stream_layouts` of that configuration.
     """
     CMD_DEPTH = 16
+
+    @classmethod
+    def from_config(cls, config: AcceleratorConfig, data_width=64, addr_width=32, num_tables=32,
+                    learner=None) -> "HotlineAccelerator":
+        """The top with ``config``'s fragmenter geometry, a ``data_width`` / ``addr_width``
+        AXI4 master, ``num_tables`` table descriptors and ``learner`` (``AccessLearner``
+        keyword arguments; default its defaults)."""
+        return cls(fragmenter=config.fragmenter_kwargs(), learner=learner or {},
+                   dma=dict(data_width=data_width, addr_width=addr_width, num_tables=num_tables))
 
     def __init__(self, *, fragmenter=None, learner=None, dma=None):
         self.fragmenter = Fragmenter(**(fragmenter or {}))
@@ -76,8 +91,7 @@ class HotlineAccelerator(wiring.Component):
                for name in ("remap", "popular", "non_popular")},
             "batch_keys": Out(stream.Signature(self.merge.out_layout)),
             "scatter_keys": In(stream.Signature(d.keys.payload.shape())),
-            "dma_done": Out(stream.Signature(data.StructLayout(
-                {**dict(d.done.payload.shape().members), "scatter": 1}))),
+            "dma_done": Out(stream.Signature(dma_done_layout(scatter=True))),
         })
 
     def elaborate(self, platform):

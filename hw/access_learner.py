@@ -15,7 +15,7 @@ span seven pipeline stages at one key per cycle: every update still in flight wh
 reads its bucket is then one of the same key, whose result is forwarded (count + 1, same
 way).
 
-Size it with ``hotline.access_learner.learner_geometry(K, distinct_keys)``: entries = next
+Size it with ``hotline.contract.config.learner_geometry(K, distinct_keys)``: entries = next
 power of two >= max(8 K, distinct / 2), at least 4096. A fixed 8 x 2048 keeps >= 0.99 of
 the exact top-K coverage on the Criteo samples but only 0.67 on Amazon-book (flat, 135k
 distinct keys): the gap is capacity, not the hash or the hazard rule (see
@@ -32,16 +32,17 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
+from hotline.contract.config import LEARNER_WINDOW as WINDOW
+from hotline.contract.hashing import bucket_hash
+
 from .bram import BucketTable
-from .hashing import bucket_hash
 from .onehot import one_hot_select
 from .replica import replica
 
 __all__ = ["AccessLearner", "READ_LATENCY", "WINDOW", "entry_layout", "readout_layout"]
 
-# Keys in flight between a key's bucket read and its write-back; the hazard window may not
-# be shorter (see AccessLearner's timing notes).
-WINDOW = 6
+# WINDOW: keys in flight between a key's bucket read and its write-back; the hazard window may
+# not be shorter (see AccessLearner's timing notes). The model uses the same contract value.
 # Cycles from ``read_addr`` to ``read_data``.
 READ_LATENCY = 5
 

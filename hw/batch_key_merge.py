@@ -15,8 +15,10 @@ keys (the summary fields are 0), ``end = 1`` beats close a batch with its summar
 0). Combinational path from the inputs to ``o``; one beat per cycle; full backpressure.
 """
 from amaranth import *
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
+
+from hotline.contract.streams import batch_keys_layout
 
 __all__ = ["BatchKeyMerge"]
 
@@ -26,8 +28,7 @@ class BatchKeyMerge(wiring.Component):
     ``batches`` payload layouts; ``batch_layout`` has a ``cold`` count field)."""
 
     def __init__(self, key_layout, batch_layout):
-        self.out_layout = data.StructLayout({"end": 1, **dict(key_layout.members),
-                                             **dict(batch_layout.members)})
+        self.out_layout = batch_keys_layout(key_layout, batch_layout)
         super().__init__({
             "keys": In(stream.Signature(key_layout)),
             "batches": In(stream.Signature(batch_layout)),

@@ -36,8 +36,10 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, ceil_log2
 
+from hotline.contract.config import cold_slot_width
+from hotline.contract.hashing import bucket_hash
+
 from .bram import BucketTable
-from .hashing import bucket_hash
 from .popularity_cam import OutputQueue
 from .replica import replica
 
@@ -94,7 +96,7 @@ class ColdKeySet(wiring.Component):
         self.key_width, self.user_width, self.epoch_bits = key_width, user_width, epoch_bits
         self.seeds, self.primitive = tuple(seeds), primitive
         self.buckets = capacity // (2 * ways)
-        self.slot_width = bits_for(max_keys - 1)
+        self.slot_width = cold_slot_width(max_keys)
         self.hash_family = hash_family
         self.hashes = [bucket_hash(s, key_width, ceil_log2(self.buckets), hash_family) for s in seeds]
         self.entry_layout = data.StructLayout({"epoch": epoch_bits, "key": key_width,

@@ -5,10 +5,9 @@ and 8 data bits); start from `CRC32_INIT`, and the CRC of the bytes seen is ``~s
 """
 from amaranth import Cat, Const, Value
 
-__all__ = ["CRC32_INIT", "crc32_update"]
+from hotline.contract.link import CRC32_INIT, CRC32_POLY as _POLY
 
-CRC32_INIT = 0xFFFFFFFF
-_POLY = 0xEDB88320
+__all__ = ["CRC32_INIT", "crc32_update"]
 
 
 def crc32_update(state, byte):

@@ -43,8 +43,9 @@ from amaranth import *
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from hotline.contract.regmap import RegisterMap
+
 from .axi import AXI4LiteSignature, AXIResp
-from .regmap import RegisterMap
 
 __all__ = ["CSRBank", "OKAY", "SLVERR"]
 

@@ -29,7 +29,9 @@ all output streams concurrently.
 from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import bits_for
+
+from hotline.contract.keys import KEY_BITS
+from hotline.contract.streams import fragmenter_layouts, lookup_layout
 
 from .buffered_fifo import BufferedFIFO
 from .cold_key_set import ColdKeySet
@@ -52,7 +54,7 @@ class Fragmenter(wiring.Component):
     """
 
     def __init__(self, *, cam=None, cold=None, max_batch_samples=4096, fifo_depth=16,
-                 key_width=32):
+                 key_width=KEY_BITS):
         self.cam_args = dict(cam or {})
         self.cold_args = dict(cold or {})
         self.key_width = key_width
@@ -67,21 +69,12 @@ class Fragmenter(wiring.Component):
         self.cold = ColdKeySet(**self.cold_args, key_width=key_width, user_width=flags.size)
         self.flags_layout = flags
         self.LATENCY = self.cam.LATENCY + self.cold.LATENCY + 1
-        slot_width = max(self.cam.slot_width, self.cold.slot_width)
-        sample_width = bits_for(max_batch_samples - 1)
-        count_width = bits_for(max_batch_samples)
-        self.layouts = {
-            "remap": data.StructLayout({"hot": 1, "slot": slot_width}),
-            "popular": data.StructLayout({"sample": sample_width}),
-            "non_popular": data.StructLayout({"sample": sample_width}),
-            "cold_keys": data.StructLayout({"key": key_width}),
-            "batches": data.StructLayout({"popular": count_width, "non_popular": count_width,
-                                          "cold": bits_for(self.cold.max_keys * 2),
-                                          "overflow": 1}),
-        }
+        self.layouts = fragmenter_layouts(
+            hot_slot_width=self.cam.slot_width, cold_slot_width=self.cold.slot_width,
+            max_batch_samples=max_batch_samples, cold_max_keys=self.cold.max_keys,
+            key_width=key_width)
         ports = {
-            "lookups": In(stream.Signature(data.StructLayout(
-                {"key": key_width, "eos": 1, "eob": 1, "empty": 1}))),
+            "lookups": In(stream.Signature(lookup_layout(key_width))),
             "cmd": In(self.cam.cmd.signature.flip()),
             "resp": Out(self.cam.resp.signature),
             "moves": Out(self.cam.moves.signature),

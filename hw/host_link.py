@@ -1,5 +1,5 @@
-"""HostLinkBridge: the host link (`hotline.link` frames) in gateware, between a byte stream
-(a UART) and the accelerator's CSR bus, lookup streams, result streams and memory window.
+"""HostLinkBridge: the host link (`hotline.contract.link` frames) in gateware, between a byte
+stream (a UART) and the accelerator's CSR bus, lookup streams, result streams and memory window.
 
 Receive: frames are parsed at one byte per cycle and never stall (a UART cannot be held off).
 The header CRC is checked after the header; the CRC-32 at the end. ``LOOKUPS``,
@@ -31,7 +31,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from hotline.link import MAGIC, MAX_PAYLOAD, TYPES
+from hotline.contract.link import MAGIC, MAX_PAYLOAD, TYPES
 
 from .axi import AXI4LiteSignature
 from .crc32 import CRC32_INIT, crc32_update

@@ -40,30 +40,19 @@ from contextlib import contextmanager
 from types import SimpleNamespace
 
 from amaranth import *
-from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, ceil_log2
 
+from hotline.contract.hashing import bucket_hash
+from hotline.contract.shapes import CAMOp, CAMStatus
+
 from .bram import BucketTable
-from .hashing import bucket_hash
 from .onehot import one_hot_select
 from .replica import replica
 
 __all__ = ["CAMOp", "CAMStatus", "OutputQueue", "PopularityCAM"]
-
-
-class CAMOp(enum.Enum, shape=2):
-    INSERT = 0
-    DELETE = 1
-    CLEAR = 2
-
-
-class CAMStatus(enum.Enum, shape=2):
-    OK = 0
-    EXISTS = 1
-    FULL = 2
-    NOT_FOUND = 3
 
 
 def _first(bits):

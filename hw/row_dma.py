@@ -99,17 +99,16 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
+from hotline.contract.dma import CAUSES, DIRECTIONS, PAGE
+from hotline.contract.keys import KEY_BITS, ROW_BITS
+from hotline.contract.streams import dma_done_layout, dma_keys_layout
+
 from .axi import AXI4Signature, AXIBurst, AXIResp
 from .buffered_fifo import BufferedFIFO
 from .fifo_room import fifo_room
 from .lagged_counter import lagged_count
 
-__all__ = ["RowDMA", "GatherDMA", "ScatterDMA", "CAUSES", "CHECK_ORDER"]
-
-CAUSES = ("table", "row", "slot", "desc", "axi_read", "axi_write")  # error_cause bit order
-CHECK_ORDER = ("table", "row", "desc", "slot")                      # check priority
-PAGE = 4096
-DIRECTIONS = ("gather", "scatter")
+__all__ = ["RowDMA", "GatherDMA", "ScatterDMA"]
 
 
 def _mul(m, a, b, en, name):
@@ -148,8 +147,8 @@ class RowDMA(wiring.Component):
     B_TO_DONE = 1      # last B handshake of a batch -> done valid
 
     def __init__(self, direction=None, *, addr_width=32, data_width=64, num_tables=32,
-                 row_bits=27, key_width=32, max_burst_beats=16, fifo_beats=128, max_chunks=128,
-                 counter_width=48, framing="count"):
+                 row_bits=ROW_BITS, key_width=KEY_BITS, max_burst_beats=16, fifo_beats=128,
+                 max_chunks=128, counter_width=48, framing="count"):
         if direction not in (None, *DIRECTIONS):
             raise ValueError(f"direction must be 'gather', 'scatter' or None, not {direction!r}")
         if data_width not in (32, 64, 128, 256):
@@ -181,9 +180,8 @@ class RowDMA(wiring.Component):
         self.cause_layout = data.StructLayout({c: 1 for c in CAUSES})
         super().__init__({
             "cmd": In(stream.Signature(self.cmd_layout)),
-            "keys": In(stream.Signature(data.StructLayout(
-                {"key": key_width} if framing == "count" else {"end": 1, "key": key_width}))),
-            "done": Out(stream.Signature(data.StructLayout({"rows": 16, "errors": 16}))),
+            "keys": In(stream.Signature(dma_keys_layout(key_width, framing))),
+            "done": Out(stream.Signature(dma_done_layout())),
             "desc_we": In(1),
             "desc_table": In(range(num_tables)),
             "desc_base": In(addr_width),

@@ -8,43 +8,25 @@ staging rows) and scattered back. `check_gather` compares the result with the bi
 model (every stream beat, the CAM responses, the counters) and with a plain numpy gather and
 scatter of the same tables (every staging snapshot, the final tables).
 """
-import gc
 import pickle
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
 
-from hotline.device_model import AcceleratorConfig
-from hotline.errors import HotlineError
-from hotline.host_memory import HostMemory
+from hotline.contract.config import AcceleratorConfig, max_batch_lookups
+from hotline.contract.errors import HotlineError
+from hotline.contract.keys import split_keys
+from hotline.contract.streams import BATCH_END, lookup_beats, pack, stream_layouts, unpack
+from hotline.host.host_memory import HostMemory
+from hotline.host.simulators import simulator_available
+from hotline.hw.accelerator import HotlineAccelerator
+from hotline.model.device_model import model_fragment
+from hotline.model.planner import plan
 
-from .fragmenter_run import RTLMismatch, compare, expected_streams, lookup_beats, pack, unpack
-from .runner import CocotbFailure, run_cocotb, simulator_available
-
-OUTPUTS = ("remap", "popular", "non_popular", "batch_keys", "dma_done")
-PORTS = ("lookups", "scatter_keys") + OUTPUTS
-
-
-def stream_layouts(config, data_width=64):
-    """Payload layouts of the top's streams (the top is built for them, never elaborated)."""
-    from amaranth.hdl import UnusedElaboratable
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UnusedElaboratable)
-        top = accelerator(config, data_width)
-        layouts = {n: getattr(top, n).payload.shape() for n in PORTS}
-        del top
-        gc.collect()
-    return layouts
-
-
-def accelerator(config, data_width=64, addr_width=32, num_tables=32, learner=None):
-    from hotline.hw.accelerator import HotlineAccelerator
-    return HotlineAccelerator(fragmenter=config.fragmenter_kwargs(), learner=learner or {},
-                              dma=dict(data_width=data_width, addr_width=addr_width,
-                                       num_tables=num_tables))
-
+from . import tb_accelerator  # noqa: F401  (cocotb imports it by name: run_cocotb finds it)
+from .fragmenter_run import RTLMismatch, compare, expected_streams
+from .runner import CocotbFailure, run_cocotb
 
 def host_layout(table_sizes, row_bytes, slots, banks=2):
     """Bus windows: one per table (4 KiB aligned), then the staging banks."""
@@ -72,7 +54,6 @@ def gather_job(keys, sample_offsets, batch_size, insert_keys, config, table_size
     mem = HostMemory(size, memory_path)
     rng = np.random.default_rng(seed)
     touched = np.unique(np.asarray(keys, np.uint64))
-    from hotline.data import split_keys
     t_of, r_of = split_keys(touched)
     addr = np.array([tables[int(t)][0] for t in t_of], np.int64) + r_of.astype(np.int64) * row_bytes
     content = rng.integers(0, 256, (len(touched), row_bytes), dtype=np.uint8)
@@ -80,9 +61,7 @@ def gather_job(keys, sample_offsets, batch_size, insert_keys, config, table_size
         mem.array[a:a + row_bytes] = c
     mem.flush()
     key, eos, eob, empty = lookup_beats(keys, sample_offsets, batch_size)
-    from hotline.hw.fragmenter import Fragmenter
-    layout = Fragmenter(**config.fragmenter_kwargs()).lookups.payload.shape()
-    beats = pack(layout, key=key, eos=eos, eob=eob, empty=empty)
+    beats = pack(stream_layouts(config)["lookups"], key=key, eos=eos, eob=eob, empty=empty)
     ends = np.nonzero(eob)[0] + 1
     batches = [b.tolist() for b in np.split(beats, ends[:-1])] if len(beats) else []
     windows = [(b, b + max(r, 1) * rb) for b, r, rb in tables.values()]
@@ -108,13 +87,13 @@ class AcceleratorSim:
         self.build_dir = Path(build_dir).resolve() / f"top_{backend}_{data_width}_{tag}"
 
     def run(self, job):
-        import hotline.sim.tb_accelerator  # noqa: F401  (cocotb imports it by name)
         self.build_dir.mkdir(parents=True, exist_ok=True)
         job_path, result_path = self.build_dir / "job.pkl", self.build_dir / "result.pkl"
         with open(job_path, "wb") as f:
             pickle.dump(job, f)
         result_path.unlink(missing_ok=True)
-        dut = accelerator(self.config, self.data_width, 32, self.num_tables, self.learner)
+        dut = HotlineAccelerator.from_config(self.config, self.data_width, 32, self.num_tables,
+                                             self.learner)
         t0 = time.perf_counter()
         try:
             run_cocotb(dut, "hotline_accelerator", "hotline.sim.tb_accelerator", self.build_dir,
@@ -157,7 +136,7 @@ def split_batch_keys(layout, values):
     """The `batch_keys` stream as the Fragmenter's ``cold_keys`` and ``batches`` fields, and
     the cold keys per batch."""
     f = unpack(layout, values)
-    end = f["end"].astype(bool)
+    end = f[BATCH_END].astype(bool)
     cold = {"key": f["key"][~end]}
     batches = {n: f[n][end] for n in ("popular", "non_popular", "cold", "overflow")}
     per_batch = np.split(f["key"][~end], np.cumsum(batches["cold"])[:-1]) if end.any() else []
@@ -187,7 +166,6 @@ def check_gather(result, job, run, placement, initial, dut_layouts, row_bytes, m
             if len(want) else np.zeros((0, row_bytes), np.uint8)
         mismatched += int(np.any(have != want, axis=1).sum()) if len(want) else 0
     tables = job["tables"]
-    from hotline.data import split_keys
     keys = np.array(sorted(final), np.uint64)
     t_of, r_of = split_keys(keys)
     table_mismatch = 0
@@ -229,8 +207,6 @@ def gather_run(ds, hot_rows, batch_size, dim=16, backend="verilator", profile_fr
     compared with the model and a numpy gather/scatter. A stream or counter that differs from
     the model is always an error; rows that differ from numpy are counted in the report
     (``mismatched_rows``), and an error with ``verify``."""
-    from hotline.commands import max_batch_lookups, model_fragment, plan
-
     if banks not in (1, 2):
         raise HotlineError(f"--banks must be 1 or 2, not {banks}")
     if data_width not in (64, 128, 256):
@@ -253,7 +229,7 @@ def gather_run(ds, hot_rows, batch_size, dim=16, backend="verilator", profile_fr
                                    memory_path=sim.build_dir / "host_memory.bin", busy=busy)
     try:
         result = sim.run(job)
-        layouts = stream_layouts(config, data_width)
+        layouts = stream_layouts(config)
         row_bytes = job["tables"][0][2]
         out = {"data": ds.name, "backend": backend, "samples": ds.num_samples,
                "lookups": ds.num_lookups, "hot_rows": int(placement.keys.size),

@@ -5,7 +5,7 @@ simulator speed (Amaranth simulator, cocotb + Verilator).
 Coverage ratio = (lookups hitting the learned top-K) / (lookups hitting the exact top-K),
 K = ceil(fraction * distinct keys), exact ties broken by key ascending. ``dropped`` is the
 fraction of lookups the learner's hazard rule left uncounted. The learner is sized per K by
-``hotline.access_learner.learner_geometry``; ``h3_fixed_16384`` is the learner before that
+``hotline.contract.config.learner_geometry``; ``h3_fixed_16384`` is the learner before that
 (H3 hash, 16,384 entries), ``no_hazard_rule`` plain bucketized Space-Saving (model
 ``window=0``) and ``h3_sized`` the H3 hash at the sized geometry, for comparison.
 """
@@ -17,10 +17,16 @@ import time
 from pathlib import Path
 
 import numpy as np
+from amaranth.sim import Simulator
 
-from hotline.access_learner import AccessLearnerModel, learner_geometry
-from hotline.data import shared_data_dir
-from hotline.hw.access_learner import WINDOW
+from hotline.contract.config import LEARNER_WINDOW, learner_geometry
+from hotline.contract.keys import make_keys
+from hotline.data.readers import load_dataset, real_data_files, shared_data_dir
+from hotline.host.simulators import simulator_available
+from hotline.hw.access_learner import AccessLearner
+from hotline.model.access_learner import AccessLearnerModel
+
+from .runner import run_cocotb
 
 __all__ = ["DATA_DIR", "criteo_files", "shared_files", "quick_files", "load_keys",
            "coverage_ratio", "coverage_target", "sized_coverage", "amaranth_speed",
@@ -38,8 +44,6 @@ def criteo_files(data_dir=DATA_DIR):
 
 def load_keys(path):
     """Flat uint32 lookup keys of a data file, sample-major."""
-    from hotline.data import load_dataset
-
     return np.asarray(load_dataset(path).keys, dtype=np.uint32)
 
 
@@ -56,14 +60,11 @@ def _stream(n, seed=0):
     """A Zipf-like key stream over 26 tables, like a Criteo lookup stream."""
     rng = np.random.default_rng(seed)
     rows = (rng.zipf(1.1, n) - 1) % (1 << 20)
-    return ((np.arange(n) % 26).astype(np.uint32) << 27) | rows.astype(np.uint32)
+    return make_keys(np.arange(n) % 26, rows)
 
 
 def amaranth_speed(n=5000, **params):
     """Lookups per second of the default learner in the Amaranth simulator."""
-    from amaranth.sim import Simulator
-    from hotline.hw.access_learner import AccessLearner
-
     dut = AccessLearner(**params)
     keys = _stream(n).tolist()
 
@@ -92,9 +93,6 @@ def cocotb_stream(keys, build_dir, simulator="verilator", params=None, gap=0.0, 
     Returns the testbench's report: lookups driven, lookups per second while streaming,
     dropped keys, and ``entries`` = the final readout (keys, counts) of the RTL.
     """
-    from hotline.hw.access_learner import AccessLearner
-    from hotline.sim.runner import run_cocotb
-
     params = params or {}
     build_dir = Path(build_dir).resolve()  # the testbench opens AL_* from the simulator's cwd
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -129,7 +127,6 @@ def coverage_target(path):
 
 def shared_files():
     """Every shared data file the readers support (empty when the data directory is absent)."""
-    from hotline.data import real_data_files
     return real_data_files()
 
 
@@ -140,7 +137,7 @@ def quick_files():
         [p for p in files if p.parent.name == "movielens"][:1]
 
 
-def sized_coverage(keys, fractions=FRACTIONS, window=WINDOW, hash_family="tabulation"):
+def sized_coverage(keys, fractions=FRACTIONS, window=LEARNER_WINDOW, hash_family="tabulation"):
     """{"K=5%": ratio, ...} and {"K=5%": entries, ...} of learners sized by `learner_geometry`
     for each K (models of one geometry are shared), plus the dropped fraction per K."""
     uniq = np.unique(keys)
@@ -167,8 +164,6 @@ def measure(files=None, speed_lookups=20000, simulators=("verilator",), build_di
     run, and ``target``. With ``decompose``: ``no_hazard_rule`` (sized, window 0) and
     ``h3_sized`` (sized, H3). ``capacity_sweep``: smaller fixed tables (8 ways). ``speed``:
     simulator lookups/s."""
-    from hotline.sim.runner import simulator_available
-
     result = {"coverage": {}, "capacity_sweep": {}, "speed": {}}
     for path in (shared_files() if files is None else [Path(f) for f in files]):
         keys = load_keys(path)

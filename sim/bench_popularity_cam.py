@@ -10,12 +10,13 @@ from pathlib import Path
 
 import numpy as np
 
-from hotline.data import shared_data_dir
-
+from hotline.contract.cam import CAMStatus
+from hotline.data.readers import load_dataset, shared_data_dir
+from hotline.host.simulators import simulator_available
 from hotline.hw.popularity_cam import PopularityCAM
-from hotline.popularity_cam import PopularityCAMModel, Status
+from hotline.model.popularity_cam import PopularityCAMModel
 from hotline.sim import tb_popularity_cam as tb
-from hotline.sim.runner import run_cocotb, simulator_available
+from hotline.sim.runner import run_cocotb
 
 DATA_DIR = shared_data_dir()
 HOT_SETS = (("criteo_kaggle/train_head1999.csv.gz", 8192),
@@ -26,13 +27,12 @@ def first_failure_load(model, keys):
     """Fraction of ``model.entries`` (stash included) filled when the first insert fails,
     or None if every key fits."""
     for i, key in enumerate(keys):
-        if model.insert(key)[0] == Status.FULL:
+        if model.insert(key)[0] == CAMStatus.FULL:
             return i / model.entries
     return None
 
 
 def real_keys(rel):
-    from hotline.data import load_dataset
     return load_dataset(DATA_DIR / rel).keys.astype(np.int64)
 
 

@@ -21,12 +21,17 @@ from pathlib import Path
 import cocotb
 from cocotb.triggers import FallingEdge, Timer, ValueChange
 
+from hotline.fpga.board_top import BoardTop
+from hotline.fpga.boards import board
+from hotline.host.sim_device import kill_server, start_server
+
+from .runner import run_cocotb
+
 POLL_CYCLES = 200  # between polls of the host socket
 
 
 @cocotb.test()
 async def serve(dut):
-    from hotline.fpga.boards import board
     spec = json.loads(os.environ["HOTLINE_BOARD_SPEC"])
     b = board(spec["board"])
     period_ps = _half_period_ps(b) * 2
@@ -134,11 +139,6 @@ endmodule
 
 
 def main(argv=None):
-    from hotline.fpga.board_top import BoardTop
-    from hotline.fpga.boards import board
-
-    from .runner import run_cocotb
-
     path = (argv or sys.argv[1:])[0]
     spec = json.loads(Path(path).read_text())
     top = BoardTop(board(spec["board"]))
@@ -156,8 +156,6 @@ class BoardCosim:
 
     def __init__(self, board_name, build_dir="build/boardsim", simulator="verilator",
                  start_timeout=1200.0):
-        from hotline.fpga.boards import board
-        from hotline.sim_device import start_server
         board(board_name)  # a clear error for an unknown board, before any build
         build = Path(build_dir) / f"{board_name}_{simulator}"
         port_file = build / "port"
@@ -176,7 +174,6 @@ class BoardCosim:
         self.url = f"serial://socket://127.0.0.1:{int(port_file.read_text())}"
 
     def close(self):
-        from hotline.sim_device import kill_server
         kill_server(self.proc)
         self._log.close()
 

@@ -1,7 +1,7 @@
 """The simulated device: the HotlineAccelerator RTL under cocotb, served over the host link.
 
 ``python -m hotline.sim.device_server SPEC.json`` builds the top for the spec's configuration
-and runs this module's cocotb test, which serves `hotline.link` frames: CSR accesses go
+and runs this module's cocotb test, which serves `hotline.contract.link` frames: CSR accesses go
 through ``AxiLiteMaster`` on ``axil``, lookup batches and scatter keys into the ``lookups`` /
 ``scatter_keys`` streams (in order, one feeder each), and every output stream is collected
 continuously and handed out on ``RESULTS``. The AXI4 master reads and writes the memory file
@@ -9,10 +9,10 @@ continuously and handed out on ``RESULTS``. The AXI4 master reads and writes the
 ``MEM_READ``.
 
 By default the server connects to the host's loopback port ``spec["port"]``, and the memory is
-the host's own `HostMemory` file (`hotline.sim_device.SimDevice`). With ``"listen": true`` it
+the host's own `HostMemory` file (`hotline.host.sim_device.SimDevice`). With ``"listen": true`` it
 listens on ``spec["port"]`` (0: any; the port is written to the file ``spec["ready"]``) and
 serves one connection after another until a ``QUIT``, as a board serves its UART: a
-`hotline.serial_device.SerialDevice` reaches it at ``serial://socket://127.0.0.1:PORT`` and
+`hotline.host.serial_device.SerialDevice` reaches it at ``serial://socket://127.0.0.1:PORT`` and
 mirrors its host memory into the server's separate file (`serve_in_background`). Optional
 spec entries: ``max_request`` (bytes, default `MAX_PAYLOAD`; larger requests are an
 ``ERROR``) and ``input_beats`` (a stream request that would queue more beats than this is
@@ -32,10 +32,15 @@ from pathlib import Path
 import cocotb
 from cocotb.triggers import ClockCycles
 
-from hotline.link import MAX_PAYLOAD, FrameError, FrameReader, LinkError, encode, \
-    pack_results, unpack_u64
+from hotline.contract.config import AcceleratorConfig
+from hotline.contract.link import INFO, MAX_PAYLOAD, encode, pack_results, unpack_u64
+from hotline.contract.streams import RESULT_STREAMS
+from hotline.host.link import FrameError, FrameReader, LinkError
+from hotline.host.sim_device import kill_server, spawn_server
+from hotline.hw.accelerator import HotlineAccelerator
 
-from .tb_accelerator import OUTPUTS, TB
+from .runner import run_cocotb
+from .tb_accelerator import TB
 
 POLL_CYCLES = 8
 
@@ -70,7 +75,7 @@ class Server:
         self.max_request = spec.get("max_request", MAX_PAYLOAD)
         self.input_beats = spec.get("input_beats")
         self.feeders = {"LOOKUPS": Feeder(tb.lookups), "SCATTER_KEYS": Feeder(tb.scatter_keys)}
-        self.taken = dict.fromkeys(OUTPUTS, 0)
+        self.taken = dict.fromkeys(RESULT_STREAMS, 0)
 
     async def handle(self, kind, payload):
         """The response (kind, payload) to one request."""
@@ -97,13 +102,13 @@ class Server:
             return "ACK", b""
         if kind == "RESULTS":
             out = []
-            for name in OUTPUTS:
+            for name in RESULT_STREAMS:
                 got = tb.sinks[name].got
                 out.append(got[self.taken[name]:])
                 self.taken[name] = len(got)
             return "DATA", pack_results(out)
         if kind == "INFO":
-            return "DATA", struct.pack("<IIII", len(tb.mem), self.max_request, 0, 0)
+            return "DATA", INFO.pack(len(tb.mem), self.max_request, 0, 0)
         if kind in ("MEM_WRITE", "MEM_READ"):
             return self._memory(kind, payload)
         return "ERROR", f"unexpected {kind} frame".encode()
@@ -208,8 +213,6 @@ def serve_in_background(config, memory_path, window_bytes, build_dir, simulator=
     ``window_bytes`` at ``memory_path``; yields its url (``serial://socket://127.0.0.1:PORT``)
     and ends the server on exit. ``options`` go into the spec (``max_request``,
     ``input_beats``)."""
-    from hotline.sim_device import kill_server, spawn_server
-
     memory_path = Path(memory_path)
     with open(memory_path, "wb") as f:
         f.truncate(window_bytes)
@@ -237,16 +240,11 @@ def serve_in_background(config, memory_path, window_bytes, build_dir, simulator=
 def main(argv=None):
     """Build and run the served top: ``SPEC.json`` has port, memory, config, data_width,
     simulator, build_dir and the optional entries of the module docstring."""
-    from hotline.device_model import AcceleratorConfig
-
-    from .accelerator_run import accelerator
-    from .runner import run_cocotb
-
     path = (argv or sys.argv[1:])[0]
     with open(path) as f:
         spec = json.load(f)
     config = AcceleratorConfig(**spec["config"])
-    dut = accelerator(config, spec["data_width"], spec.get("addr_width", 32))
+    dut = HotlineAccelerator.from_config(config, spec["data_width"], spec.get("addr_width", 32))
     run_cocotb(dut, "hotline_accelerator", "hotline.sim.device_server", spec["build_dir"],
                spec["simulator"], extra_env={"HOTLINE_DEVICE_SPEC": json.dumps(spec)})
 

@@ -8,13 +8,17 @@ cycle count of the lookup phase. `compare` checks them beat by beat against a `F
 of the bit-accurate model.
 """
 import functools
+import time
 from pathlib import Path
 
 import numpy as np
+from amaranth.sim import Simulator
 
+from hotline.contract.cam import CAMOp
+from hotline.contract.streams import lookup_beats, pack, unpack
 from hotline.hw.fragmenter import Fragmenter
-from hotline.hw.popularity_cam import CAMOp
 
+from . import streams
 from .harness import StreamHarness
 
 OUTPUTS = ("resp", "moves", "remap", "popular", "non_popular", "cold_keys", "batches")
@@ -23,52 +27,6 @@ BACKENDS = ("verilator", "icarus", "amaranth")
 
 class RTLMismatch(AssertionError):
     """The RTL disagrees with the model; the message names the stream and the first beat."""
-
-
-def _fields(layout):
-    """(name, offset, width) of a flat struct layout, least-significant first."""
-    return [(name, f.offset, f.width)
-            for name, f in layout]
-
-
-def pack(layout, **arrays):
-    """Vectorised struct packing into uint64 (payloads up to 64 bits)."""
-    n = len(next(iter(arrays.values())))
-    out = np.zeros(n, np.uint64)
-    for name, offset, width in _fields(layout):
-        if name in arrays:
-            out |= (np.asarray(arrays[name]).astype(np.uint64) & np.uint64((1 << width) - 1)) \
-                << np.uint64(offset)
-    return out
-
-
-def unpack(layout, values):
-    """Fields of packed payloads (ints; layouts wider than 64 bits take Python ints)."""
-    if layout.size > 64:
-        values = [int(v) for v in values]
-        return {name: np.array([(v >> offset) & ((1 << width) - 1) for v in values], np.int64)
-                for name, offset, width in _fields(layout)}
-    values = np.asarray(values, np.uint64)
-    return {name: ((values >> np.uint64(offset)) & np.uint64((1 << width) - 1)).astype(np.int64)
-            for name, offset, width in _fields(layout)}
-
-
-def lookup_beats(keys, sample_offsets, batch_size):
-    """(key, eos, eob, empty) arrays: one beat per lookup, one ``empty`` beat per empty sample."""
-    n = len(sample_offsets) - 1
-    lengths = np.diff(sample_offsets)
-    beats = np.maximum(lengths, 1)
-    ends = np.cumsum(beats) - 1
-    total = int(beats.sum())
-    key = np.zeros(total, np.uint64)
-    empty = np.zeros(total, bool)
-    empty[ends[lengths == 0]] = True
-    key[~empty] = np.asarray(keys, np.uint64)
-    eos = np.zeros(total, bool)
-    eos[ends] = True
-    eob = np.zeros(total, bool)
-    eob[ends[np.r_[np.arange(batch_size - 1, n, batch_size), n - 1]]] = True
-    return key, eos, eob, empty
 
 
 class FragmenterSim:
@@ -118,10 +76,6 @@ class FragmenterSim:
         return {n: unpack(self.layouts[n], raw[n]) for n in OUTPUTS}, cycles, seconds
 
     def _run_amaranth(self, cmd, lookups, expect, busy_in, busy_out):
-        import time
-        from amaranth.sim import Simulator
-        from . import streams
-
         dut = self.dut
         sim = Simulator(dut)
         sim.add_clock(1e-8)

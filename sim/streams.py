@@ -9,6 +9,8 @@ struct layouts); collected payloads are returned as ints (``as_value``) for exac
 import functools
 import random
 
+from amaranth.sim import Simulator
+
 
 async def put(ctx, stream, payloads, busy=0.0, seed=0, deadline=None):
     rng = random.Random(seed)
@@ -65,8 +67,6 @@ def run(dut, producers, consumers, deadline_cycles, clock=1e-8):
     Fails if a producer has waited or a consumer has not collected everything after
     ``deadline_cycles``.
     """
-    from amaranth.sim import Simulator
-
     sim = Simulator(dut)
     sim.add_clock(clock)
     results = [[] for _ in consumers]

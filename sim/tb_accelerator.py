@@ -20,15 +20,19 @@ import time
 import warnings
 
 import cocotb
+import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
-from hotline.registers import ADDR, REGS, decode, encode
+from hotline.contract.streams import RESULT_STREAMS, batch_end, batch_key, dma_done_layout, \
+    unpack
+from hotline.host.registers import ADDR, REGS, decode, encode
 from hotline.sim.tb_streams import StreamSink, StreamSource
 
 warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"cocotbext\.axi")
+from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam  # noqa: E402
 
-OUTPUTS = ("remap", "popular", "non_popular", "batch_keys", "dma_done")
+DMA_DONE = dma_done_layout(scatter=True)
 COUNTER_NAMES = [r.name for r in REGS if r.width == 64]
 
 
@@ -75,8 +79,6 @@ class TB:
     """Clock, reset, CSR master, host memory, lookup / scatter-key sources, output sinks."""
 
     def __init__(self, dut, job):
-        from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam
-
         self.dut, self.job = dut, job
         Clock(dut.clk, 10, unit="ns").start()
         self.memfile = open(job["memory"], "r+b")
@@ -88,7 +90,7 @@ class TB:
         busy_in, busy_out = job.get("busy_in", 0.0), job.get("busy_out", 0.0)
         self.lookups = StreamSource(dut, "lookups", busy_in, 1)
         self.scatter_keys = StreamSource(dut, "scatter_keys", busy_in, 2)
-        self.sinks = {n: StreamSink(dut, n, busy_out, 10 + i) for i, n in enumerate(OUTPUTS)}
+        self.sinks = {n: StreamSink(dut, n, busy_out, 10 + i) for i, n in enumerate(RESULT_STREAMS)}
         self.monitor = BusMonitor(dut, job.get("windows"), len(dut.bus__rdata) // 8)
 
     async def reset(self):
@@ -158,22 +160,22 @@ class TB:
 
     def dma_done(self, scatter):
         got = self.sinks["dma_done"].got
-        return sum(1 for v in got if (v >> 32) & 1 == scatter)
+        return int(np.count_nonzero(unpack(DMA_DONE, got)["scatter"] == scatter))
 
     def batch_cold_keys(self, b):
         """Cold keys of batch ``b`` from the ``batch_keys`` stream (needs it complete)."""
         keys, batch = [], 0
         for v in self.sinks["batch_keys"].got:
-            if v & 1:
+            if batch_end(v):
                 if batch == b:
                     return keys
                 batch, keys = batch + 1, []
             elif batch == b:
-                keys.append((v >> 1) & 0xFFFFFFFF)
+                keys.append(batch_key(v))
         raise AssertionError(f"batch {b} not complete on batch_keys")
 
     def batches_closed(self):
-        return sum(v & 1 for v in self.sinks["batch_keys"].got)
+        return sum(batch_end(v) for v in self.sinks["batch_keys"].got)
 
     async def scatter(self, b, bank):
         keys = self.batch_cold_keys(b)

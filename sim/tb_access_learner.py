@@ -20,7 +20,7 @@ import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
-from hotline.access_learner import AccessLearnerModel
+from hotline.model.access_learner import AccessLearnerModel
 from hotline.hw.access_learner import READ_LATENCY, AccessLearner
 
 

@@ -26,7 +26,7 @@ TIMEOUT_US = 2000
 
 
 def load_map():
-    module, attr = os.environ.get("CSR_MAP", "hotline.hw.regmap:HOTLINE_REGISTERS").split(":")
+    module, attr = os.environ.get("CSR_MAP", "hotline.contract.regmap:HOTLINE_REGISTERS").split(":")
     return getattr(importlib.import_module(module), attr)
 
 

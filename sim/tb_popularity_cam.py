@@ -24,10 +24,11 @@ from amaranth.sim import Simulator
 from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
-from hotline.popularity_cam import PopularityCAMModel
+from hotline.contract.cam import CAMOp
+from hotline.model.popularity_cam import PopularityCAMModel
 
 LOOKUP, COMMAND, RESET = 0, 1, 2
-INSERT, DELETE, CLEAR = 0, 1, 2
+INSERT, DELETE, CLEAR = CAMOp.INSERT, CAMOp.DELETE, CAMOp.CLEAR
 STREAMS = ("result", "resp", "moves")
 RESET_CYCLES = 2
 

@@ -2,7 +2,7 @@
 
 A *scenario* (`Scenario`) is the memory image plus an ordered list of steps: descriptor writes,
 staging-window settings, batches (direction, bank, keys), host writes into memory, counter
-snapshots and clear strobes. `expect` runs it through `RowDMAModel` (hotline.dma_model); the
+snapshots and clear strobes. `expect` runs it through `RowDMAModel` (hotline.model.dma_model); the
 cocotb side (`TB`) runs it against the exported RTL and saves what it saw: every AR and AW
 (address, len), the done records, counter snapshots, the final counters and memory, cycle
 statistics. tests/test_row_dma.py compares the two (and the memory with naive references).
@@ -39,9 +39,10 @@ import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
-from hotline.dma_model import RowDMAModel
+from hotline.model.dma_model import RowDMAModel
 
 warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"cocotbext\.axi")
+from cocotbext.axi import AxiBus, AxiRam  # noqa: E402
 
 RESET_CYCLES = 3
 DESC_QUIET = 6          # >= RowDMA.DESC_LATENCY
@@ -264,7 +265,6 @@ class TB:
         self.read_errors, self.write_errors = [], []
         Clock(dut.clk, 10, unit="ns").start()
         if kind == "axiram":
-            from cocotbext.axi import AxiBus, AxiRam
             self.ram = AxiRam(AxiBus.from_prefix(dut, "bus", bus_separator="__"), dut.clk,
                               dut.rst, size=self.size)
 

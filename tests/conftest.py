@@ -30,7 +30,7 @@ ALL_REAL = CRITEO_CSV + [
 
 def simulator_or_skip(name):
     """``name`` if that HDL simulator can run here, else skip the test."""
-    from hotline.sim.runner import simulator_available
+    from hotline.host.simulators import simulator_available
     if not simulator_available(name):
         pytest.skip(f"{name} is not installed")
     return name

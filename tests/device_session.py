@@ -8,10 +8,10 @@ import numpy as np
 
 import hotline
 from conftest import DATA
-from hotline.commands import open_data
+from hotline.data import open_data
 from hotline.data import Dataset
-from hotline.device_model import AcceleratorConfig
-from hotline.host_memory import HostMemory
+from hotline.contract.config import AcceleratorConfig
+from hotline.host.host_memory import HostMemory
 
 ROW_BYTES = 32
 MEMORY_BYTES = 1 << 22
@@ -139,7 +139,7 @@ def check_link_faults(dev, proxy, timeout, settle=0.2):
     """Through ``proxy``, a flipped bit and a dropped byte in each direction are recovered by
     resending (CSR writes and reads still agree); a link that swallows everything raises
     "no answer" after the retries. ``timeout``: the device's request timeout."""
-    from hotline.link import LinkError
+    from hotline.host.link import LinkError
     for i, (direction, fault) in enumerate([("up", "flip"), ("down", "flip"),
                                              ("up", "drop"), ("down", "drop")]):
         time.sleep(settle)  # let any late duplicate of the last exchange arrive first

@@ -4,7 +4,7 @@ and the sim:// device backend against model:// through the same Device API."""
 import pytest
 
 from conftest import real_file, simulator_or_skip
-from hotline.commands import open_data
+from hotline.data import open_data
 from hotline.sim.accelerator_run import gather_run
 
 

@@ -9,9 +9,9 @@ from amaranth.hdl import Cat, Const, Elaboratable, Module, Signal
 from amaranth.lib.memory import Memory
 from amaranth.sim import Simulator
 
-from hotline.access_learner import AccessLearnerModel, top_k
+from hotline.model.access_learner import AccessLearnerModel, top_k
 from hotline.hw.access_learner import READ_LATENCY, WINDOW, AccessLearner, BucketTable
-from hotline.hw.hashing import bucket_hash
+from hotline.contract.hashing import bucket_hash
 from hotline.sim.bench_access_learner import (cocotb_stream, coverage_ratio, criteo_files,
                                              load_keys)
 

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from conftest import real_file
-from hotline.access_learner import (MIN_ENTRIES, AccessLearnerModel, learner_geometry)
+from hotline.contract.config import MIN_ENTRIES, learner_geometry
+from hotline.model.access_learner import AccessLearnerModel
 from hotline.sim.bench_access_learner import coverage_ratio, load_keys
 
 

@@ -9,10 +9,10 @@ import pytest
 import hotline
 from conftest import simulator_or_skip
 from device_session import Proxy, assert_sessions_match, check_link_faults, dense_stream, session
-from hotline.errors import HotlineError
+from hotline.contract.errors import HotlineError
 from hotline.fpga.boards import BOARDS
-from hotline.host_memory import HostMemory
-from hotline.planner import exact_hot_set
+from hotline.host.host_memory import HostMemory
+from hotline.model.planner import exact_hot_set
 
 BOARD = BOARDS["ulx3s-85f"]
 # 8-byte rows (one bus word) and 64-byte table alignment keep 26 tables + 2 staging banks of

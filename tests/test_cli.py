@@ -178,7 +178,7 @@ def test_profile_with_the_learner_rtl(tmp_path):
 
 # --- output paths: checked before any work, resolved once (issue 16) -------------------------
 
-from hotline import cli  # noqa: E402
+from hotline.cli import cli  # noqa: E402
 
 # Every command with outputs: argv (cheap; the check comes before the data is read) and its
 # output options, each "file" or "dir".
@@ -315,7 +315,7 @@ def test_a_simulator_that_exits_is_one_error_line(tmp_path, monkeypatch, capsys)
     """cocotb's runner leaves by sys.exit when the simulator fails: `profile --learner hw`
     then reports one line naming the log (it exited 1 with nothing to say)."""
     import cocotb_tools.runner
-    from hotline.sim import runner as sim_runner
+    from hotline.cli import commands
 
     class Dead:
         def build(self, **kw):
@@ -325,7 +325,7 @@ def test_a_simulator_that_exits_is_one_error_line(tmp_path, monkeypatch, capsys)
             raise SystemExit(139)
 
     monkeypatch.setattr(cocotb_tools.runner, "get_runner", lambda name: Dead())
-    monkeypatch.setattr(sim_runner, "simulator_available", lambda name: True)
+    monkeypatch.setattr(commands, "simulator_available", lambda name: True)
     assert main(["profile", "synth:criteo-kaggle:50", "--hot-rows", "8", "--learner", "hw",
                  "--build-dir", str(tmp_path / "rtl"), "--json", str(tmp_path / "p.json")]) == 2
     err = capsys.readouterr().err

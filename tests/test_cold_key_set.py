@@ -3,11 +3,11 @@ import numpy as np
 import pytest
 
 from conftest import real_file, simulator_or_skip
-from hotline.cold_key_set import ColdKeySetModel, first_appearance
+from hotline.model.cold_key_set import ColdKeySetModel, first_appearance
 from hotline.data import load_dataset
 from hotline.hw.bram import BucketTable
 from hotline.hw.cold_key_set import ColdKeySet
-from hotline.planner import exact_hot_set
+from hotline.model.planner import exact_hot_set
 from hotline.sim import streams
 from test_access_learner import DP16KDModel
 

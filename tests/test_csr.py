@@ -1,4 +1,4 @@
-"""CSR map (hw/regmap.py), host definitions (sw/registers.py), docs, and CSRBank RTL
+"""CSR map (sw/contract/regmap.py), host definitions (sw/host/registers.py), docs, and CSRBank RTL
 (Amaranth simulator for exact timing; cocotb + AxiLiteMaster on Verilator and Icarus)."""
 import json
 import subprocess
@@ -9,11 +9,12 @@ import pytest
 from amaranth.sim import Simulator
 from conftest import simulator_or_skip
 
-from hotline import registers
+from hotline.host import registers
 from hotline.hw.csr import OKAY, SLVERR, CSRBank
-from hotline.hw.regmap import HOTLINE_REGISTERS, Field, Register, RegisterMap
-from hotline.registers import ADDR, RegisterFile, decode, encode
-from hotline.sim.runner import SIMULATORS, run_cocotb
+from hotline.contract.regmap import HOTLINE_REGISTERS, Field, Register, RegisterMap
+from hotline.host.registers import ADDR, RegisterFile, decode, encode
+from hotline.host.simulators import SIMULATORS
+from hotline.sim.runner import run_cocotb
 
 ROOT = Path(__file__).resolve().parents[1]
 CONSTANTS = {"CAM_ENTRIES": 16384, "COLD_MAX_KEYS": 32768, "ROW_BITS": 27}
@@ -131,19 +132,19 @@ def test_register_file():
 def test_docs_match_the_map():
     path = ROOT / "docs" / "registers.md"
     assert path.read_text() == HOTLINE_REGISTERS.to_markdown(), \
-        "docs/registers.md is stale: run python -m hotline.hw.regmap --markdown docs/registers.md"
+        "docs/registers.md is stale: run python -m hotline.contract.regmap --markdown docs/registers.md"
 
 
 def test_regmap_main_writes_markdown(tmp_path):
     out = tmp_path / "regs.md"
-    subprocess.run([sys.executable, "-m", "hotline.hw.regmap", "--markdown", str(out)], check=True)
+    subprocess.run([sys.executable, "-m", "hotline.contract.regmap", "--markdown", str(out)], check=True)
     text = out.read_text()
     assert text == HOTLINE_REGISTERS.to_markdown()
     assert "| `0x040` | [CONTROL](#control) | `wo` |" in text and "### CAM_RESP" in text
 
 
 def test_host_import_needs_no_amaranth():
-    code = ("import sys; import hotline.registers, hotline.hw.regmap; "
+    code = ("import sys; import hotline.host.registers, hotline.contract.regmap; "
             "assert 'amaranth' not in sys.modules, 'amaranth imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 
 from conftest import CRITEO_CSV, real_file
-from hotline.data import (CRITEO_CSV_COLUMNS, Dataset, detect_format, iter_chunks, load_dataset,
-                          make_keys, split_keys)
-from hotline.errors import HotlineError
+from hotline.contract.keys import make_keys, split_keys
+from hotline.data.readers import CRITEO_CSV_COLUMNS, Dataset, detect_format, iter_chunks, \
+    load_dataset
+from hotline.contract.errors import HotlineError
 import reference
 
 # (file, samples, features, lookups excluding empty cells, distinct keys excluding empty cells)

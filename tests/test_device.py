@@ -7,12 +7,12 @@ import torch
 import hotline
 from conftest import real_file
 from hotline.data import load_dataset
-from hotline.device import BatchResult, Device, ModelDevice
-from hotline.device_model import AcceleratorConfig
-from hotline.errors import HotlineError
-from hotline.host_memory import HostMemory, Window
-from hotline.planner import exact_hot_set
-from hotline.synth import synth_criteo
+from hotline.host.device import BatchResult, Device, ModelDevice
+from hotline.contract.config import AcceleratorConfig
+from hotline.contract.errors import HotlineError
+from hotline.host.host_memory import HostMemory, Window
+from hotline.model.planner import exact_hot_set
+from hotline.data.generator import synth_criteo
 import reference
 
 ROW_BYTES = 24   # 6 floats: a row that is 3 bus words

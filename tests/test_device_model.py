@@ -5,10 +5,10 @@ from hypothesis import given, settings, strategies as st
 
 from conftest import ALL_REAL, real_file
 from hotline.data import Dataset, load_dataset
-from hotline.device_model import DeviceModel
-from hotline.errors import HotlineError
-from hotline.planner import exact_hot_set, hot_rows_from_bytes, profile_samples
-from hotline.synth import synth_criteo
+from hotline.model.device_model import DeviceModel
+from hotline.contract.errors import HotlineError
+from hotline.model.planner import exact_hot_set, hot_rows_from_bytes, profile_samples
+from hotline.data.generator import synth_criteo
 import reference
 
 

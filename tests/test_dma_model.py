@@ -3,7 +3,7 @@ against), on fuzzed descriptors, keys, slots and banks."""
 import numpy as np
 import pytest
 
-from hotline.dma_model import RowDMAModel
+from hotline.model.dma_model import RowDMAModel
 
 
 def configure(rng, model):

@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 
 from conftest import real_file, simulator_or_skip
-from hotline.commands import model_fragment
+from hotline.model.device_model import model_fragment
 from hotline.data import Dataset, load_dataset
-from hotline.device_model import AcceleratorConfig
-from hotline.errors import HotlineError
-from hotline.planner import exact_hot_set
-from hotline.sim.fragmenter_run import FragmenterSim, compare, expected_streams, lookup_beats
+from hotline.contract.config import AcceleratorConfig
+from hotline.contract.errors import HotlineError
+from hotline.model.planner import exact_hot_set
+from hotline.contract.streams import lookup_beats, pack
+from hotline.sim.fragmenter_run import FragmenterSim, compare, expected_streams
 
 # One geometry for the real streams (one build per simulator), one tiny one that overflows.
 REAL = AcceleratorConfig(cam_entries=4096, cold_capacity=16384, cold_max_keys=8192,
@@ -144,9 +145,9 @@ def test_cocotb_regression(tmp_path):
     """The same block under cocotb (Verilator): CAM load phase, then a real stream with stalls."""
     simulator_or_skip("verilator")
     from hotline.hw.fragmenter import Fragmenter
-    from hotline.hw.popularity_cam import CAMOp
+    from hotline.contract.cam import CAMOp
     from hotline.sim import stream_regression
-    from hotline.sim.fragmenter_run import OUTPUTS, pack
+    from hotline.sim.fragmenter_run import OUTPUTS
 
     ds = load_dataset(real_file("criteo_kaggle/train_head1999.csv.gz"), limit=120)
     keys, offsets, batch = ds.keys, ds.sample_offsets, 32

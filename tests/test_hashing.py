@@ -1,5 +1,5 @@
-"""Bucket hashes and how full the tables get on structured keys (hw/hashing.py,
-hotline.hash_quality): gateware == reference, the CAM's first refusal at >= 95% on every key
+"""Bucket hashes and how full the tables get on structured keys (sw/contract/hashing.py,
+hotline.bench.hash_quality): gateware == reference, the CAM's first refusal at >= 95% on every key
 family, the CAM holding exactly K hot keys of every shared file, the cold-key set's load."""
 import numpy as np
 import pytest
@@ -8,13 +8,14 @@ from amaranth.hdl import Module, Signal
 from amaranth.sim import Simulator
 
 from conftest import ALL_REAL, real_file
-from hotline.data import ROW_BITS
-from hotline.device_model import AcceleratorConfig, place_hot_set
-from hotline.errors import HotlineError
-from hotline.hash_quality import (cam_first_refusal, cold_first_overflow, file_families,
+from hotline.contract.keys import ROW_BITS
+from hotline.contract.config import AcceleratorConfig
+from hotline.model.device_model import place_hot_set
+from hotline.contract.errors import HotlineError
+from hotline.bench.hash_quality import (cam_first_refusal, cold_first_overflow, file_families,
                                   key_families)
-from hotline.hw.hashing import H3Hash, TabulationHash, bucket_hash
-from hotline.popularity_cam import PopularityCAMModel
+from hotline.contract.hashing import H3Hash, TabulationHash, bucket_hash
+from hotline.model.popularity_cam import PopularityCAMModel
 
 CAM_TARGET = 0.95
 
@@ -69,8 +70,8 @@ def _linear_share(h, rng):
 def _every_table_hash():
     """(name, hash) of every table of every structure, gateware and models, as configured by
     default and in the product configuration."""
-    from hotline.access_learner import AccessLearnerModel
-    from hotline.cold_key_set import ColdKeySetModel
+    from hotline.model.access_learner import AccessLearnerModel
+    from hotline.model.cold_key_set import ColdKeySetModel
     from hotline.hw.access_learner import AccessLearner
     from hotline.hw.cold_key_set import ColdKeySet
     from hotline.hw.popularity_cam import PopularityCAM

@@ -1,7 +1,7 @@
-"""HostLinkBridge + WindowRAM against the host-link reference (`hotline.link`, zlib CRC-32).
+"""HostLinkBridge + WindowRAM against the host-link reference (`hotline.contract.link`, zlib CRC-32).
 
-The bridge is driven with frames encoded by `hotline.link.encode` a byte per cycle (as the
-UART receiver delivers them) and its bytes are decoded with `hotline.link.FrameReader`; the CSR
+The bridge is driven with frames encoded by `hotline.contract.link.encode` a byte per cycle (as the
+UART receiver delivers them) and its bytes are decoded with `hotline.host.link.FrameReader`; the CSR
 bus is a Python register file, the memory window is checked against a bytearray, the
 lookup/scatter streams and result streams against the beats sent. Corrupted, truncated,
 repeated and oversized frames and a full ring are covered.
@@ -16,7 +16,8 @@ from amaranth.sim import Simulator
 
 from hotline.hw.host_link import ERROR_MESSAGES, HostLinkBridge
 from hotline.hw.window_ram import WindowRAM
-from hotline.link import FrameError, FrameReader, encode, pack_u64, unpack_results
+from hotline.contract.link import encode, pack_u64, unpack_results
+from hotline.host.link import FrameError, FrameReader
 
 WINDOW = 4096
 RESULTS = {"remap": 20, "wide": 100}

@@ -4,7 +4,8 @@ import zlib
 
 import pytest
 
-from hotline.link import FrameError, FrameReader, encode, pack_results, unpack_results
+from hotline.contract.link import encode, pack_results, unpack_results
+from hotline.host.link import FrameError, FrameReader
 
 
 def test_frame_layout_by_hand():

@@ -5,8 +5,10 @@ import time
 
 import pytest
 
-from hotline.link import FrameReader, LinkError, encode, pack_results, unpack_u64
-from hotline.link_device import RESULT_STREAMS, LinkDevice
+from hotline.contract.link import encode, pack_results, unpack_u64
+from hotline.host.link import FrameReader, LinkError
+from hotline.contract.streams import RESULT_STREAMS
+from hotline.host.link_device import LinkDevice
 
 
 class Scripted(LinkDevice):

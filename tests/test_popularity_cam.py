@@ -12,11 +12,15 @@ from test_access_learner import DP16KDModel
 from hotline.data import load_dataset
 
 from hotline.hw.bram import BucketTable
-from hotline.hw.popularity_cam import CAMOp, CAMStatus, OutputQueue, PopularityCAM
-from hotline.popularity_cam import Op, PopularityCAMModel, Status
+from hotline.contract import shapes
+from hotline.contract.cam import CAMOp, CAMStatus
+from hotline.contract.regmap import HOTLINE_REGISTERS
+from hotline.hw.popularity_cam import OutputQueue, PopularityCAM
+from hotline.model.popularity_cam import PopularityCAMModel
 from hotline.sim import tb_popularity_cam as tb
 from hotline.sim.tb_popularity_cam import model_for, run_amaranth
-from hotline.sim.runner import SIMULATORS, run_cocotb, simulator_available
+from hotline.host.simulators import SIMULATORS, simulator_available
+from hotline.sim.runner import run_cocotb
 
 HEAD = "criteo_kaggle/train_head1999.csv.gz"
 SMALL = dict(entries=64, ways=4, stash=2, max_kicks=8)
@@ -29,9 +33,17 @@ def real_keys():
 # ---- model ---------------------------------------------------------------------------------
 
 def test_enums_agree():
-    assert {e.name: e.value for e in CAMStatus} == {e.name: e.value for e in Status}
-    assert {e.name: e.value for e in CAMOp} == {e.name: e.value for e in Op}
-    assert (tb.INSERT, tb.DELETE, tb.CLEAR) == (Op.INSERT, Op.DELETE, Op.CLEAR)
+    """The codes are defined once (hotline.contract.cam): the register fields, the RTL ports
+    and the testbench take them from there."""
+    regs = HOTLINE_REGISTERS
+    assert dict(regs.CAM_CMD.field("op").values) == {e.name.lower(): e.value for e in CAMOp}
+    assert dict(regs.CAM_RESP.field("status").values) == \
+        {e.name.lower(): e.value for e in CAMStatus}
+    cam = PopularityCAM(64, ways=2)
+    assert cam.cmd.payload.shape()["op"].shape is shapes.CAMOp
+    assert cam.resp.payload.shape()["status"].shape is shapes.CAMStatus
+    assert list(shapes.CAMOp) == list(CAMOp) and list(shapes.CAMStatus) == list(CAMStatus)
+    assert (tb.INSERT, tb.DELETE, tb.CLEAR) == (CAMOp.INSERT, CAMOp.DELETE, CAMOp.CLEAR)
 
 
 @pytest.mark.parametrize("bad", [dict(entries=48), dict(ways=3), dict(entries=4, ways=4),
@@ -55,9 +67,9 @@ def test_model_random_fill_load_factor_and_moves():
     rows = {}
     for i, k in enumerate(keys):
         status, slot, moves = model.insert(k)
-        if status == Status.FULL:
+        if status == CAMStatus.FULL:
             break
-        assert status == Status.OK and len(moves) <= model.max_kicks
+        assert status == CAMStatus.OK and len(moves) <= model.max_kicks
         apply_moves(rows, slot, k, moves)
     load = i / model.entries
     assert load >= 0.90, load
@@ -84,10 +96,10 @@ def test_model_never_loses_keys_when_full():
 def test_model_statuses():
     model = PopularityCAMModel(**SMALL)
     status, slot, _ = model.insert(7)
-    assert status == Status.OK
-    assert model.insert(7)[:2] == (Status.EXISTS, slot)
-    assert model.delete(7) == (Status.OK, slot)
-    assert model.delete(7) == (Status.NOT_FOUND, 0)
+    assert status == CAMStatus.OK
+    assert model.insert(7)[:2] == (CAMStatus.EXISTS, slot)
+    assert model.delete(7) == (CAMStatus.OK, slot)
+    assert model.delete(7) == (CAMStatus.NOT_FOUND, 0)
     assert not model.lookup([7])[0][0]
     model.insert(9)
     model.clear()
@@ -102,7 +114,7 @@ def test_model_colliding_keys_use_stash_then_full():
     keys = tb.colliding(model, 12, rng, both=True)
     statuses = [model.insert(k)[:2] for k in keys]
     # Both home buckets (2 x 4 ways) fill first, then the 2 stash entries, then FULL.
-    assert [s for s, _ in statuses] == [Status.OK] * 10 + [Status.FULL] * 2
+    assert [s for s, _ in statuses] == [CAMStatus.OK] * 10 + [CAMStatus.FULL] * 2
     assert sorted(slot for _, slot in statuses[8:10]) == [64, 65]
 
 

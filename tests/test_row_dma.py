@@ -18,7 +18,8 @@ from conftest import CRITEO_CSV, DATA, simulator_or_skip
 
 import reference as ref
 from hotline.data import load_dataset
-from hotline.dma_model import CAUSES, CHECK_ORDER, RowDMAModel
+from hotline.contract.dma import CAUSES, CHECK_ORDER
+from hotline.model.dma_model import RowDMAModel
 from hotline.hw import row_dma
 from hotline.hw.axi import AXI4LiteSignature, AXI4Signature, AXIResp
 from hotline.hw.row_dma import GatherDMA, RowDMA, ScatterDMA

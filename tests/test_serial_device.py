@@ -13,11 +13,11 @@ import hotline
 from conftest import simulator_or_skip
 from device_session import (MEMORY_BYTES, Proxy, assert_sessions_match, check_link_faults,
                             dense_stream, session, session_config)
-from hotline.device_model import AcceleratorConfig
-from hotline.errors import HotlineError
-from hotline.host_memory import HostMemory
-from hotline.link import LinkError
-from hotline.planner import exact_hot_set
+from hotline.contract.config import AcceleratorConfig
+from hotline.contract.errors import HotlineError
+from hotline.host.host_memory import HostMemory
+from hotline.host.link import LinkError
+from hotline.model.planner import exact_hot_set
 
 BATCH = 64
 MAX_REQUEST = 4096

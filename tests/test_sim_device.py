@@ -5,11 +5,11 @@ import pytest
 import hotline
 from conftest import real_file, simulator_or_skip
 from device_session import assert_sessions_match, session
-from hotline.commands import open_data
-from hotline.device_model import AcceleratorConfig
-from hotline.host_memory import HostMemory
-from hotline.link import LinkError
-from hotline.planner import exact_hot_set
+from hotline.data import open_data
+from hotline.contract.config import AcceleratorConfig
+from hotline.host.host_memory import HostMemory
+from hotline.host.link import LinkError
+from hotline.model.planner import exact_hot_set
 
 
 def test_sim_device_matches_model(tmp_path):

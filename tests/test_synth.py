@@ -11,7 +11,7 @@ import pytest
 
 from conftest import CRITEO_CSV, real_file
 from hotline.data import load_dataset
-from hotline.synth import CRITEO_KAGGLE_CARDINALITIES, calibrate, synth_criteo, table_stats
+from hotline.data.generator import CRITEO_KAGGLE_CARDINALITIES, calibrate, synth_criteo, table_stats
 
 
 def coverage_errors(real):
@@ -43,7 +43,7 @@ def test_pooled_skew_close_to_real():
 
 
 def test_calibration_reproduces_stored_parameters():
-    from hotline.synth import CRITEO_KAGGLE_SKEW
+    from hotline.data.generator import CRITEO_KAGGLE_SKEW
     got = calibrate(real_file("criteo_kaggle/train_random4584.csv.gz"))
     assert [tuple(x) for x in got["skew"]] == [tuple(x) for x in CRITEO_KAGGLE_SKEW]
 

@@ -10,8 +10,8 @@ import torch
 from conftest import real_file
 from hotline import cli
 from hotline.data import Dataset, load_dataset
-from hotline.dlrm import DLRM
-from hotline.synth import synth_criteo
+from hotline.train.dlrm import DLRM
+from hotline.data.generator import synth_criteo
 from hotline.train import TrainConfig, auc, prepare_data, train
 
 DEFAULT_THREADS = torch.get_num_threads()
@@ -154,7 +154,7 @@ def test_multi_hot_with_empty_bags():
 
 def test_cold_set_overflow_still_trains_exactly(monkeypatch):
     """A tiny cold-key set overflows: keys repeat across cold slots; training must not care."""
-    from hotline.device_model import AcceleratorConfig
+    from hotline.contract.config import AcceleratorConfig
     orig = AcceleratorConfig.for_workload.__func__
 
     def tiny(cls, hot_rows, batch_size, max_batch_lookups):
@@ -206,7 +206,7 @@ def test_pool_gradient_sums_in_lookup_order_at_several_threads(default_threads):
     """The rows' gradient is each row's lookup gradients summed in lookup order, whatever the
     thread count (advanced indexing's backward adds them with parallel atomics instead, in
     an order that changes from run to run)."""
-    from hotline.dlrm import pool
+    from hotline.train.dlrm import pool
     rng = np.random.default_rng(0)
     R, L, D = 3000, 26 * 512, 16
     idx = (rng.zipf(1.3, L) - 1) % R               # hot rows: many lookups per row
@@ -240,7 +240,7 @@ def test_default_threads_runs_and_resume_are_bit_identical(mode, tmp_path, defau
 
 
 def test_interrupted_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypatch):
-    from hotline.errors import HotlineError
+    from hotline.contract.errors import HotlineError
     data = generated(n=400)
     kw = dict(optimizer="adagrad", hot_rows=200, epochs=2)
     straight = run(data, "hotline", **kw)

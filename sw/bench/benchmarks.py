@@ -1,0 +1,420 @@
+"""`make bench`: performance figures, each next to a same-run reference, written as JSON.
+
+Usage: python -m hotline.bench [--out bench/results.json] [--only SECTION ...] [--quick]
+
+Sections:
+- fragment_model: the model fragmenter on generated Criteo samples (lookups/s), beside
+  ``np.unique`` over the same keys (the cheapest pass that touches every key once);
+- criteo_parse: the Criteo CSV reader in MB/s of uncompressed text, beside Python's csv
+  module reading the same file;
+- fragment_rtl: the Fragmenter RTL on Verilator over the generated stream and every real
+  file (B = 1024), in lookups per cycle against the ideal 1.0, every beat checked against the
+  model; and the simulators' speed (simulated cycles/s) on one short stream, Verilator beside
+  Icarus and the Amaranth simulator;
+- hashing: occupancy at the first refused CAM insert (bit-exact model) for every key family
+  (random; dense rows of one and of 26 tables, random and rank order; the distinct keys of
+  every shared file) at 4,096 / 16,384 / 65,536 entries, for the product geometry (tabulation
+  hash, 2 x 8 ways; target 0.95) beside the linear H3 hash and the old 2 x 4 buckets in the
+  same run; whether the CAM sized by ``for_workload`` holds exactly K hot keys of every shared
+  file (K = 5%, 10%, 50% of its distinct keys); the ColdKeySet's occupancy at its first
+  overflow (stated load 0.5); the hash's LUT4 and Fmax come from the synthesis section
+  (``--quick``: 4,096 entries, synthetic keys, one file);
+- cam: PopularityCAM lookups/cycle without backpressure (ideal 1.0), load factor at the first
+  failed insert (random keys and real hot sets; target 0.90), simulator speeds;
+- learner: AccessLearner coverage of its top K over the exact top K's, per shared data file,
+  K = 5% and 10% of the distinct keys, at the geometry `learner_geometry` sizes (target 0.98;
+  0.95 on the user-item files), beside the H3 / fixed 16,384-entry learner of the same run, and
+  simulator speeds (``--quick``: one Criteo file and MovieLens);
+- synthesis: LUT4 / FF / block RAM / Fmax of cam, learner and cam+learner on LFE5U-85F-6
+  (target 125 MHz, <= 50% of the block RAM) and the 1024-entry CAM on iCE40 UP5K;
+- dma: RowDMA read-channel utilisation (beats per cycle from the first AR to the last B,
+  against the peak 1.0) gathering 64-byte and 256-byte rows with a 32-cycle memory latency,
+  per AXI data width, and the gathered GB/s at the whole accelerator's synthesised Fmax (at its
+  100 MHz target when the synthesis section did not run);
+- gather: the whole accelerator co-simulated on a real Criteo file (generator when absent):
+  rows gathered and scattered (every row checked against numpy), read beats per DMA-active
+  cycle, simulated cycles/s;
+- boards: each board's bitstream (`hotline fpga build`): LUT4 / FF / block RAM against the
+  part and Fmax against the board clock; slow (minutes per ECP5 board), so ``--quick`` leaves
+  it out unless it is named with ``--only``;
+- train: DLRM training throughput (samples/s, one torch thread) of the ``hotline`` and
+  ``device-only`` modes beside ``baseline`` on the same generated stream and seed, with the
+  host-to-device bytes and the final losses (which must agree).
+"""
+import argparse
+import csv
+import gzip
+import io
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from hotline.cli.commands import fragment
+from hotline.contract.config import AcceleratorConfig, max_batch_lookups
+from hotline.data.generator import synth_criteo
+from hotline.data.readers import load_dataset, real_data_files, shared_data_dir
+from hotline.data.report import table, write_json
+from hotline.data.spec import open_data
+from hotline.fpga.boards import BOARDS
+from hotline.host.simulators import simulator_available
+from hotline.model.device_model import DeviceModel, place_hot_set
+from hotline.model.planner import exact_hot_set
+from hotline.train import TrainConfig, prepare_data, train
+
+from .hash_quality import GEOMETRIES, cam_first_refusal, cold_first_overflow, file_families, \
+    key_families
+
+
+
+SECTIONS = ("fragment_model", "criteo_parse", "hashing", "fragment_rtl", "cam", "learner",
+            "synthesis",
+            "dma", "gather", "boards", "train")
+SLOW_SECTIONS = ("boards",)  # not in --quick runs unless named with --only
+
+
+def _best_of(fn, repeat):
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, result
+
+
+def bench_fragment_model(samples, hot_rows=16384, batch_size=1024, repeat=3):
+    ds = synth_criteo(samples, seed=0)
+    keys, offsets = ds.keys, ds.sample_offsets
+    hot = exact_hot_set(keys, hot_rows)
+    model = DeviceModel(hot.keys, table_sizes=ds.table_sizes)
+    t_model, run = _best_of(lambda: model.fragment(keys, offsets, batch_size), repeat)
+    t_ref, _ = _best_of(lambda: np.unique(keys), repeat)
+    lookups = len(keys)
+    return {
+        "data": f"synth:criteo-kaggle:{samples}", "backend": "model", "samples": samples,
+        "lookups": lookups, "hot_rows": hot_rows, "batch_size": batch_size,
+        "seconds": t_model, "lookups_per_s": lookups / t_model,
+        "reference": "np.unique(keys)", "reference_lookups_per_s": lookups / t_ref,
+        "ratio_vs_reference": t_ref / t_model,
+        "target_lookups_per_s": 20e6, "meets_target": lookups / t_model >= 20e6,
+        "hot_lookup_fraction": run.counters.hits / lookups,
+        "popular_fraction": run.counters.popular_samples / samples,
+    }
+
+
+def _criteo_csv_bytes(quick):
+    """Uncompressed Criteo CSV text: the real files when present, else generated rows."""
+    files = sorted((shared_data_dir() / "criteo_kaggle").glob("*.csv.gz"))
+    files = files[:1] if quick else files
+    if files:
+        texts = [gzip.open(f).read() for f in files]
+        # One header, then the rows of every file.
+        body = b"".join(t.split(b"\n", 1)[1] for t in texts[1:])
+        return texts[0] + body, ", ".join(f.name for f in files)
+    ds = synth_criteo(2000 if quick else 20000, seed=1)
+    sparse = ds.indices.reshape(ds.lengths.shape)
+    buf = io.StringIO()
+    buf.write("Id,Label," + ",".join(f"I{i}" for i in range(1, 14)) + ","
+              + ",".join(f"C{i}" for i in range(1, 27)) + "\n")
+    for n in range(ds.num_samples):
+        buf.write(f"{n},{int(ds.label[n])}," + ",".join(str(int(v)) for v in ds.dense[n]) + ","
+                  + ",".join(f"{(int(v) * 2654435761) & 0xffffffff:08x}" for v in sparse[n]) + "\n")
+    return buf.getvalue().encode(), "generated Criteo rows"
+
+
+def bench_criteo_parse(quick, repeat=3):
+    raw, source = _criteo_csv_bytes(quick)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bench_criteo.csv"
+        path.write_bytes(raw)
+        t_ours, ds = _best_of(lambda: load_dataset(path), repeat)
+
+        def csv_module():
+            with open(path, newline="") as f:
+                return sum(1 for _ in csv.reader(f))
+
+        t_ref, rows = _best_of(csv_module, repeat)
+    mb = len(raw) / 1e6
+    return {"data": source, "megabytes": mb, "samples": ds.num_samples,
+            "seconds": t_ours, "mb_per_s": mb / t_ours,
+            "reference": "csv.reader row iteration (no conversion)",
+            "reference_mb_per_s": mb / t_ref, "ratio_vs_reference": t_ref / t_ours}
+
+
+def bench_fragment_rtl(quick):
+    if not simulator_available("verilator"):
+        return {"skipped": "verilator is not available"}, []
+    batch = 1024
+    specs = [f"synth:criteo-kaggle:{5000 if quick else 100_000}"]
+    specs += [str(p) for p in real_data_files()][:1 if quick else None]
+    datasets = [open_data(spec) for spec in specs]
+    hot_rows = [16384 if spec.startswith("synth:") else
+                max(1, int(0.1 * len(np.unique(ds.keys)))) for spec, ds in zip(specs, datasets)]
+    config = AcceleratorConfig.for_workload(
+        max(hot_rows), batch, max(max_batch_lookups(ds.sample_offsets, batch) for ds in datasets))
+    cache, streams = {}, []
+    with tempfile.TemporaryDirectory() as tmp:
+        for ds, k in zip(datasets, hot_rows):
+            res, _ = fragment(ds, k, batch, backend="verilator", build_dir=tmp, config=config,
+                              rtl_cache=cache)
+            streams.append({key: res[key] for key in (
+                "data", "samples", "lookups", "hot_rows", "cycles", "lookups_per_cycle",
+                "simulated_cycles_per_second", "popular_fraction", "hot_lookup_fraction")})
+        # Simulator speed, same short stream and geometry on each backend.
+        short = open_data(f"synth:criteo-kaggle:{100 if quick else 500}")
+        speed = {}
+        for backend in ("verilator", "icarus", "amaranth"):
+            if backend != "amaranth" and not simulator_available(backend):
+                continue
+            res, _ = fragment(short, 500, 128, backend=backend, build_dir=tmp)
+            speed[backend] = {"cycles": res["cycles"], "sim_seconds": res["sim_seconds"],
+                              "cycles_per_second": res["simulated_cycles_per_second"],
+                              "build_seconds": res["build_seconds"]}
+    v = speed["verilator"]["cycles_per_second"]
+    for name, r in speed.items():
+        r["verilator_speedup"] = v / r["cycles_per_second"]
+    result = {"batch_size": batch, "accelerator": config.as_dict(), "ideal_lookups_per_cycle": 1.0,
+              "streams": streams, "simulator_speed": {"data": short.name, **speed},
+              "min_lookups_per_cycle": min(x["lookups_per_cycle"] for x in streams)}
+    rows = [["fragmenter RTL lookups/cycle", x["data"][:40], f"{x['lookups_per_cycle']:.4f}",
+             "ideal 1.0", x["lookups_per_cycle"]] for x in streams]
+    rows += [[f"{name} speed", short.name, f"{r['cycles_per_second']:,.0f} cycles/s",
+              "Verilator", 1 / r["verilator_speedup"]] for name, r in speed.items()]
+    return result, rows
+
+
+def bench_hashing(quick):
+    sizes = (4096,) if quick else (4096, 16384, 65536)
+    files = real_data_files()[:1] if quick else real_data_files()
+    cam, rows = [], []
+    fmt = lambda v: "all fit" if v is None else f"{v:.3f}"
+
+    def record(data, entries, keys):
+        loads = {f"{fam}/{ways}": cam_first_refusal(keys, entries, ways, fam)
+                 for fam, ways in GEOMETRIES}
+        cam.append({"data": data, "entries": entries, "keys": len(keys), **loads})
+        after, h3 = loads["tabulation/8"], loads["h3/4"]
+        rows.append([f"CAM load at first refusal ({entries})", data[:40], fmt(after),
+                     f"{fmt(h3)} H3 2x4; {fmt(loads['tabulation/4'])} tab 2x4; target 0.95",
+                     (after or 1.0) / 0.95])
+
+    for entries in sizes:
+        for name, keys in key_families(int(entries * 1.25)).items():
+            record(name, entries, keys)
+    hold, cold = [], []
+    for path in files:
+        fams = file_families(path)
+        ranked = fams["rank order"]
+        # The largest table the file's keys overfill (the smallest one when they cannot).
+        entries = max(64, 1 << max(6, (len(ranked) - 1).bit_length() - 1))
+        for order, keys in fams.items():
+            record(f"{path.name.split('.')[0]} {order}", min(entries, 65536), keys)
+        for share in (0.05, 0.10, 0.50):
+            k = max(1, int(share * len(ranked)))
+            config = AcceleratorConfig.for_workload(k, 1024, 26 * 1024)
+            held = place_hot_set(ranked[:k], config).keys.size
+            hold.append({"data": path.name, "k": k, "cam_entries": config.cam_entries,
+                         "held": int(held)})
+            rows.append([f"CAM holds K = {share:.0%} of distinct keys", path.name[:40],
+                         f"{held} of {k}", f"{config.cam_entries} entries", held / k])
+    capacity = 4096 if quick else 16384
+    for name, keys in key_families(capacity).items():
+        loads = {fam: cold_first_overflow(keys, capacity, fam) for fam in ("tabulation", "h3")}
+        cold.append({"data": name, "capacity": capacity, **loads})
+        rows.append([f"cold set load at first overflow ({capacity})", name,
+                     fmt(loads["tabulation"]), f"{fmt(loads['h3'])} H3; stated load 0.5",
+                     (loads["tabulation"] or 1.0) / 0.5])
+    return {"cam_first_refusal": cam, "cam_holds_k": hold, "cold_first_overflow": cold,
+            "target_cam_load": 0.95, "cam_sizing_load": AcceleratorConfig.CAM_LOAD}, rows
+
+
+def bench_cam(quick):
+    # lazy: cocotb and Amaranth elaboration only for the sections that run them (here and in
+    # the other RTL sections)
+    from hotline.sim.bench_popularity_cam import measure
+    r = measure(1024 if quick else 16384, seeds=(0,) if quick else (0, 1, 2),
+                amaranth_lookups=500 if quick else 5000,
+                verilator_lookups=5000 if quick else 200_000)
+    rows = [["CAM lookups/cycle (no backpressure)", f"{r['entries']} entries",
+             f"{r['lookups_per_cycle']:.3f}", "ideal 1.0", r["lookups_per_cycle"]],
+            ["CAM load at first failed insert", "random keys",
+             f"{r['load_factor_random']['min']:.3f}", "target 0.90",
+             r["load_factor_random"]["min"] / 0.9]]
+    rows += [["CAM load at first failed insert", name[len("load_factor_hot_"):], f"{v['load']:.3f}",
+              "target 0.90", v["load"] / 0.9] for name, v in r.items() if name.startswith("load_factor_hot")]
+    return r, rows
+
+
+def bench_learner(quick):
+    from hotline.sim.bench_access_learner import measure, quick_files  # lazy: (see bench_cam)
+    files = quick_files() if quick else None
+    r = measure(files, speed_lookups=2000 if quick else 20000, simulators=("verilator", "icarus"),
+                sweep_buckets=() if quick else (256, 512, 1024), decompose=not quick)
+    rows = [[f"learner coverage ratio {k} ({v['entries'][k]} entries)", name[:30],
+             f"{v[k]:.4f}", f"{v['h3_fixed_16384'][k]:.4f} H3/16384; target {v['target']}",
+             v[k] / v["target"]]
+            for name, v in r["coverage"].items() for k in ("K=5%", "K=10%")]
+    return r, rows
+
+
+def bench_synthesis(quick):
+    from hotline.fpga.blocks import report  # lazy: (see bench_cam)
+    jobs = ([("cam", "ice40-up5k")] if quick else
+            [("cam", "ecp5-85f"), ("learner", "ecp5-85f"), ("cam+learner", "ecp5-85f"),
+             ("accelerator", "ecp5-85f"), ("cam", "ice40-up5k")])
+    out, rows = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for block, device in jobs:
+            try:
+                r = report(block, device, tmp)
+            except RuntimeError as e:  # e.g. a place and route over its time limit
+                out.append({"block": block, "device": device, "error": str(e)})
+                rows.append([f"{block} Fmax", device, "failed", str(e).split(";")[0], "-"])
+                continue
+            r.pop("build_dir")
+            out.append(r)
+            rows.append([f"{block} Fmax", device, f"{r['fmax_mhz']} MHz",
+                         f"target {r['freq_mhz']:g} MHz", r["fmax_mhz"] / r["freq_mhz"]])
+            rows.append([f"{block} block RAM", device, f"{r['bram']} of {r['bram_available']}",
+                         "budget 50%", r["bram_fraction"] / 0.5])
+    return out, rows
+
+
+def bench_boards(quick):
+    """Every board's bitstream build; a failed build is recorded with its error."""
+    from hotline.fpga.board_build import BoardBuildError, build_board  # lazy: (see bench_cam)
+    out, rows = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in BOARDS:
+            try:
+                r = build_board(name, tmp)
+            except BoardBuildError as e:
+                r = dict(e.result or {"board": name}, error=str(e))
+            for key in ("build_dir", "bitstream"):  # inside the deleted temporary directory
+                r.pop(key, None)
+            out.append(r)
+            if "fmax_mhz" not in r:
+                rows.append([f"{name} bitstream", "-", "FAILED", r["error"][:40], 0.0])
+                continue
+            rows.append([f"{name} Fmax", r["device"], f"{r['fmax_mhz']} MHz",
+                         f"board clock {r['constraint_mhz']:g} MHz",
+                         r["fmax_mhz"] / r["constraint_mhz"]])
+            rows.append([f"{name} LUT4/FF/BRAM", r["device"],
+                         f"{r['lut4']:,} / {r['ff']:,} / {r['bram']}",
+                         f"of {r['lut4_available']:,} / {r['ff_available']:,} / "
+                         f"{r['bram_available']}",
+                         max(r["lut4_fraction"], r["ff_fraction"], r["bram_fraction"])])
+    return out, rows
+
+
+def bench_dma(quick, fmax_mhz=None):
+    """Read utilisation of the row DMA with a 32-cycle memory, per width and row size."""
+    from hotline.sim.bench_row_dma import bench_sweep  # lazy: (see bench_cam)
+
+    widths, sizes, rows = ((64,), (64, 256), 256) if quick else ((64, 128, 256), (64, 256), 2048)
+    mhz = fmax_mhz or 100.0
+    out = {"latency": 32, "rows": rows, "clock_mhz": mhz,
+           "clock": "accelerator Fmax (synthesis section)" if fmax_mhz else "100 MHz target",
+           "runs": []}
+    table_rows = []
+    for w in widths:
+        for r in bench_sweep(w, list(sizes), latency=32, rows=rows):
+            r["gathered_gb_per_s"] = r["read_utilization"] * (w // 8) * mhz * 1e6 / 1e9
+            out["runs"].append(r)
+            table_rows.append([f"DMA {r['row_bytes']} B rows", f"{w}-bit AXI, latency 32",
+                               f"{r['read_utilization']:.3f} beats/cycle "
+                               f"({r['gathered_gb_per_s']:.2f} GB/s)", "peak 1.0", r["read_utilization"]])
+    return out, table_rows
+
+
+def bench_gather(quick):
+    """The accelerator top gathering and scattering a real stream (Verilator)."""
+    from hotline.sim.accelerator_run import gather_run  # lazy: (see bench_cam)
+
+    files = [p for p in real_data_files() if "train_head1999" in p.name]
+    spec = str(files[0]) if files else "synth:criteo-kaggle:2000"
+    with tempfile.TemporaryDirectory() as tmp:
+        r = gather_run(open_data(spec), 1024, 256, dim=16, backend="verilator",
+                       build_dir=tmp, max_samples=300 if quick else None, verify=True)
+    r.pop("counters", None)
+    return r, [["gather+scatter (top)", r["data"][:40],
+                f"{r['rows_gathered']:,} rows, {r['mismatched_rows']} wrong",
+                "numpy gather/scatter", r["bus_utilization"]],
+               ["top co-simulation", "verilator + cocotb",
+                f"{r['simulated_cycles_per_second']:,.0f} cycles/s", "-", 0.0]]
+
+
+def bench_train(quick):
+    """Samples/s of each training mode on one generated stream (model:// device)."""
+
+    samples = 20_000 if quick else 200_000
+    data = prepare_data(open_data(f"synth:criteo-kaggle:{samples}", max_ind_range=100_000),
+                        0.1, 100_000)
+    out, rows = {"data": f"synth:criteo-kaggle:{samples} (--max-ind-range 100000)",
+                 "batch_size": 1024, "hot_rows": 16384, "threads": 1, "modes": {}}, []
+    for mode in ("baseline", "hotline", "device-only"):
+        cfg = TrainConfig(mode=mode, batch_size=1024, hot_rows=16384, epochs=1, threads=1,
+                          max_ind_range=100_000)
+        r = train(data, cfg)
+        out["modes"][mode] = {k: r[k] for k in ("samples_per_s", "train_logloss", "test_auc",
+                                                "bytes_host_to_device", "popular_fraction",
+                                                "hot_lookup_fraction") if k in r}
+    base = out["modes"]["baseline"]["samples_per_s"]
+    for mode, r in out["modes"].items():
+        r["ratio_vs_baseline"] = r["samples_per_s"] / base
+        rows.append([f"train ({mode})", out["data"][:40], f"{r['samples_per_s']:,.0f} samples/s",
+                     f"{base:,.0f} samples/s baseline", r["ratio_vs_baseline"]])
+    return out, rows
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m hotline.bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="bench/results.json")
+    p.add_argument("--only", nargs="*", choices=SECTIONS)
+    p.add_argument("--quick", action="store_true", help="small sizes (CI smoke run)")
+    args = p.parse_args(argv)
+    want = args.only or [s for s in SECTIONS if not (args.quick and s in SLOW_SECTIONS)]
+    results = {}
+    if args.only and Path(args.out).exists():
+        # A partial run updates its sections of an earlier full run.
+        results = json.loads(Path(args.out).read_text())
+    results.update({"machine": {"python": sys.version.split()[0], "platform": platform.platform(),
+                                "cpus": os.cpu_count()},
+                    "time": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    rows = []
+    if "fragment_model" in want:
+        r = results["fragment_model"] = bench_fragment_model(20_000 if args.quick else 1_000_000)
+        rows.append(["fragment (model)", r["data"], f"{r['lookups_per_s'] / 1e6:.1f} M lookups/s",
+                     f"{r['reference_lookups_per_s'] / 1e6:.1f} M/s np.unique", r["ratio_vs_reference"]])
+    if "criteo_parse" in want:
+        r = results["criteo_parse"] = bench_criteo_parse(args.quick)
+        rows.append(["Criteo CSV parse", r["data"][:40], f"{r['mb_per_s']:.1f} MB/s",
+                     f"{r['reference_mb_per_s']:.1f} MB/s csv.reader", r["ratio_vs_reference"]])
+    for name, fn in (("hashing", bench_hashing), ("fragment_rtl", bench_fragment_rtl),
+                     ("cam", bench_cam),
+                     ("learner", bench_learner), ("synthesis", bench_synthesis),
+                     ("dma", None), ("gather", bench_gather), ("boards", bench_boards),
+                     ("train", bench_train)):
+        if name in want:
+            print(f"bench: {name} ...", file=sys.stderr, flush=True)
+            if name == "dma":
+                acc = [r for r in results.get("synthesis") or []
+                       if isinstance(r, dict) and r.get("block") == "accelerator"]
+                results[name], more = bench_dma(args.quick, acc[0].get("fmax_mhz") if acc else None)
+            else:
+                results[name], more = fn(args.quick)
+            rows += more
+    write_json(args.out, results)
+    print(table(rows, ["benchmark", "data", "result", "same-run reference", "ratio"]))
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""`AcceleratorConfig` and the geometry rules shared by the RTL, the models and the host.
+
+- `AcceleratorConfig`: the geometry of the accelerator's blocks (CAM, cold-key set, batch
+  size); the RTL top is built from it (`hotline.hw.accelerator.HotlineAccelerator.from_config`),
+  the model and every device backend take it.
+- ``CAM_LOAD``: the CAM holds a hot set of at most this fraction of its entries
+  (`AcceleratorConfig.hot_capacity`).
+- `learner_geometry`: the AccessLearner's size for a top-K hot set; ``LEARNER_WINDOW`` its
+  hazard window (the RTL pipeline's and the model's).
+- `hot_slot_width` / `cold_slot_width`: the bits of a hot slot (CAM entry or stash entry) and
+  of a cold slot (index among a batch's unique cold keys).
+"""
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["AcceleratorConfig", "pow2_at_least", "hot_slot_width", "cold_slot_width",
+           "max_batch_lookups", "learner_geometry", "LEARNER_WINDOW", "ENTRIES_PER_HOT_KEY",
+           "ENTRIES_PER_HOT_KEY_BLIND", "MIN_ENTRIES"]
+
+
+def pow2_at_least(n) -> int:
+    """The smallest power of two >= ``n`` (1 for ``n`` <= 1)."""
+    return 1 << max(0, math.ceil(math.log2(max(1, n))))
+
+
+def _bits_for(n):
+    # amaranth.utils.bits_for for n >= 0, without importing Amaranth into the host runtime
+    return max(1, int(n).bit_length())
+
+
+def hot_slot_width(entries: int, stash: int) -> int:
+    """Bits of a hot slot: CAM entries ``0 .. entries - 1``, then stash entries
+    ``entries .. entries + stash - 1``."""
+    return _bits_for(entries + stash - 1)
+
+
+def cold_slot_width(max_keys: int) -> int:
+    """Bits of a cold slot: ``0 .. max_keys - 1`` (a batch's unique cold keys)."""
+    return _bits_for(max_keys - 1)
+
+
+def max_batch_lookups(sample_offsets, batch_size) -> int:
+    """The most lookups any batch of ``batch_size`` consecutive samples has."""
+    ends = np.r_[np.arange(0, len(sample_offsets) - 1, batch_size), len(sample_offsets) - 1]
+    return int(np.diff(np.asarray(sample_offsets)[ends]).max()) if len(ends) > 1 else 0
+
+
+@dataclass(frozen=True)
+class AcceleratorConfig:
+    """Geometry of the accelerator's blocks, shared by the model and the RTL backends."""
+    cam_entries: int = 16384
+    cam_ways: int = 8
+    cam_stash: int = 4
+    cam_max_kicks: int = 64
+    cold_capacity: int = 65536
+    cold_ways: int = 4
+    cold_stash: int = 4
+    cold_max_keys: int = 32768
+    cold_epoch_bits: int = 12
+    max_batch_samples: int = 4096
+
+    # The CAM holds the hot set at <= 90% occupancy: its first refused insert came at >= 96%
+    # on every key family and real file measured (`python -m hotline.bench --only hashing`).
+    # The cold set is sized at 2x the most distinct cold keys a batch can have, where overflow
+    # takes 5+ keys in both of a key's buckets and a full stash; 12 epoch bits mean one
+    # clearing pass every 4095 batches.
+    CAM_LOAD = 0.9
+
+    @property
+    def hot_capacity(self) -> int:
+        """The hot rows this CAM holds: ``CAM_LOAD`` of its table entries."""
+        return int(self.cam_entries * self.CAM_LOAD)
+
+    @classmethod
+    def for_workload(cls, hot_rows, batch_size, max_batch_lookups) -> "AcceleratorConfig":
+        max_keys = max(16, int(max_batch_lookups))
+        return cls(cam_entries=max(64, pow2_at_least(math.ceil(hot_rows / cls.CAM_LOAD))),
+                   cold_capacity=max(64, pow2_at_least(2 * max_keys)), cold_max_keys=max_keys,
+                   max_batch_samples=max(2, pow2_at_least(batch_size)))
+
+    def cam_kwargs(self) -> dict:
+        return dict(entries=self.cam_entries, ways=self.cam_ways, stash=self.cam_stash,
+                    max_kicks=self.cam_max_kicks)
+
+    def cold_kwargs(self) -> dict:
+        return dict(capacity=self.cold_capacity, ways=self.cold_ways, stash=self.cold_stash,
+                    max_keys=self.cold_max_keys, epoch_bits=self.cold_epoch_bits)
+
+    def fragmenter_kwargs(self) -> dict:
+        return dict(cam=self.cam_kwargs(), cold=self.cold_kwargs(),
+                    max_batch_samples=self.max_batch_samples)
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+# ---- AccessLearner -----------------------------------------------------------------------
+# Hazard window: a counted key is dropped when one of the LEARNER_WINDOW keys counted just
+# before it has the same bucket and another key. In the RTL these are the keys in flight
+# between a key's bucket read and its write-back (the window may not be shorter).
+LEARNER_WINDOW = 6
+
+# Sizing (measured on every shared file, ``hotline.sim.bench_access_learner``): a hashed,
+# bucketized Space-Saving table must hold several times K on flat streams, because a key
+# enters with the bucket's minimum + 1, so late tail keys outrank true top-K keys until the
+# minimum is well below the K-th key's count. At 16,384 fixed entries Amazon-book (135,268
+# distinct keys) kept 0.67 of the exact top-K coverage; capacity, not the hash or the hazard
+# rule, was the gap (plain fully associative Space-Saving of the same size: 0.73).
+ENTRIES_PER_HOT_KEY = 8        # entries >= 8 K, and >= half the distinct keys when known
+ENTRIES_PER_HOT_KEY_BLIND = 16  # entries >= 16 K when the distinct-key count is not known
+MIN_ENTRIES = 4096             # >= 512 buckets: the hazard rule drops <= ~1% of the lookups
+
+
+def learner_geometry(k, distinct_keys=None, ways=8) -> tuple[int, int]:
+    """``(buckets, ways)`` of an AccessLearner that learns a top-``k`` hot set.
+
+    entries = buckets * ways = the next power of two >= max(8 k, distinct_keys / 2), at most
+    the next power of two >= 2 * distinct_keys (the table then holds every key), at least
+    ``MIN_ENTRIES``; without ``distinct_keys``, >= 16 k. Measured on every shared file at
+    K = 5% and 10% of the distinct keys (and K/D from 3% to 20%): >= 0.98 of the exact top-K
+    coverage on Criteo, >= 0.95 on MovieLens and Amazon-book.
+    """
+    if k < 1:
+        raise ValueError(f"k must be positive, not {k}")
+    if distinct_keys:
+        entries = min(pow2_at_least(max(ENTRIES_PER_HOT_KEY * k, distinct_keys / 2)),
+                      pow2_at_least(2 * distinct_keys))
+    else:
+        entries = pow2_at_least(ENTRIES_PER_HOT_KEY_BLIND * k)
+    entries = max(entries, MIN_ENTRIES, ways)
+    return entries // ways, ways

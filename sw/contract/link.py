@@ -1,0 +1,102 @@
+"""The host link's frame format (contract): the bytes the host runtime, the co-simulation
+server and the gateware bridge (`hotline.hw.host_link`) exchange.
+
+One frame: ``A5 | type u8 | seq u16 | length u32 | hcrc u16 | payload | crc32 u32`` (little
+endian). ``hcrc`` (`header_crc`: the low half of the CRC-32 of type, seq and length) lets a
+receiver reject a corrupted length at once instead of waiting for bytes that never come; the
+CRC-32 (`crc32`: zlib's, IEEE 802.3 reflected, polynomial ``CRC32_POLY``, initial state
+``CRC32_INIT``, final complement) covers everything after the magic byte. The host sends a
+request and waits for the response with the same ``seq``; a frame whose CRC or header is bad
+is answered ``NAK`` and the host resends it; a request whose ``seq`` was already served gets
+the cached response again (so a lost response is recovered by resending, and nothing is
+executed twice). The same bytes run over a loopback TCP socket to the co-simulation
+(``sim://``) and over a UART to a board.
+
+Requests: ``WRITE32`` {addr u32, value u32}, ``READ32`` {addr u32} -> ``DATA`` {value u32},
+``LOOKUPS`` {beats: u64 each, the accelerator's ``lookups`` payloads},
+``SCATTER_KEYS`` {beats: u64 each, ``scatter_keys`` payloads}, ``RESULTS`` -> ``DATA`` {per
+result stream, in `hotline.contract.streams.RESULT_STREAMS` order: count u32 then the beats,
+``RESULT_BEAT_BYTES`` each (payloads up to 128 bits), every beat collected since the last
+RESULTS}, ``QUIT``, ``INFO`` -> ``DATA`` {window_bytes u32, max_request u32, clock_hz u32,
+baud u32} (`INFO`), ``MEM_WRITE`` {addr u32, 0 u32, bytes (a multiple of 8)} -> ``ACK``,
+``MEM_READ`` {addr u32, length u32} -> ``DATA`` {bytes}.
+Responses: ``ACK``, ``DATA``, ``NAK``, ``ERROR`` {utf-8 message}, ``BUSY`` (the request was
+not taken because the device's input buffer is full: fetch ``RESULTS``, then resend).
+
+The memory requests reach the device's own memory window (a board's block RAM standing in for
+host memory: bus addresses ``0 .. window_bytes``; ``addr`` and lengths are multiples of 8). A
+request payload is at most ``max_request`` bytes (``INFO``); ``clock_hz``/``baud`` are 0 where
+there is no UART (co-simulation over a socket). A board answers ``INFO``; the co-simulation
+server too, with its host memory as the window.
+"""
+import struct
+import zlib
+
+import numpy as np
+
+__all__ = ["MAGIC", "HEADER", "TYPES", "NAMES", "MAX_PAYLOAD", "CRC32_POLY", "CRC32_INIT",
+           "RESULT_BEAT_BYTES", "INFO", "INFO_FIELDS", "crc32", "header_crc", "encode",
+           "pack_u64", "unpack_u64", "pack_results", "unpack_results"]
+
+MAGIC = 0xA5
+HEADER = struct.Struct("<BBHIH")  # magic, type, seq, length, hcrc
+TYPES = {"WRITE32": 1, "READ32": 2, "LOOKUPS": 3, "SCATTER_KEYS": 4, "RESULTS": 5, "QUIT": 6,
+         "INFO": 7, "MEM_WRITE": 8, "MEM_READ": 9,
+         "ACK": 0x81, "DATA": 0x82, "NAK": 0x83, "ERROR": 0x84, "BUSY": 0x85}
+NAMES = {v: k for k, v in TYPES.items()}
+MAX_PAYLOAD = 1 << 28
+CRC32_POLY = 0xEDB88320   # reflected IEEE 802.3 polynomial (zlib's CRC-32)
+CRC32_INIT = 0xFFFFFFFF   # initial state; the CRC is the complement of the final state
+RESULT_BEAT_BYTES = 16
+INFO = struct.Struct("<IIII")
+INFO_FIELDS = ("window_bytes", "max_request", "clock_hz", "baud")
+
+
+def crc32(data: bytes) -> int:
+    """The frame CRC-32 of ``data`` (zlib's)."""
+    return zlib.crc32(data)
+
+
+def header_crc(kind: int, seq: int, length: int) -> int:
+    """``hcrc``: the low 16 bits of the CRC-32 of type, seq and length."""
+    return crc32(struct.pack("<BHI", kind, seq, length)) & 0xFFFF
+
+
+def encode(kind: str, seq: int, payload: bytes = b"") -> bytes:
+    """The frame of request or response ``kind`` (a key of ``TYPES``)."""
+    t = TYPES[kind]
+    body = HEADER.pack(MAGIC, t, seq & 0xFFFF, len(payload),
+                       header_crc(t, seq & 0xFFFF, len(payload)))
+    body += payload
+    return body + struct.pack("<I", crc32(body[1:]))
+
+
+def pack_u64(values) -> bytes:
+    """Input-stream beats as the ``LOOKUPS`` / ``SCATTER_KEYS`` payload."""
+    return np.asarray(values, np.uint64).astype("<u8").tobytes()
+
+
+def unpack_u64(payload: bytes) -> np.ndarray:
+    return np.frombuffer(payload, "<u8").astype(np.uint64)
+
+
+def pack_results(streams) -> bytes:
+    """A ``RESULTS`` payload from a list of beat lists (payload ints < 2**128)."""
+    out = []
+    for values in streams:
+        out.append(struct.pack("<I", len(values)))
+        out.extend(int(v).to_bytes(RESULT_BEAT_BYTES, "little") for v in values)
+    return b"".join(out)
+
+
+def unpack_results(payload: bytes, n: int) -> list:
+    """The ``n`` beat lists of `pack_results`, as Python ints."""
+    streams, at = [], 0
+    for _ in range(n):
+        (count,) = struct.unpack_from("<I", payload, at)
+        at += 4
+        b = RESULT_BEAT_BYTES
+        streams.append([int.from_bytes(payload[i:i + b], "little")
+                        for i in range(at, at + b * count, b)])
+        at += b * count
+    return streams

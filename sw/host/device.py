@@ -1,0 +1,432 @@
+"""The Device API: one interface to the accelerator, several backends (DESIGN.md).
+
+``hotline.open(url, config=..., memory=...)`` returns a `Device`:
+
+- ``model://``: the bit-accurate numpy model (CAM placement, fragmenter, cold-key set) with the
+  row DMA model moving real bytes in `HostMemory`. Fast, no tools needed.
+- ``sim://...`` and ``serial://...``: the RTL in co-simulation and a board; same interface
+  (registered with `register_backend` when they exist).
+
+A session::
+
+    mem = HostMemory(64 << 20)
+    with hotline.open("model://", config=AcceleratorConfig(), memory=mem) as dev:
+        w = mem.alloc(rows * row_bytes, name="table0")
+        dev.set_table(0, w, rows, row_bytes)          # descriptor registers
+        dev.set_staging(mem.alloc(2 * slots * row_bytes), row_bytes, slots, banks=2)
+        placement = dev.load_hot_set(hot_keys)          # CAM inserts (rank order)
+        b = dev.push_batch(keys, lengths)               # fragment + gather into bank b % banks
+        r = dev.pull_batch()                            # oldest pushed batch: a BatchResult
+        ...train on r; write updated cold rows into staging bank r.bank...
+        dev.scatter(r.bank, r.cold_keys)                # staging -> table rows
+
+Several batches may be in flight (double buffering): the device gathers batch i + 1 while the
+host trains on batch i. The host must scatter a bank before pushing the batch that reuses it
+(batch ``b`` uses bank ``b % banks``); at most ``banks`` batches may be pushed and not pulled.
+"""
+import abc
+import importlib
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hotline.contract.config import AcceleratorConfig
+from hotline.contract.errors import HotlineError
+from hotline.contract.keys import MAX_ROWS, MAX_TABLES, ROW_BITS
+from hotline.model.cold_key_set import ColdKeySetModel
+from hotline.model.device_model import Counters, DeviceModel, HotPlacement, place_hot_set
+from hotline.model.dma_model import RowDMAModel
+
+from .host_memory import HostMemory, Window
+
+__all__ = ["open", "register_backend", "Device", "ModelDevice", "BatchResult", "HotPlacement",
+           "TableDescriptor", "StagingDescriptor", "COUNTER_NAMES"]
+
+COUNTER_NAMES = ("lookups", "hits", "samples", "popular_samples", "cold_rows", "batches",
+                 "overflows", "gather_rows", "scatter_rows", "dma_bytes_read",
+                 "dma_bytes_written", "window_errors", "axi_errors")
+
+
+@dataclass
+class BatchResult:
+    """What the device returns for one pushed mini-batch.
+
+    ``hot[l]``/``slot[l]``: lookup ``l`` (input order) hit the hot set at hot slot ``slot[l]``,
+    or missed and reads cold slot ``slot[l]`` of staging bank ``bank``. ``popular`` /
+    ``non_popular``: batch-local sample ids in input order. ``cold_keys``: the key gathered
+    into each cold slot (unique unless the cold-key set overflowed, see ``overflow``).
+    ``gather``: the gather DMA's completion, ``{"rows", "errors"}``.
+    """
+    batch_id: int
+    bank: int
+    samples: int
+    hot: np.ndarray
+    slot: np.ndarray
+    popular: np.ndarray
+    non_popular: np.ndarray
+    cold_keys: np.ndarray
+    overflow: bool
+    gather: dict = field(default_factory=lambda: {"rows": 0, "errors": 0})
+
+    @property
+    def lookups(self) -> int:
+        return len(self.hot)
+
+
+@dataclass(frozen=True)
+class TableDescriptor:
+    window: Window
+    rows: int
+    row_bytes: int
+
+
+@dataclass(frozen=True)
+class StagingDescriptor:
+    window: Window
+    stride: int
+    slots: int
+    banks: int
+
+    def address(self, bank, slot) -> int:
+        return self.window.base + (bank * self.slots + slot) * self.stride
+
+
+class Device(abc.ABC):
+    """The accelerator, whatever implements it. Backends override the abstract methods; the
+    descriptor bookkeeping and argument checks live here so every backend agrees on them."""
+
+    #: bus data width in bits (DMA beats), address width in bits
+    data_width = 64
+    addr_width = 32
+    #: descriptor register field limits (16-bit row_bytes / stride / slots, 2-bit banks)
+    max_row_bytes = 0xFFFF
+    max_stride = 0xFFFF
+    max_slots = 0xFFFF
+    max_banks = 3
+
+    def __init__(self, url, config=None, memory=None):
+        self.url = url
+        self.config = config or AcceleratorConfig()
+        if not isinstance(self.config, AcceleratorConfig):
+            raise HotlineError(f"config must be an AcceleratorConfig, not {type(config).__name__}")
+        self.memory = memory
+        self.tables = {}
+        self.staging = None
+        self.placement = None
+        self._next_batch = 0
+        self._in_flight = deque()
+        self._closed = False
+
+    # -- capabilities -------------------------------------------------------------------
+    @property
+    def bus_bytes(self) -> int:
+        return self.data_width // 8
+
+    def info(self) -> dict:
+        """Capabilities: accelerator geometry and DMA parameters."""
+        return {"url": self.url, "backend": self.backend, "data_width": self.data_width,
+                "addr_width": self.addr_width, "num_tables": MAX_TABLES, "row_bits": ROW_BITS,
+                "max_rows": MAX_ROWS, "hot_slots": self.config.cam_entries,
+                "max_batch_samples": self.config.max_batch_samples,
+                "max_cold_keys": self.config.cold_max_keys, "max_row_bytes": self.max_row_bytes,
+                "max_staging_stride": self.max_stride, "max_staging_slots": self.max_slots,
+                "max_staging_banks": self.max_banks, **{
+                    f"accelerator_{k}": v for k, v in self.config.as_dict().items()}}
+
+    # -- descriptor registers -----------------------------------------------------------
+    def set_table(self, table, window, rows, row_bytes) -> None:
+        """Register table ``table``: ``rows`` rows of ``row_bytes`` at ``window.base``."""
+        self._check_open()
+        table, rows, row_bytes = int(table), int(rows), int(row_bytes)
+        if not 0 <= table < MAX_TABLES:
+            raise HotlineError(f"table {table}: the device has tables 0..{MAX_TABLES - 1}")
+        if not 0 < rows <= MAX_ROWS:
+            raise HotlineError(f"table {table}: {rows} rows; the device takes 1..2^{ROW_BITS}")
+        if row_bytes <= 0 or row_bytes % self.bus_bytes or row_bytes > self.max_row_bytes:
+            raise HotlineError(f"table {table}: row_bytes {row_bytes} is not a positive multiple "
+                               f"of the {self.bus_bytes}-byte bus word up to {self.max_row_bytes}")
+        if rows * row_bytes > window.size:
+            raise HotlineError(f"table {table}: {rows} rows x {row_bytes} bytes do not fit its "
+                               f"window '{window.name}' ({window.size:,} bytes)")
+        if window.base % self.bus_bytes:
+            raise HotlineError(f"table {table}: base {window.base:#x} is not bus-word aligned")
+        self._check_window(window)
+        if self.staging is not None and row_bytes > self.staging.stride:
+            raise HotlineError(f"table {table}: row_bytes {row_bytes} exceed the staging stride "
+                               f"{self.staging.stride}")
+        d = TableDescriptor(window, rows, row_bytes)
+        self._write_table(table, d)
+        self.tables[table] = d
+
+    def set_staging(self, window, stride, slots, banks=2) -> None:
+        """Register the staging buffer: ``banks`` banks of ``slots`` rows, ``stride`` bytes apart."""
+        self._check_open()
+        stride, slots, banks = int(stride), int(slots), int(banks)
+        if stride <= 0 or stride % self.bus_bytes or stride > self.max_stride:
+            raise HotlineError(f"staging stride {stride} is not a positive multiple of the "
+                               f"{self.bus_bytes}-byte bus word up to {self.max_stride}")
+        if not 0 < slots <= self.max_slots or not 0 < banks <= self.max_banks:
+            raise HotlineError(f"staging: {slots} slots x {banks} banks; the device takes "
+                               f"1..{self.max_slots} slots and 1..{self.max_banks} banks")
+        if banks * slots * stride > window.size:
+            raise HotlineError(f"staging: {banks} banks x {slots} slots x {stride} bytes do not "
+                               f"fit window '{window.name}' ({window.size:,} bytes)")
+        if window.base % self.bus_bytes:
+            raise HotlineError(f"staging: base {window.base:#x} is not bus-word aligned")
+        self._check_window(window)
+        wide = [t for t, d in self.tables.items() if d.row_bytes > stride]
+        if wide:
+            raise HotlineError(f"staging stride {stride} is smaller than table {wide[0]}'s "
+                               f"row_bytes {self.tables[wide[0]].row_bytes}")
+        if self._in_flight:
+            raise HotlineError("staging cannot change while batches are in flight")
+        d = StagingDescriptor(window, stride, slots, banks)
+        self._write_staging(d)
+        self.staging = d
+
+    def _check_window(self, window):
+        if self.memory is None:
+            raise HotlineError("this device was opened without host memory (memory=...)")
+        if window.base < 0 or window.end > self.memory.size:
+            raise HotlineError(f"window '{window.name}' [{window.base:#x}, {window.end:#x}) is "
+                               f"outside host memory ({self.memory.size:#x} bytes)")
+        if window.end > 1 << self.addr_width:
+            raise HotlineError(f"window '{window.name}' ends at {window.end:#x}, beyond the "
+                               f"device's {self.addr_width}-bit address space")
+
+    # -- hot set ------------------------------------------------------------------------
+    def load_hot_set(self, keys) -> HotPlacement:
+        """Clear the CAM and insert ``keys`` (rank order, hottest first); the `HotPlacement`
+        says which slot each key got and which keys the CAM refused (they stay cold)."""
+        self._check_open()
+        if self._in_flight:
+            raise HotlineError("the hot set cannot change while batches are in flight")
+        keys = np.asarray(keys)
+        if keys.ndim != 1:
+            raise HotlineError("hot keys must be a 1-D array")
+        if keys.size and (keys.min() < 0 or keys.max() >= 1 << 32):
+            raise HotlineError("hot keys must be 32-bit keys (table << ROW_BITS | row)")
+        keys = keys.astype(np.uint32)
+        if len(np.unique(keys)) != len(keys):
+            raise HotlineError("hot keys must be distinct")
+        self.placement = self._load_hot_set(keys)
+        return self.placement
+
+    # -- batches ------------------------------------------------------------------------
+    def push_batch(self, keys, lengths) -> int:
+        """Fragment one mini-batch and gather its unique cold rows into staging bank
+        ``batch_id % banks``; returns the batch id. ``keys`` uint32 [L] in sample order,
+        ``lengths`` the lookups per sample ([n] or [n, F], summed over features)."""
+        self._check_open()
+        keys = np.asarray(keys)
+        lengths = np.asarray(lengths)
+        if lengths.ndim == 2:
+            lengths = lengths.sum(axis=1)
+        if lengths.ndim != 1 or keys.ndim != 1:
+            raise HotlineError("push_batch takes keys [L] and lengths [n] or [n, F]")
+        n = len(lengths)
+        if n == 0:
+            raise HotlineError("push_batch: empty batch")
+        if np.any(lengths < 0) or int(lengths.sum()) != len(keys):
+            raise HotlineError(f"push_batch: lengths sum to {int(lengths.sum())}, but there are "
+                               f"{len(keys)} keys")
+        if n > self.config.max_batch_samples:
+            raise HotlineError(f"push_batch: {n} samples; the device takes at most "
+                               f"{self.config.max_batch_samples} per batch")
+        if keys.size and (keys.min() < 0 or keys.max() >= 1 << 32):
+            raise HotlineError("push_batch: keys must be 32-bit (table << ROW_BITS | row)")
+        if self.staging is not None and len(self._in_flight) >= self.staging.banks:
+            raise HotlineError(f"push_batch: {len(self._in_flight)} batches in flight already "
+                               f"(one per staging bank); pull_batch first")
+        batch_id = self._next_batch
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        result = self._push(batch_id, keys.astype(np.uint32), offsets)
+        self._next_batch += 1
+        self._in_flight.append(result)
+        return batch_id
+
+    def pull_batch(self) -> BatchResult:
+        """The `BatchResult` of the oldest pushed batch."""
+        self._check_open()
+        if not self._in_flight:
+            raise HotlineError("pull_batch: no batch in flight")
+        return self._pull(self._in_flight.popleft())
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    def scatter(self, bank, cold_keys) -> dict:
+        """Write staging bank ``bank``'s slots 0..len(cold_keys)-1 back to the rows of
+        ``cold_keys``; returns the DMA completion ``{"rows", "errors"}``. It runs after the
+        gathers of every batch pushed before it (a batch pushed next sees the rows it wrote;
+        one already pushed does not)."""
+        self._check_open()
+        if self.staging is None:
+            raise HotlineError("scatter: no staging buffer registered (set_staging)")
+        if not 0 <= int(bank) < self.staging.banks:
+            raise HotlineError(f"scatter: bank {bank} is not one of 0..{self.staging.banks - 1}")
+        cold_keys = np.asarray(cold_keys).astype(np.uint32)
+        return self._scatter(int(bank), cold_keys)
+
+    # -- misc ---------------------------------------------------------------------------
+    def counters(self) -> dict:
+        """Event counters (see `COUNTER_NAMES`)."""
+        self._check_open()
+        return self._counters()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._close()
+
+    def _check_open(self):
+        if self._closed:
+            raise HotlineError(f"{self.url}: device is closed")
+
+    def __enter__(self) -> "Device":
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- what a backend implements ------------------------------------------------------
+    backend = "abstract"
+
+    @abc.abstractmethod
+    def _write_table(self, table, descriptor): ...
+
+    @abc.abstractmethod
+    def _write_staging(self, descriptor): ...
+
+    @abc.abstractmethod
+    def _load_hot_set(self, keys): ...
+
+    @abc.abstractmethod
+    def _push(self, batch_id, keys, offsets): ...
+
+    def _pull(self, result):
+        return result
+
+    @abc.abstractmethod
+    def _scatter(self, bank, cold_keys): ...
+
+    @abc.abstractmethod
+    def _counters(self): ...
+
+    def _close(self):
+        pass
+
+
+class ModelDevice(Device):
+    """``model://``: the accelerator's bit-accurate models. Fragmentation is
+    `hotline.model.device_model` (CAM placement, cold-key set with its overflow behaviour); bytes
+    move with `hotline.model.dma_model.RowDMAModel` over ``memory``, address checks included."""
+
+    backend = "model"
+
+    def __init__(self, url, config=None, memory=None, addr_width=None, data_width=64,
+                 max_burst_beats=16):
+        super().__init__(url, config, memory)
+        if addr_width is None:
+            need = memory.size if memory is not None else 1
+            addr_width = max(32, int(need - 1).bit_length())
+        self.addr_width, self.data_width = int(addr_width), int(data_width)
+        if self.data_width % 8 or self.data_width <= 0:
+            raise HotlineError(f"data_width {data_width} is not a whole number of bytes")
+        self.dma = RowDMAModel(data_width=self.data_width, addr_width=self.addr_width,
+                               num_tables=MAX_TABLES, row_bits=ROW_BITS,
+                               max_burst_beats=max_burst_beats)
+        self.max_burst_beats = max_burst_beats
+        self._model = None
+        self._c = dict.fromkeys(COUNTER_NAMES, 0)
+        self._load_hot_set(np.zeros(0, np.uint32))
+
+    def info(self) -> dict:
+        return {**super().info(), "max_burst_beats": self.max_burst_beats}
+
+    def _write_table(self, table, d):
+        self.dma.write_descriptor(table, d.window.base, d.rows, d.row_bytes)
+
+    def _write_staging(self, d):
+        self.dma.set_staging(d.window.base, d.stride, d.slots, d.banks)
+
+    def _load_hot_set(self, keys):
+        placement = place_hot_set(keys, self.config)
+        self._model = DeviceModel(placement.keys, placement.slots, None,
+                                  ColdKeySetModel(**self.config.cold_kwargs()))
+        return placement
+
+    def _push(self, batch_id, keys, offsets):
+        before = Counters(**self._model.counters.as_dict())
+        run = self._model.fragment(keys, offsets, len(offsets) - 1)
+        for k, v in self._model.counters.as_dict().items():
+            self._c[k] += v - getattr(before, k)
+        b = run.batch(0)
+        bank = batch_id % self.staging.banks if self.staging is not None else 0
+        gather = {"rows": 0, "errors": 0}
+        if self.staging is not None and len(b["cold_keys"]):
+            gather = self._dma("gather", b["cold_keys"], bank)
+            self._c["gather_rows"] += gather["rows"]
+        return BatchResult(batch_id, bank, len(offsets) - 1, b["hot"].copy(), b["slot"].copy(),
+                           b["popular"], b["non_popular"], b["cold_keys"].copy(),
+                           bool(run.overflow[0]), gather)
+
+    def _scatter(self, bank, cold_keys):
+        if not len(cold_keys):
+            return {"rows": 0, "errors": 0}
+        done = self._dma("scatter", cold_keys, bank)
+        self._c["scatter_rows"] += done["rows"]
+        return done
+
+    def _dma(self, direction, keys, bank):
+        if self.memory is None or self.memory.array is None:
+            raise HotlineError(f"{self.url}: no host memory to {direction} from")
+        try:
+            done = self.dma.run(self.memory.array, direction, keys, bank)
+        except ValueError as e:
+            raise HotlineError(f"{self.url}: {direction}: {e}") from None
+        return {"rows": int(done["rows"]), "errors": int(done["errors"])}
+
+    def _counters(self):
+        c = dict(self._c)
+        d = self.dma.counters()
+        c.update(dma_bytes_read=int(d["bytes_read"]), dma_bytes_written=int(d["bytes_written"]),
+                 window_errors=int(d["window_errors"]), axi_errors=int(d["axi_errors"]))
+        return c
+
+
+_BACKENDS = {"model": ModelDevice}
+_SHIPPED = ("model", "sim", "serial")  # the others register on import (hotline.<scheme>_device)
+
+
+def register_backend(scheme, factory) -> None:
+    """Make ``scheme://...`` open ``factory(url, config=..., memory=..., **options)``."""
+    _BACKENDS[scheme] = factory
+
+
+def open(url="model://", *, config=None, memory=None,  # noqa: A001 (the API name)
+         **options) -> Device:
+    """Open the accelerator at ``url`` (``model://``, ``sim://verilator|icarus``,
+    ``serial://PORT``: see the backends' modules). ``config``: the `AcceleratorConfig`; ``memory``: the
+    `HostMemory` the DMA reads and writes."""
+    url = str(url)
+    scheme, sep, _ = url.partition("://")
+    if not sep:
+        raise HotlineError(f"device URL {url!r} has no scheme (expected e.g. model://)")
+    if scheme not in _BACKENDS and scheme.isidentifier():
+        # Backends register themselves on import: hotline.host.<scheme>_device (sim_device:
+        # its module is imported only when a sim:// device is opened).
+        try:
+            importlib.import_module(f"{__package__}.{scheme}_device")
+        except ModuleNotFoundError as e:
+            if e.name != f"{__package__}.{scheme}_device":
+                raise
+    if scheme not in _BACKENDS:
+        raise HotlineError(f"{url}: unknown device scheme {scheme!r} (known: "
+                           f"{', '.join(sorted(set(_BACKENDS) | set(_SHIPPED)))})")
+    if memory is not None and not isinstance(memory, HostMemory):
+        raise HotlineError(f"memory must be a HostMemory, not {type(memory).__name__}")
+    return _BACKENDS[scheme](url, config=config, memory=memory, **options)

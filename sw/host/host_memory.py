@@ -1,0 +1,145 @@
+"""Host memory as the accelerator sees it: one flat, byte-addressed region on the host bus.
+
+`HostMemory` is backed by a file (a temporary file by default) mapped with ``np.memmap``, so a
+simulator process can map the very same bytes later (``sim://`` backends) and the DMA really
+reads the tables the trainer updates. Bus address 0 is the region's first byte. Windows are
+carved out with a bump allocator; `view` gives zero-copy numpy arrays over a window
+(``torch.from_numpy`` on such a view shares the memory too).
+"""
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from hotline.contract.errors import HotlineError
+
+
+@dataclass(frozen=True)
+class Window:
+    """A byte range of host memory: bus address ``base``, ``size`` bytes, a name for messages."""
+    base: int
+    size: int
+    name: str = ""
+
+    @property
+    def end(self) -> int:
+        return self.base + self.size
+
+
+def _fmt_bytes(n):
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+
+
+class HostMemory:
+    """``size`` bytes of file-backed host memory (``path``: the backing file; default a new
+    temporary file, removed by `close`). Use as a context manager or call `close`."""
+
+    def __init__(self, size, path=None):
+        size = int(size)
+        if size <= 0:
+            raise HotlineError(f"host memory size must be positive, not {size}")
+        self.size = size
+        self._owned = path is None
+        if path is None:
+            fd, name = tempfile.mkstemp(prefix="hotline-hostmem-", suffix=".bin")
+            os.close(fd)
+            path = name
+        self.path = Path(path)
+        try:
+            with open(self.path, "r+b" if self.path.exists() else "w+b") as f:
+                f.truncate(size)  # sparse: pages cost nothing until touched
+            self._mm = np.memmap(self.path, np.uint8, "r+", shape=(size,))
+        except OSError as e:
+            if self._owned:
+                self.path.unlink(missing_ok=True)
+            raise HotlineError(f"{self.path}: cannot map {_fmt_bytes(size)} of host memory "
+                               f"({e.strerror or e})") from None
+        # A plain ndarray over the mapping: slicing a np.memmap costs a Python-level
+        # __array_finalize__ per slice, which the DMA model does per row.
+        self.array = self._mm.view(np.ndarray)
+        self._next = 0
+        self.windows = []
+
+    def alloc(self, nbytes, align=4096, name=None) -> Window:
+        """A new `Window` of ``nbytes`` at the next multiple of ``align`` (any positive
+        number, e.g. lcm(4096, row_bytes) to start on a row boundary of a whole-memory view)."""
+        nbytes, align = int(nbytes), int(align)
+        name = name or f"window{len(self.windows)}"
+        if nbytes <= 0:
+            raise HotlineError(f"{name}: window size must be positive, not {nbytes}")
+        if align <= 0:
+            raise HotlineError(f"{name}: alignment must be positive, not {align}")
+        base = -(-self._next // align) * align
+        if base + nbytes > self.size:
+            raise HotlineError(f"{name}: {_fmt_bytes(nbytes)} do not fit in host memory "
+                               f"({_fmt_bytes(self.size - min(base, self.size))} free of "
+                               f"{_fmt_bytes(self.size)})")
+        w = Window(base, nbytes, name)
+        self._next = base + nbytes
+        self.windows.append(w)
+        return w
+
+    @property
+    def used(self) -> int:
+        return self._next
+
+    def view(self, window, dtype=np.uint8, shape=None) -> np.ndarray:
+        """Zero-copy array of ``dtype`` and ``shape`` (default: as many items as fit) over
+        ``window``; writes go straight to host memory."""
+        self._check_open()
+        dtype = np.dtype(dtype)
+        if window.base < 0 or window.end > self.size:
+            raise HotlineError(f"{window.name}: window [{window.base:#x}, {window.end:#x}) is "
+                               f"outside host memory ({self.size:#x} bytes)")
+        if shape is None:
+            shape = (window.size // dtype.itemsize,)
+        shape = tuple(int(s) for s in np.atleast_1d(shape))
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if nbytes > window.size:
+            raise HotlineError(f"{window.name}: a {dtype.name} view of shape {shape} needs "
+                               f"{nbytes:,} bytes, the window has {window.size:,}")
+        if window.base % dtype.alignment:
+            raise HotlineError(f"{window.name}: base {window.base:#x} is not aligned for {dtype.name}")
+        return self.array[window.base:window.base + nbytes].view(dtype).reshape(shape)
+
+    def flush(self) -> None:
+        if self.array is not None:
+            self._mm.flush()
+
+    def _check_open(self):
+        if self.array is None:
+            raise HotlineError("host memory is closed")
+
+    def close(self) -> None:
+        """Unmap; remove the backing file if it is our temporary one. Views die with it."""
+        if getattr(self, "array", None) is None:
+            return
+        mm = getattr(self._mm, "_mmap", None)
+        self.array = self._mm = None
+        if mm is not None:
+            try:
+                mm.close()
+            except BufferError:
+                pass  # live views still reference it; the OS unmaps when they go
+        if self._owned:
+            self.path.unlink(missing_ok=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        return f"HostMemory({_fmt_bytes(self.size)} at {self.path}, {len(self.windows)} windows)"

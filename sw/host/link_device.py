@@ -1,0 +1,270 @@
+"""The Device API over the framed host link (`hotline.contract.link`), whatever carries the bytes.
+
+`LinkDevice` drives the accelerator as a board driver does: register writes and reads, lookup
+and scatter-key beats, and the output streams fetched with ``RESULTS``. A subclass supplies the
+transport (``_send``, ``_recv``, optionally ``_check_alive``): `hotline.host.sim_device.SimDevice`
+(a co-simulation process over a loopback socket) and `hotline.host.serial_device.SerialDevice` (a
+pyserial port: a board's UART, or a TCP socket to a co-simulation).
+
+Requests: a NAK, a corrupt response or silence for ``timeout`` seconds resends the same frame
+(``retries`` times; the device answers a repeated ``seq`` from its cache); ``BUSY`` (the device
+did not take the request) fetches ``RESULTS`` and sends the request again under a new ``seq``
+until ``timeout``; ``ERROR`` raises `LinkError`. Stream beats go out in frames of at most
+``max_request`` bytes.
+"""
+import abc
+import time
+
+import numpy as np
+
+from hotline.contract.cam import CAMStatus
+from hotline.contract.link import MAX_PAYLOAD, encode, pack_u64, unpack_results
+from hotline.contract.streams import RESULT_STREAMS, batch_end, lookup_beats, pack, stream_layouts, \
+    unpack
+from hotline.model.device_model import HotPlacement
+
+from .device import COUNTER_NAMES, BatchResult, Device
+from .link import FrameError, FrameReader, LinkError
+from .registers import ID_VALUE, RegisterFile, decode
+
+
+class LinkDevice(Device):
+    """The accelerator behind the host link (see the module docstring). ``timeout``: seconds
+    per request and per wait for a batch or scatter; ``retries``: resends of a frame answered
+    NAK, corrupt or lost. The stream payload layouts come from ``config``
+    (`hotline.contract.streams.stream_layouts`)."""
+
+    def __init__(self, url, config, memory, timeout, retries):
+        super().__init__(url, config, memory)
+        self.timeout, self.retries = timeout, retries
+        self.seq = 0
+        self.reader = FrameReader()
+        self.pending = {n: [] for n in RESULT_STREAMS}
+        self.max_request = MAX_PAYLOAD
+        #: recovery events: frames resent (NAK, corruption, silence), BUSY answers
+        self.link_stats = {"resends": 0, "busy": 0}
+        self.regs = RegisterFile(self._read32, self._write32)
+        self.layouts = stream_layouts(self.config)
+
+    # -- transport ------------------------------------------------------------------------
+    @abc.abstractmethod
+    def _send(self, data):
+        """Write ``data`` to the link; `LinkError` if the link failed."""
+
+    @abc.abstractmethod
+    def _recv(self, n):
+        """At most ``n`` bytes from the link, b"" after a short wait with none; `LinkError` if
+        the link failed or closed."""
+
+    def _check_alive(self):
+        """Raise `LinkError` if the far end is known to be dead (called while waiting)."""
+
+    # -- requests -------------------------------------------------------------------------
+    def request(self, kind, payload=b"") -> tuple[str, bytes]:
+        """Send one request; its response (kind, payload). See the module docstring."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            rkind, rpayload = self._exchange(kind, payload)
+            if rkind != "BUSY":
+                return rkind, rpayload
+            self.link_stats["busy"] += 1
+            # RESULTS is how a BUSY device is drained: BUSY to it cannot clear.
+            if kind == "RESULTS" or time.monotonic() > deadline:
+                raise LinkError(f"{self.url}: the device stayed busy for {kind} "
+                                f"({self.timeout:.0f} s)")
+            self._fetch()
+
+    def _exchange(self, kind, payload):
+        self.seq = (self.seq + 1) & 0xFFFF
+        frame = encode(kind, self.seq, payload)
+        for attempt in range(self.retries + 1):
+            self.link_stats["resends"] += attempt > 0
+            self._send(frame)
+            rkind, rpayload = self._answer(time.monotonic() + self.timeout)
+            if rkind is not None:
+                return rkind, rpayload
+            if rpayload == "silent":
+                self._check_alive()
+        if rpayload == "silent":
+            raise LinkError(f"{self.url}: no answer to {kind} within {self.timeout:.0f} s")
+        raise LinkError(f"{self.url}: {kind} frame still corrupt after {self.retries} resends")
+
+    def _answer(self, deadline):
+        """The response to ``self.seq`` as (kind, payload), or (None, why) when the request is
+        to be resent: "corrupt" (a NAK or a bad frame) or "silent" (nothing by ``deadline``)."""
+        corrupt = False
+        while time.monotonic() < deadline:
+            try:
+                resp = self.reader.next()
+            except FrameError:
+                corrupt = True  # parse what is buffered first: one bad chunk, one resend
+                continue
+            if resp is None:
+                if corrupt:
+                    return None, "corrupt"
+                data = self._recv(min(self.reader.needed(), 1 << 20))
+                if data:
+                    self.reader.feed(data)
+                else:
+                    self._check_alive()
+                continue
+            rkind, rseq, rpayload = resp
+            if rkind == "NAK":
+                corrupt = True
+            elif rseq != self.seq:
+                continue  # a stale duplicate
+            elif rkind == "ERROR":
+                raise LinkError(f"{self.url}: device error: {rpayload.decode(errors='replace')}")
+            else:
+                return rkind, rpayload
+        return None, "silent"
+
+    def _send_beats(self, kind, beats):
+        # A stream is continuous on the device, so frame boundaries between beats are free.
+        data = pack_u64(beats)
+        step = self.max_request // 8 * 8
+        for at in range(0, len(data), step):
+            self.request(kind, data[at:at + step])
+
+    def _read32(self, addr):
+        _, payload = self.request("READ32", int(addr).to_bytes(4, "little"))
+        return int.from_bytes(payload[:4], "little")
+
+    def _write32(self, addr, value):
+        self.request("WRITE32", int(addr).to_bytes(4, "little")
+                     + (int(value) & 0xFFFFFFFF).to_bytes(4, "little"))
+
+    def _fetch(self):
+        _, payload = self.request("RESULTS")
+        for name, beats in zip(RESULT_STREAMS, unpack_results(payload, len(RESULT_STREAMS))):
+            self.pending[name].extend(beats)
+
+    def _take(self, name, n):
+        beats, self.pending[name] = self.pending[name][:n], self.pending[name][n:]
+        return beats
+
+    def _start(self):
+        """Check the ID register and zero the counters (once the transport is up)."""
+        ident = self.regs.read("ID")
+        if ident != ID_VALUE:
+            raise LinkError(f"{self.url}: the device answered ID {ident:#x}, not {ID_VALUE:#x}")
+        self.regs.write("CONTROL", clear_counters=1)
+
+    # -- Device backend -------------------------------------------------------------------
+    def _write_table(self, table, d):
+        r = self.regs
+        r.write("DESC_TABLE", table=table)
+        r.write("DESC_BASE_LO", d.window.base & 0xFFFFFFFF)
+        r.write("DESC_BASE_HI", d.window.base >> 32)
+        r.write("DESC_ROWS", d.rows)
+        r.write("DESC_ROW_BYTES", d.row_bytes)
+        r.write("DESC_COMMIT", 1)
+
+    def _write_staging(self, d):
+        r = self.regs
+        r.write("STAGING_BASE_LO", d.window.base & 0xFFFFFFFF)
+        r.write("STAGING_BASE_HI", d.window.base >> 32)
+        r.write("STAGING_STRIDE", d.stride)
+        r.write("STAGING_SLOTS", d.slots)
+        r.write("STAGING_BANKS", banks=d.banks)
+        r.write("CONFIG", gather_enable=1)
+
+    def _load_hot_set(self, keys):
+        r = self.regs
+        r.write("CAM_CMD", op="clear")
+        self._cam_response()
+        slot_of, at, responses = {}, {}, []
+        for key in keys.tolist():
+            r.write("CAM_KEY", key)
+            r.write("CAM_CMD", op="insert")
+            resp = self._cam_response()
+            moves = []
+            for _ in range(resp["moves"]):
+                mv = decode("CAM_MOVE", r.read("CAM_MOVE"))
+                moves.append((mv["src"], mv["dst"]))
+                moved = at.pop(mv["src"])
+                slot_of[moved], at[mv["dst"]] = mv["dst"], moved
+            if resp["status"] == CAMStatus.OK:
+                slot_of[key], at[resp["slot"]] = resp["slot"], key
+            responses.append((resp["status"], resp["slot"], moves))
+        held = np.array([k for k in keys.tolist() if k in slot_of], np.uint32)
+        failed = np.array([k for k in keys.tolist() if k not in slot_of], np.uint32)
+        return HotPlacement(held, np.array([slot_of[k] for k in held.tolist()], np.int64),
+                            failed, responses)
+
+    def _cam_response(self):
+        for _ in range(1000):
+            resp = decode("CAM_RESP", self.regs.read("CAM_RESP"))
+            if resp["valid"]:
+                return resp
+        raise LinkError(f"{self.url}: the CAM gave no response to a command")
+
+    def _push(self, batch_id, keys, offsets):
+        n = len(offsets) - 1
+        key, eos, eob, empty = lookup_beats(keys, offsets, n)
+        self._send_beats("LOOKUPS", pack(self.layouts["lookups"], key=key, eos=eos, eob=eob,
+                                         empty=empty))
+        bank = batch_id % self.staging.banks if self.staging is not None else 0
+        return {"batch_id": batch_id, "bank": bank, "samples": n, "lookups": len(keys)}
+
+    def _pull(self, p):
+        gather = self.staging is not None
+
+        def complete():
+            return (len(self.pending["remap"]) >= p["lookups"]
+                    and any(batch_end(v) for v in self.pending["batch_keys"])
+                    and len(self.pending["popular"]) + len(self.pending["non_popular"])
+                    >= p["samples"]
+                    and (not gather or any(not self._is_scatter(v)
+                                           for v in self.pending["dma_done"])))
+        self._wait(complete, f"batch {p['batch_id']}")
+        ends = [i for i, v in enumerate(self.pending["batch_keys"]) if batch_end(v)]
+        bk = unpack(self.layouts["batch_keys"], self._take("batch_keys", ends[0] + 1))
+        summary = {k: int(v[-1]) for k, v in bk.items()}
+        remap = unpack(self.layouts["remap"], self._take("remap", p["lookups"]))
+        pop = unpack(self.layouts["popular"], self._take("popular", summary["popular"]))["sample"]
+        non = unpack(self.layouts["non_popular"],
+                     self._take("non_popular", summary["non_popular"]))["sample"]
+        g = {"rows": 0, "errors": 0}
+        if gather:
+            i = next(i for i, v in enumerate(self.pending["dma_done"]) if not self._is_scatter(v))
+            g = self._dma_done(self.pending["dma_done"].pop(i))
+        return BatchResult(p["batch_id"], p["bank"], p["samples"], remap["hot"].astype(bool),
+                           remap["slot"], pop, non, bk["key"][:-1].astype(np.uint32),
+                           bool(summary["overflow"]), g)
+
+    def _is_scatter(self, v):
+        return bool(unpack(self.layouts["dma_done"], [v])["scatter"][0])
+
+    def _dma_done(self, v):
+        d = unpack(self.layouts["dma_done"], [v])
+        return {"rows": int(d["rows"][0]), "errors": int(d["errors"][0])}
+
+    def _scatter(self, bank, cold_keys):
+        # The engine runs whichever batch is ready first, so a scatter issued while a pushed
+        # batch's keys are still in the fragmenter would overtake its gather (which would
+        # then read the scattered rows). Device.scatter is ordered after the gathers of every
+        # batch pushed before it: wait for their done records first.
+        if self.staging is not None:
+            self._wait(lambda: sum(not self._is_scatter(v) for v in self.pending["dma_done"])
+                       >= len(self._in_flight), "the gathers before a scatter")
+        self.regs.write("SCATTER_CMD", bank=bank)
+        n = len(cold_keys)
+        self._send_beats("SCATTER_KEYS", pack(self.layouts["scatter_keys"],
+                                              key=np.r_[cold_keys.astype(np.uint64), 0],
+                                              end=np.r_[np.zeros(n, np.uint64), 1]))
+        self._wait(lambda: any(self._is_scatter(v) for v in self.pending["dma_done"]),
+                   "the scatter")
+        i = next(i for i, v in enumerate(self.pending["dma_done"]) if self._is_scatter(v))
+        return self._dma_done(self.pending["dma_done"].pop(i))
+
+    def _wait(self, ready, what):
+        """Fetch results until ``ready()``; `LinkError` after ``timeout`` seconds."""
+        deadline = time.monotonic() + self.timeout
+        while not ready():
+            if time.monotonic() > deadline:
+                raise LinkError(f"{self.url}: {what} not done after {self.timeout:.0f} s")
+            self._fetch()
+
+    def _counters(self):
+        return {n: self.regs.read(n.upper()) for n in COUNTER_NAMES}

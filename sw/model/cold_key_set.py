@@ -1,0 +1,88 @@
+"""Bit-exact model of the ColdKeySet block (hw/cold_key_set.py): batch-local dedup of keys.
+
+Within a batch, the k-th distinct inserted key gets slot k (first-appearance order) unless it
+overflows: no free way in either of its two buckets and no free stash entry, or ``max_keys``
+slots already used. An overflowed key is not stored, so each later beat of it is new again.
+Placement never changes a slot, so `batch` answers from the vectorised first-appearance ranks
+whenever overflow is impossible (every key has a bucket that at most ``ways`` of the batch's
+keys hash to) and replays the exact insertion sequence otherwise.
+"""
+import math
+
+import numpy as np
+
+from hotline.contract.hashing import bucket_hash
+
+
+def first_appearance(keys):
+    """(rank of each key among the distinct keys in order of first appearance, those keys)."""
+    keys = np.asarray(keys)
+    uniq, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(len(uniq), np.int64)
+    rank[order] = np.arange(len(uniq))
+    return rank[inverse], uniq[order]
+
+
+class ColdKeySetModel:
+    """Same parameters as ``hotline.hw.cold_key_set.ColdKeySet`` (the timing ones excepted)."""
+
+    def __init__(self, capacity=32768, *, ways=4, stash=4, max_keys=32768, key_width=32,
+                 seeds=(11, 12), hash_family="tabulation", **_timing):
+        self.capacity, self.ways, self.stash, self.max_keys = capacity, ways, stash, max_keys
+        self.buckets = capacity // (2 * ways)
+        self.hashes = [bucket_hash(s, key_width, int(math.log2(self.buckets)), hash_family)
+                       for s in seeds]
+
+    def buckets_of(self, keys):
+        return [h.np(keys) for h in self.hashes]
+
+    def overflow_impossible(self, uniq):
+        """Sufficient condition for a batch with distinct keys ``uniq`` to place every key."""
+        if len(uniq) > self.max_keys:
+            return False
+        h = self.buckets_of(uniq)
+        fits = [np.bincount(h[t], minlength=self.buckets)[h[t]] <= self.ways for t in (0, 1)]
+        return bool(np.all(fits[0] | fits[1]))
+
+    def batch(self, keys):
+        """(slot, first, overflow) per key of one batch's inserted keys, in order."""
+        keys = np.asarray(keys, np.uint64)
+        rank, uniq = first_appearance(keys)
+        if self.overflow_impossible(uniq):
+            first = np.zeros(len(keys), bool)
+            first[np.unique(rank, return_index=True)[1]] = True
+            return rank, first, np.zeros(len(keys), bool)
+        return self.replay(keys)
+
+    def replay(self, keys):
+        """The exact insertion sequence of one batch (what `batch` does when overflow is possible)."""
+        h0, h1 = self.buckets_of(keys)
+        fill = [np.zeros(self.buckets, np.int64), np.zeros(self.buckets, np.int64)]
+        stored, stash_used, count = {}, 0, 0
+        slot = np.zeros(len(keys), np.int64)
+        first = np.zeros(len(keys), bool)
+        overflow = np.zeros(len(keys), bool)
+        for i, k in enumerate(keys.tolist()):
+            if k in stored:
+                slot[i] = stored[k]
+                continue
+            first[i] = True
+            if count >= self.max_keys:
+                overflow[i] = True
+                continue
+            slot[i] = count
+            free0, free1 = self.ways - fill[0][h0[i]], self.ways - fill[1][h1[i]]
+            if free0 or free1:
+                if free1 > free0:
+                    fill[1][h1[i]] += 1
+                else:
+                    fill[0][h0[i]] += 1
+            elif stash_used < self.stash:
+                stash_used += 1
+            else:
+                overflow[i] = True
+            if not overflow[i]:
+                stored[k] = count
+            count += 1
+        return slot, first, overflow

@@ -1,0 +1,258 @@
+"""Reference model of the accelerator's mini-batch fragmentation (DESIGN.md semantics).
+
+Given a placed hot set (key -> hot slot), each mini-batch of consecutive samples is split into
+a popular micro-batch (samples all of whose lookups are hot) and a non-popular one, both in
+input order; every lookup is remapped to its hot slot, or to its cold slot = index of its key
+among the batch's unique cold keys in order of first appearance; and the counters the CSR
+block exposes are accumulated. The hot slot is whatever the placement says (the CAM's physical
+entry address for the hardware placement); `HotIndex` only caches key -> slot.
+
+Everything is vectorised per batch; the per-lookup work is a handful of numpy passes.
+"""
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hotline.contract.config import AcceleratorConfig
+from hotline.contract.errors import HotlineError
+from hotline.contract.keys import MAX_ROWS, ROW_BITS
+
+from .cold_key_set import ColdKeySetModel, first_appearance
+from .popularity_cam import PopularityCAMModel
+
+# A dense key -> slot array costs 4 bytes per table row; beyond this, binary search instead.
+DENSE_INDEX_LIMIT = 1 << 28
+
+
+class HotIndex:
+    """Vectorised key -> hot slot lookup (-1 = miss) over a placed hot set.
+
+    With table sizes known and small enough, a dense array indexed by global row answers in
+    one gather (and doubles as scratch space for the cold-key dedup); otherwise it binary
+    searches the sorted hot keys.
+    """
+
+    def __init__(self, keys, slots, table_sizes=None):
+        keys = np.asarray(keys, np.uint32)
+        slots = np.asarray(slots, np.int64)
+        if keys.shape != slots.shape:
+            raise ValueError("keys and slots differ in length")
+        if len(np.unique(keys)) != len(keys):
+            raise HotlineError("hot set has duplicate keys")
+        if len(np.unique(slots)) != len(slots) or (slots.size and slots.min() < 0):
+            raise HotlineError("hot slots must be distinct and non-negative")
+        self.keys, self.slots = keys, slots
+        self.offsets = None
+        if table_sizes is not None and int(np.sum(table_sizes)) <= DENSE_INDEX_LIMIT:
+            sizes = np.asarray(table_sizes, np.int64)
+            self.offsets = np.concatenate([[0], np.cumsum(sizes)])
+            # global row = key + delta[table], computed modulo 2^32 (one gather, one add).
+            self.delta = (self.offsets[:-1] - (np.arange(len(sizes), dtype=np.int64) << ROW_BITS)
+                          ).astype(np.uint32)
+            self.dense = np.full(int(self.offsets[-1]), -1, np.int32)
+            self.scratch = np.empty(int(self.offsets[-1]), np.int32)
+            t, r = keys >> np.uint32(ROW_BITS), keys & np.uint32(MAX_ROWS - 1)
+            inside = t < len(sizes)
+            inside[inside] = r[inside] < sizes[t[inside]]
+            self.dense[self.offsets[t[inside]] + r[inside]] = slots[inside]
+        else:
+            order = np.argsort(keys)
+            self.sorted_keys, self.sorted_slots = keys[order], slots[order].astype(np.int32)
+
+    def global_rows(self, keys):
+        """Index of each key's row in the concatenation of all tables (dense mode only)."""
+        return keys + self.delta[keys >> np.uint32(ROW_BITS)]
+
+    def lookup(self, keys):
+        keys = np.asarray(keys, np.uint32)
+        if self.offsets is not None:
+            return self.dense[self.global_rows(keys)]
+        if not self.sorted_keys.size:
+            return np.full(keys.shape, -1, np.int32)
+        pos = np.minimum(np.searchsorted(self.sorted_keys, keys), len(self.sorted_keys) - 1)
+        return np.where(self.sorted_keys[pos] == keys, self.sorted_slots[pos], -1).astype(np.int32)
+
+    def first_appearance(self, keys):
+        """(cold slot of every key, unique keys in first-appearance order) for one batch."""
+        if self.offsets is None:
+            rank, uniq = first_appearance(keys)
+            return rank.astype(np.int32), uniq
+        g = self.global_rows(keys)
+        pos = np.arange(len(keys), dtype=np.int32)
+        self.scratch[g] = len(keys)
+        np.minimum.at(self.scratch, g, pos)
+        first = self.scratch[g]
+        is_first = first == pos
+        slot_of_first = np.cumsum(is_first, dtype=np.int32) - 1
+        return slot_of_first[first], keys[is_first]
+
+
+@dataclass
+class HotPlacement:
+    """Where the CAM put a hot set: the keys it holds, their slots, the keys it refused, and
+    the response (status, slot, moves) of every insert, in order."""
+    keys: np.ndarray
+    slots: np.ndarray
+    failed: np.ndarray
+    responses: list
+
+
+def place_hot_set(hot_keys, config: AcceleratorConfig) -> HotPlacement:
+    """Insert ``hot_keys`` (rank order) into the CAM model exactly as the host will; more keys
+    than ``config.hot_capacity`` is an error."""
+    hot_keys = np.asarray(hot_keys, np.uint32)
+    if hot_keys.size > config.hot_capacity:
+        raise HotlineError(f"a hot set of {hot_keys.size} rows does not fit this accelerator: "
+                           f"its CAM ({config.cam_entries} entries) holds at most "
+                           f"{config.hot_capacity} hot rows")
+    cam = PopularityCAMModel(**config.cam_kwargs())
+    responses = [cam.insert(int(k)) for k in hot_keys]
+    hit, slot = cam.lookup(hot_keys)
+    return HotPlacement(hot_keys[hit], slot[hit], hot_keys[~hit], responses)
+
+
+@dataclass
+class Counters:
+    """The accelerator's event counters (CSR block), accumulated over a run."""
+    batches: int = 0
+    samples: int = 0
+    lookups: int = 0
+    hits: int = 0
+    popular_samples: int = 0
+    cold_rows: int = 0
+    overflows: int = 0
+
+    def as_dict(self):
+        return dict(self.__dict__)
+
+
+@dataclass
+class FragmentRun:
+    """Fragments of every batch of a stream, stored flat with per-batch offsets."""
+    batch_size: int
+    sample_offsets: np.ndarray   # int64 [N + 1], lookups of each sample
+    hot: np.ndarray              # bool  [L], lookup hit the hot set
+    slot: np.ndarray             # int32 [L], hot slot if hot else cold slot
+    popular: np.ndarray          # bool  [N]
+    cold_keys: np.ndarray        # uint32 [sum U_b], unique cold keys batch after batch
+    cold_offsets: np.ndarray     # int64 [nb + 1]
+    overflow: np.ndarray         # bool [nb], the cold-key set overflowed in the batch
+    counters: Counters = field(default_factory=Counters)
+
+    @property
+    def num_batches(self):
+        return len(self.cold_offsets) - 1
+
+    def batch_samples(self, b):
+        return b * self.batch_size, min((b + 1) * self.batch_size, len(self.popular))
+
+    def batch(self, b):
+        """Dict of one batch: popular / non_popular (batch-local sample ids), hot, slot, cold_keys."""
+        s0, s1 = self.batch_samples(b)
+        l0, l1 = self.sample_offsets[s0], self.sample_offsets[s1]
+        pop = self.popular[s0:s1]
+        return {"popular": np.nonzero(pop)[0], "non_popular": np.nonzero(~pop)[0],
+                "hot": self.hot[l0:l1], "slot": self.slot[l0:l1],
+                "cold_keys": self.cold_keys[self.cold_offsets[b]:self.cold_offsets[b + 1]]}
+
+    def batch_sizes(self):
+        """(popular, non_popular, unique_cold_rows) counts per batch, as int64 arrays."""
+        starts = np.arange(0, len(self.popular), self.batch_size)
+        popular = np.add.reduceat(self.popular.astype(np.int64), starts) if starts.size else starts
+        sizes = np.diff(np.append(starts, len(self.popular)))
+        return popular, sizes - popular, np.diff(self.cold_offsets)
+
+    def summary(self):
+        """The DESIGN.md `fragment --json` fields."""
+        c = self.counters
+        popular, non_popular, cold = self.batch_sizes()
+        return {
+            "samples": c.samples,
+            "lookups": c.lookups,
+            "popular_samples": c.popular_samples,
+            "popular_fraction": c.popular_samples / c.samples if c.samples else 0.0,
+            "hot_lookup_fraction": c.hits / c.lookups if c.lookups else 0.0,
+            "unique_cold_rows": c.cold_rows,
+            "num_batches": c.batches,
+            "counters": c.as_dict(),
+            "cold_set_overflows": c.overflows,
+            "batches": [{"popular": int(p), "non_popular": int(n), "unique_cold_rows": int(u)}
+                        for p, n, u in zip(popular, non_popular, cold)],
+        }
+
+
+class DeviceModel:
+    """Bit-accurate model of the accelerator's fragmenter over a placed hot set.
+
+    ``slots`` are the hot keys' CAM slots (default: their rank). With ``cold_set`` (a
+    `ColdKeySetModel`) the cold-key numbering mirrors the hardware's finite set, overflow
+    included; without it, the numbering is exact first appearance.
+    """
+
+    def __init__(self, hot_keys, slots=None, table_sizes=None, cold_set=None):
+        hot_keys = np.asarray(hot_keys, np.uint32)
+        slots = np.arange(len(hot_keys)) if slots is None else slots
+        self.index = HotIndex(hot_keys, slots, table_sizes)
+        self.cold_set = cold_set
+        self.counters = Counters()
+
+    @classmethod
+    def for_config(cls, hot_keys, slots, config, table_sizes=None) -> "DeviceModel":
+        return cls(hot_keys, slots, table_sizes, ColdKeySetModel(**config.cold_kwargs()))
+
+    def fragment(self, keys, sample_offsets, batch_size, progress=None) -> FragmentRun:
+        """Fragment a whole stream: ``keys`` [L] in sample order, ``sample_offsets`` [N + 1].
+        ``progress(n)`` is called with the lookups done after each batch."""
+        if batch_size is None or batch_size <= 0:
+            raise HotlineError(f"--batch-size must be a positive integer, not {batch_size}")
+        keys = np.asarray(keys, np.uint32)
+        n = len(sample_offsets) - 1
+        hot_slot = self.index.lookup(keys)
+        hot = hot_slot >= 0
+        # A sample is popular iff it has no cold lookup (an empty sample is popular). Segments
+        # starting at the non-empty samples' offsets cover exactly those samples' lookups.
+        starts = np.asarray(sample_offsets[:-1])
+        nonempty = np.diff(sample_offsets) > 0
+        popular = np.ones(n, bool)
+        if nonempty.any():
+            popular[nonempty] = ~np.logical_or.reduceat(~hot, starts[nonempty])
+        slot = hot_slot  # cold entries are overwritten with cold slots below
+        cold_keys, cold_offsets, overflow, overflows = [], [0], [], 0
+        for s0 in range(0, n, batch_size):
+            s1 = min(s0 + batch_size, n)
+            l0, l1 = sample_offsets[s0], sample_offsets[s1]
+            cold_pos = l0 + np.flatnonzero(~hot[l0:l1])
+            cold_slot, uniq = self.index.first_appearance(keys[cold_pos])
+            over = ()
+            if self.cold_set is not None and not self.cold_set.overflow_impossible(uniq):
+                cold_slot, first, over = self.cold_set.replay(keys[cold_pos])
+                uniq = keys[cold_pos][first]
+                overflows += int(over.sum())
+            overflow.append(bool(np.any(over)))
+            slot[cold_pos] = cold_slot
+            cold_keys.append(uniq)
+            cold_offsets.append(cold_offsets[-1] + len(uniq))
+            if progress is not None:
+                progress(int(l1 - l0))
+        run = FragmentRun(batch_size, np.asarray(sample_offsets, np.int64), hot, slot, popular,
+                          np.concatenate(cold_keys) if cold_keys else np.zeros(0, np.uint32),
+                          np.asarray(cold_offsets, np.int64), np.asarray(overflow, bool))
+        c = run.counters
+        c.batches, c.samples, c.lookups = len(cold_offsets) - 1, n, len(keys)
+        c.hits, c.popular_samples, c.cold_rows = int(hot.sum()), int(popular.sum()), cold_offsets[-1]
+        c.overflows = overflows
+        for k, v in c.as_dict().items():
+            setattr(self.counters, k, getattr(self.counters, k) + v)
+        return run
+
+
+def model_fragment(keys, sample_offsets, batch_size, hot_keys, config, table_sizes=None,
+                   progress=None) -> tuple[HotPlacement, FragmentRun]:
+    """Place ``hot_keys`` (rank order) in the CAM model and fragment the stream with the
+    bit-accurate model of ``config``; returns (HotPlacement, FragmentRun)."""
+    placement = place_hot_set(hot_keys, config)
+    # A dense key -> slot index costs 8 bytes per table row: worth it for long streams only.
+    if table_sizes is not None and int(np.sum(table_sizes)) > 4 * len(keys):
+        table_sizes = None
+    model = DeviceModel.for_config(placement.keys, placement.slots, config, table_sizes)
+    return placement, model.fragment(keys, sample_offsets, batch_size, progress)

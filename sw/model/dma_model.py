@@ -1,0 +1,277 @@
+"""Bit-exact model of the row DMA engine (hw/row_dma.py: GatherDMA / ScatterDMA / RowDMA).
+
+The RTL is compared with this model transaction by transaction (the AR and AW address/length
+sequences), batch by batch (the ``done`` records) and counter by counter; the host runtime's
+``model://`` device uses it as its DMA. Pure numpy/Python: no amaranth import.
+
+Semantics (the same as the RTL's docstring):
+
+- A key is ``(table << row_bits) | row``. Batch slot = index of the key within its batch.
+- Window check, in this priority order (the first failing check names the cause):
+  ``table``: table >= num_tables, or no valid descriptor (rows == 0);
+  ``row``:   row >= rows;
+  ``desc``:  row_bytes == 0, row_bytes not a multiple of the bus width in bytes, row_bytes >
+             staging stride, table base not bus-aligned, or base + rows * row_bytes > 2**addr_width;
+  ``slot``:  bank >= staging banks, slot >= staging slots, staging base or stride not
+             bus-aligned, or staging base + banks * slots * stride > 2**addr_width.
+  A refused row issues no transaction, counts one ``window_errors`` and sets its cause bit.
+- A row is copied in chunks: ``min(remaining, 4096 - src % 4096, 4096 - dst % 4096,
+  max_burst_beats * bus_bytes)`` bytes, each one INCR read burst (AR) and one INCR write burst
+  (AW), full-width beats. Gather: table row -> staging slot; scatter: staging slot -> table row.
+- A read beat answered with an error (``read_error(addr)``) is written with no byte strobe and
+  counts one ``axi_errors``; a write burst with an error response counts one ``axi_errors``.
+  The memory model of the slaves used in tests: a read-error beat returns no data; a write beat
+  at an address with ``write_error(addr)`` is dropped and makes its burst's response an error.
+- ``bytes_read`` counts the bytes of read beats answered OKAY, ``bytes_written`` the bytes of
+  write beats sent with strobes (before their response is known). ``rows`` counts copied rows
+  (whatever their AXI responses). All counters wrap at ``2**counter_width``.
+- Copies are applied in issue order; the hardware overlaps the read of one chunk with the write
+  of earlier ones, so the memory result is exact only when table and staging windows do not
+  overlap (the address sequences and counters always are).
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+from hotline.contract.dma import CAUSES, DIRECTIONS, PAGE
+from hotline.contract.keys import KEY_BITS, ROW_BITS
+
+__all__ = ["TableDescriptor", "StagingWindow", "RowDMAModel"]
+
+
+@dataclass
+class TableDescriptor:
+    base: int
+    rows: int
+    row_bytes: int
+
+
+@dataclass
+class StagingWindow:
+    base: int = 0
+    stride: int = 0
+    slots: int = 0
+    banks: int = 0
+
+
+class RowDMAModel:
+    """The row DMA: descriptors, staging window, window check, burst split, counters."""
+
+    COUNTERS = ("rows", "window_errors", "axi_errors", "bytes_read", "bytes_written")
+
+    def __init__(self, data_width=64, addr_width=32, num_tables=32, row_bits=ROW_BITS,
+                 max_burst_beats=16, key_width=KEY_BITS, counter_width=48):
+        if data_width % 8 or data_width & (data_width - 1):
+            raise ValueError(f"data_width must be a power of two, not {data_width}")
+        if not 1 <= max_burst_beats <= 256 or max_burst_beats * data_width // 8 > PAGE:
+            raise ValueError(f"max_burst_beats must be 1..256 and fit a 4 KiB page, "
+                             f"not {max_burst_beats}")
+        self.data_width, self.addr_width = data_width, addr_width
+        self.num_tables, self.row_bits, self.key_width = num_tables, row_bits, key_width
+        self.max_burst_beats, self.counter_width = max_burst_beats, counter_width
+        self.bus_bytes = data_width // 8
+        self.descriptors = {}
+        self.staging = StagingWindow()
+        self.error_cause = 0
+        self.clear_counters()
+
+    # ---- configuration -----------------------------------------------------------------
+
+    def write_descriptor(self, table, base, rows, row_bytes):
+        """Register table ``table``'s window (values truncated to the port widths, like the
+        RTL's descriptor port; a table id >= num_tables is ignored). rows = 0 invalidates."""
+        if not 0 <= table < self.num_tables:
+            return
+        self.descriptors[table] = TableDescriptor(base & ((1 << self.addr_width) - 1),
+                                                  rows & ((1 << (self.row_bits + 1)) - 1),
+                                                  row_bytes & 0xFFFF)
+
+    def set_staging(self, base, stride, slots, banks):
+        self.staging = StagingWindow(base & ((1 << self.addr_width) - 1), stride & 0xFFFF,
+                                     slots & 0xFFFF, banks & 3)
+
+    def reset(self):
+        """Power-on state: no valid descriptor, counters and error bits zero."""
+        self.descriptors = {}
+        self.error_cause = 0
+        self.clear_counters()
+
+    def clear_counters(self):
+        self.rows = self.window_errors = self.axi_errors = 0
+        self.bytes_read = self.bytes_written = 0
+
+    def clear_errors(self):
+        self.error_cause = 0
+
+    def counters(self):
+        return {name: getattr(self, name) for name in self.COUNTERS}
+
+    @property
+    def error_causes(self):
+        """The sticky error_cause bits that are set, by name."""
+        return {c for i, c in enumerate(CAUSES) if self.error_cause >> i & 1}
+
+    # ---- address computation -----------------------------------------------------------
+
+    def split(self, key):
+        key = int(key) & ((1 << self.key_width) - 1)
+        return key >> self.row_bits, key & ((1 << self.row_bits) - 1)
+
+    def check(self, key, slot, bank):
+        """(table address, staging address, bytes) of the row ``key`` into staging ``(bank,
+        slot)``, or the refusal cause ('table', 'row', 'desc' or 'slot')."""
+        b, top, st = self.bus_bytes, 1 << self.addr_width, self.staging
+        table, row = self.split(key)
+        d = self.descriptors.get(table)
+        if table >= self.num_tables or d is None or d.rows == 0:
+            return "table"
+        if row >= d.rows:
+            return "row"
+        if (d.row_bytes == 0 or d.row_bytes % b or d.row_bytes > st.stride or d.base % b
+                or d.base + d.rows * d.row_bytes > top):
+            return "desc"
+        if (bank >= st.banks or slot >= st.slots or st.base % b or st.stride % b
+                or st.base + st.banks * st.slots * st.stride > top):
+            return "slot"
+        return (d.base + row * d.row_bytes, st.base + (bank * st.slots + slot) * st.stride,
+                d.row_bytes)
+
+    def chunks(self, src, dst, nbytes):
+        """A row copy as (src, dst, bytes) chunks: no 4 KiB crossing, <= max_burst_beats."""
+        out = []
+        limit = self.max_burst_beats * self.bus_bytes
+        while nbytes:
+            n = min(nbytes, PAGE - src % PAGE, PAGE - dst % PAGE, limit)
+            out.append((src, dst, n))
+            src, dst, nbytes = src + n, dst + n, nbytes - n
+        return out
+
+    def _rows(self, direction, keys, bank):
+        if direction not in DIRECTIONS:
+            raise ValueError(f"direction must be one of {DIRECTIONS}, not {direction!r}")
+        for slot, key in enumerate(keys):
+            r = self.check(key, slot, bank)
+            if isinstance(r, str):
+                yield r
+            else:
+                table_addr, staging_addr, n = r
+                yield ((table_addr, staging_addr, n) if direction == "gather"
+                       else (staging_addr, table_addr, n))
+
+    def bursts(self, direction, keys, bank):
+        """Every chunk (src, dst, bytes) of the batch in issue order: the AR sequence is
+        (src, bytes // bus_bytes - 1), the AW sequence (dst, bytes // bus_bytes - 1)."""
+        out = []
+        for r in self._rows(direction, keys, bank):
+            if not isinstance(r, str):
+                out += self.chunks(*r)
+        return out
+
+    # ---- execution ----------------------------------------------------------------------
+
+    def _wrap(self, value):
+        return value & ((1 << self.counter_width) - 1)
+
+    def _fast_copies(self, direction, keys, bank):
+        """(src, dst, row_bytes, causes) of a whole batch, vectorised, when every copy can be
+        done as one fancy-indexed assignment with the sequential loop's result: all accepted
+        rows have one size and no source range meets a destination range. None otherwise."""
+        keys = np.asarray(keys, np.int64) & ((1 << self.key_width) - 1)
+        if keys.size == 0:
+            return None
+        st, b, top = self.staging, self.bus_bytes, 1 << self.addr_width
+        n = self.num_tables
+        base, nrows, rb = (np.zeros(n + 1, np.int64) for _ in range(3))
+        for t, d in self.descriptors.items():
+            base[t], nrows[t], rb[t] = d.base, d.rows, d.row_bytes
+        table = np.minimum(keys >> self.row_bits, n)
+        row = keys & ((1 << self.row_bits) - 1)
+        desc_bad = ((rb == 0) | (rb % b != 0) | (rb > st.stride) | (base % b != 0)
+                    | (base + nrows * rb > top))[table]
+        staging_bad = bool(st.base % b or st.stride % b
+                           or st.base + st.banks * st.slots * st.stride > top or bank >= st.banks)
+        slot = np.arange(len(keys))
+        cause = np.full(len(keys), -1, np.int64)
+        for name, bad in (("slot", staging_bad | (slot >= st.slots)), ("desc", desc_bad),
+                          ("row", row >= nrows[table]), ("table", nrows[table] == 0)):
+            cause[bad] = CAUSES.index(name)   # the last assignment is the first check
+        ok = cause < 0
+        sizes = np.unique(rb[table[ok]])
+        if sizes.size > 1:
+            return None
+        size = int(sizes[0]) if sizes.size else 0
+        table_addr = base[table[ok]] + row[ok] * size
+        staging_addr = st.base + (bank * st.slots + slot[ok]) * st.stride
+        src, dst = ((table_addr, staging_addr) if direction == "gather"
+                    else (staging_addr, table_addr))
+        if src.size and not (src.max() + size <= dst.min() or dst.max() + size <= src.min()):
+            return None
+        if np.unique(dst).size != dst.size:  # repeated targets: the loop's order matters
+            return None
+        return src, dst, size, cause
+
+    def run(self, memory, direction, keys, bank, read_error=None, write_error=None):
+        """Copy one batch in ``memory`` (uint8, index = bus address); update the counters and
+        error bits; return the batch's done record {rows, errors}."""
+        if direction not in DIRECTIONS:
+            raise ValueError(f"direction must be one of {DIRECTIONS}, not {direction!r}")
+        fast = None
+        if read_error is None and write_error is None:
+            fast = self._fast_copies(direction, keys, bank)
+        if fast is not None:
+            src, dst, size, cause = fast
+            if src.size and max(src.max(), dst.max()) + size > len(memory):
+                raise ValueError(f"a copy reaches beyond the memory array ({len(memory)} bytes)")
+            if src.size:
+                lane = np.arange(size, dtype=np.int64)
+                memory[(dst[:, None] + lane).ravel()] = memory[(src[:, None] + lane).ravel()]
+            errors = int((cause >= 0).sum())
+            for c in np.unique(cause[cause >= 0]).tolist():
+                self.error_cause |= 1 << c
+            self.window_errors = self._wrap(self.window_errors + errors)
+            self.bytes_read = self._wrap(self.bytes_read + src.size * size)
+            self.bytes_written = self._wrap(self.bytes_written + src.size * size)
+            self.rows = self._wrap(self.rows + src.size)
+            return {"rows": int(src.size), "errors": errors}
+        b = self.bus_bytes
+        rows = errors = 0
+        for r in self._rows(direction, keys, bank):
+            if isinstance(r, str):
+                errors += 1
+                self.window_errors = self._wrap(self.window_errors + 1)
+                self.error_cause |= 1 << CAUSES.index(r)
+                continue
+            src, dst, n = r
+            if max(src, dst) + n > len(memory):
+                raise ValueError(f"copy {src:#x} -> {dst:#x} ({n} bytes) is outside the memory "
+                                 f"array ({len(memory)} bytes)")
+            for csrc, cdst, cn in self.chunks(src, dst, n):
+                if read_error is None and write_error is None:
+                    memory[cdst:cdst + cn] = memory[csrc:csrc + cn]
+                    self.bytes_read = self._wrap(self.bytes_read + cn)
+                    self.bytes_written = self._wrap(self.bytes_written + cn)
+                    continue
+                burst_error = False
+                for off in range(0, cn, b):
+                    a, d = csrc + off, cdst + off
+                    if read_error is not None and read_error(a):
+                        self.axi_errors = self._wrap(self.axi_errors + 1)
+                        self.error_cause |= 1 << CAUSES.index("axi_read")
+                        continue
+                    self.bytes_read = self._wrap(self.bytes_read + b)
+                    self.bytes_written = self._wrap(self.bytes_written + b)
+                    if write_error is not None and write_error(d):
+                        burst_error = True
+                        continue
+                    memory[d:d + b] = memory[a:a + b]
+                if burst_error:
+                    self.axi_errors = self._wrap(self.axi_errors + 1)
+                    self.error_cause |= 1 << CAUSES.index("axi_write")
+            rows += 1
+            self.rows = self._wrap(self.rows + 1)
+        return {"rows": rows, "errors": errors}
+
+
+def as_memory(size):
+    """A zeroed uint8 memory of ``size`` bytes (pages are only allocated when touched)."""
+    return np.zeros(size, np.uint8)

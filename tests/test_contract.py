@@ -1,0 +1,94 @@
+"""The contract layer (`hotline.contract`): each fact defined once and the same everywhere."""
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+from amaranth.hdl import UnusedElaboratable
+
+from hotline.contract import cam, config, keys, streams
+from hotline.contract.config import AcceleratorConfig
+from hotline.hw.accelerator import HotlineAccelerator
+
+CONFIGS = [AcceleratorConfig(),
+           AcceleratorConfig(cam_entries=2048, cold_capacity=2048, cold_max_keys=1024,
+                             max_batch_samples=256),
+           AcceleratorConfig.for_workload(300, 100, 2600)]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=["product", "board", "workload"])
+def test_stream_layouts_are_the_tops_ports(cfg):
+    """`stream_layouts` (no gateware built) = the payload shapes of the top built from the same
+    configuration, for every stream the host sees."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedElaboratable)
+        top = HotlineAccelerator.from_config(cfg)
+    layouts = streams.stream_layouts(cfg)
+    assert tuple(layouts) == streams.STREAMS
+    for name, layout in layouts.items():
+        assert getattr(top, name).payload.shape() == layout, name
+
+
+def test_pack_unpack_and_batch_end():
+    layout = streams.stream_layouts(AcceleratorConfig())["batch_keys"]
+    assert list(layout.members)[0] == streams.BATCH_END
+    beats = streams.pack(layout, end=[0, 0, 1], key=[7, 0xFFFFFFFF, 0], cold=[0, 0, 2])
+    assert [streams.batch_end(b) for b in beats] == [False, False, True]
+    assert [streams.batch_key(b) for b in beats[:2]] == [7, 0xFFFFFFFF]
+    f = streams.unpack(layout, beats)
+    assert f["key"].tolist() == [7, 0xFFFFFFFF, 0] and f["cold"].tolist() == [0, 0, 2]
+
+
+def test_lookup_beats_mark_samples_and_batches():
+    key, eos, eob, empty = streams.lookup_beats([5, 6, 7], [0, 2, 2, 3], 2)
+    assert key.tolist() == [5, 6, 0, 7] and empty.tolist() == [False, False, True, False]
+    assert eos.tolist() == [False, True, True, True]
+    assert eob.tolist() == [False, False, True, True]
+
+
+def test_keys_round_trip():
+    t, r = np.array([0, 3, keys.MAX_TABLES - 1]), np.array([0, 12345, keys.MAX_ROWS - 1])
+    k = keys.make_keys(t, r)
+    assert k.dtype == np.uint32 and (k[1] == (3 << keys.ROW_BITS | 12345))
+    tt, rr = keys.split_keys(k)
+    assert tt.tolist() == t.tolist() and rr.tolist() == r.tolist()
+
+
+def test_slot_widths_match_the_blocks():
+    from hotline.hw.cold_key_set import ColdKeySet
+    from hotline.hw.popularity_cam import PopularityCAM
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedElaboratable)
+        for entries, stash in ((64, 4), (1024, 4), (16384, 4), (16384, 1)):
+            assert PopularityCAM(entries, stash=stash).slot_width == \
+                config.hot_slot_width(entries, stash)
+        for max_keys in (1, 2, 1024, 8192, 8193):
+            assert ColdKeySet(1024, max_keys=max_keys).slot_width == \
+                config.cold_slot_width(max_keys)
+
+
+def test_cam_codes_are_one_definition():
+    from hotline.contract.regmap import HOTLINE_REGISTERS
+    from hotline.contract.shapes import CAMOp, CAMStatus
+    for plain, shaped in ((cam.CAMOp, CAMOp), (cam.CAMStatus, CAMStatus)):
+        assert [(m.name, int(m)) for m in plain] == [(m.name, int(m)) for m in shaped]
+    assert dict(HOTLINE_REGISTERS.CAM_RESP.field("status").values)["full"] == cam.CAMStatus.FULL
+
+
+def test_host_runtime_needs_no_amaranth_for_model_and_registers():
+    """The register view and the model:// device import no Amaranth (serial:// and sim://
+    import only `amaranth.lib.data` for the stream layouts, never build gateware)."""
+    code = ("import sys, numpy as np, hotline, hotline.host.registers\n"
+            "from hotline.contract import AcceleratorConfig\n"
+            "from hotline.host import HostMemory\n"
+            "cfg = AcceleratorConfig(cam_entries=256, cold_capacity=256, cold_max_keys=64,\n"
+            "                        max_batch_samples=16)\n"
+            "with HostMemory(1 << 16) as mem, hotline.open('model://', config=cfg, memory=mem) as d:\n"
+            "    d.load_hot_set(np.arange(4, dtype=np.uint32))\n"
+            "    d.push_batch(np.arange(8, dtype=np.uint32), np.ones(8, int))\n"
+            "    assert d.pull_batch().hot.sum() == 4\n"
+            "assert 'amaranth' not in sys.modules, 'amaranth imported'\n"
+            "import hotline.host.serial_device\n"
+            "assert 'hotline.hw' not in sys.modules and 'hotline.sim' not in sys.modules\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
