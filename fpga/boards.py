@@ -2,12 +2,13 @@
 
 A board top (`hotline.fpga.board_top.BoardTop`) holds the HotlineAccelerator, the UART host
 link bridge and an on-board block-RAM memory window that stands in for host memory. The
-configurations are reduced from the product one so that the accelerator, the window and the
-link buffers fit the part's block RAM together; the UART runs at ``baud`` from the board clock.
+configurations are reduced from the product one (`hotline.contract.config.PRODUCT`) so that
+the accelerator, the window and the link buffers fit the part's block RAM together; the UART
+runs at ``baud`` from the board clock.
 """
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from hotline.contract.config import AcceleratorConfig
+from hotline.contract.config import PRODUCT, AcceleratorConfig
 
 __all__ = ["BoardSpec", "BOARDS", "board", "buildable"]
 
@@ -40,8 +41,10 @@ class BoardSpec:
         return round(self.clock_hz / self.baud)
 
 
-_ECP5_CONFIG = AcceleratorConfig(cam_entries=2048, cold_capacity=2048, cold_max_keys=1024,
-                                 max_batch_samples=256)
+# The product's ways, stash and kicks; 12 epoch bits (one clearing pass every 4095 batches),
+# as the ECP5 boards were built and measured.
+_ECP5_CONFIG = replace(PRODUCT, cam_entries=2048, cold_capacity=2048, cold_max_keys=1024,
+                       max_batch_samples=256, cold_epoch_bits=12)
 _ECP5_LEARNER = dict(buckets=256, ways=4, count_bits=16)
 
 BOARDS = {b.name: b for b in (
@@ -52,8 +55,8 @@ BOARDS = {b.name: b for b in (
               window_bytes=65536),
     BoardSpec("icebreaker", ("amaranth_boards.icebreaker", "ICEBreakerPlatform"), "ice40-up5k",
               12_000_000, 1_000_000,
-              AcceleratorConfig(cam_entries=256, cold_capacity=256, cold_max_keys=128,
-                                max_batch_samples=64, cold_epoch_bits=8),
+              replace(PRODUCT, cam_entries=256, cold_capacity=256, cold_max_keys=128,
+                      max_batch_samples=64),
               dict(buckets=16, ways=4, count_bits=16), num_tables=8,
               window_bytes=4096, max_request=512, result_depth=128,
               does_not_fit="even this smallest configuration needs 17.3k LUT4 and 103 block RAMs "

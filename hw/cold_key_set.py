@@ -36,7 +36,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, ceil_log2
 
-from hotline.contract.config import cold_slot_width
+from hotline.contract.config import PRODUCT, cold_slot_width
 from hotline.contract.hashing import bucket_hash
 
 from .bram import BucketTable
@@ -69,7 +69,8 @@ class ColdKeySet(wiring.Component):
     two), ``stash``, ``max_keys`` (slots per batch), ``key_width``, ``user_width``,
     ``epoch_bits``, ``seeds`` (two distinct hash seeds), ``hash_family``, ``primitive`` (the tables'
     ``BucketTable`` primitive: None infers block RAM, for simulation and any FPGA; "ecp5":
-    DP16KD instances that use their output register).
+    DP16KD instances that use their output register). The geometry defaults are the product
+    configuration's (`hotline.contract.config.PRODUCT`).
     """
     LATENCY = 8
     # Buckets per block-RAM bank (BucketTable's "ecp5" limit).
@@ -82,9 +83,10 @@ class ColdKeySet(wiring.Component):
     # register.
     FORWARD = BucketTable.LATENCY + 3
 
-    def __init__(self, capacity=32768, *, ways=4, stash=4, max_keys=32768, key_width=32,
-                 user_width=1, epoch_bits=8, seeds=(11, 12), hash_family="tabulation",
-                 primitive=None):
+    def __init__(self, capacity=PRODUCT.cold_capacity, *, ways=PRODUCT.cold_ways,
+                 stash=PRODUCT.cold_stash, max_keys=PRODUCT.cold_max_keys, key_width=32,
+                 user_width=1, epoch_bits=PRODUCT.cold_epoch_bits, seeds=(11, 12),
+                 hash_family="tabulation", primitive=None):
         for name, value in (("capacity", capacity), ("ways", ways)):
             if value < 1 or value & (value - 1):
                 raise ValueError(f"{name} must be a power of two, not {value}")

@@ -20,16 +20,18 @@ overflows since reset or ``clear_counters`` (48 bits, wrapping; ``lagged_count``
 output beats, and a beat in the clearing cycle is counted after the clear).
 
 Timing: one lookup per cycle sustained, also across batch boundaries (the cold set needs no
-clearing pass between batches, except one pass of ``cold_capacity // 8`` cycles every 255
-batches). Latency ``LATENCY`` cycles from a ``lookups`` handshake to the FIFO write, plus the
-FIFOs' own. An output whose FIFO holds more than ``fifo_depth - 3`` entries stalls the
-pipeline only when the beat at its end needs that FIFO; nothing is lost or duplicated. Read
-all output streams concurrently.
+clearing pass between batches, except one pass of ``capacity // (2 * ways)`` cycles every
+``2**epoch_bits - 1`` batches: 2048 cycles every 255 batches in the product configuration).
+Latency ``LATENCY`` cycles from a ``lookups`` handshake to the FIFO write, plus the FIFOs'
+own. An output whose FIFO holds more than ``fifo_depth - 3`` entries stalls the pipeline only
+when the beat at its end needs that FIFO; nothing is lost or duplicated. Read all output
+streams concurrently.
 """
 from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hotline.contract.config import PRODUCT
 from hotline.contract.keys import KEY_BITS
 from hotline.contract.streams import fragmenter_layouts, lookup_layout
 
@@ -50,11 +52,12 @@ class Fragmenter(wiring.Component):
 
     Parameters: ``cam`` (PopularityCAM keyword arguments), ``cold`` (ColdKeySet keyword
     arguments: capacity, ways, stash, max_keys, ...), ``max_batch_samples``, ``fifo_depth``
-    (>= 4 entries per output FIFO).
+    (>= 4 entries per output FIFO). The geometry defaults (the blocks' own, and
+    ``max_batch_samples``) are the product configuration's (`hotline.contract.config.PRODUCT`).
     """
 
-    def __init__(self, *, cam=None, cold=None, max_batch_samples=4096, fifo_depth=16,
-                 key_width=KEY_BITS):
+    def __init__(self, *, cam=None, cold=None, max_batch_samples=PRODUCT.max_batch_samples,
+                 fifo_depth=16, key_width=KEY_BITS):
         self.cam_args = dict(cam or {})
         self.cold_args = dict(cold or {})
         self.key_width = key_width

@@ -92,3 +92,47 @@ def test_host_runtime_needs_no_amaranth_for_model_and_registers():
             "import hotline.host.serial_device\n"
             "assert 'hotline.hw' not in sys.modules and 'hotline.sim' not in sys.modules\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_product_configuration_is_one_definition():
+    """`PRODUCT` is `AcceleratorConfig()`, and every other place that states the product's
+    geometry takes it from there: the ECP5 flow's accelerator and cold-key set
+    (`hotline.fpga.blocks`), and the constructor defaults of the gateware blocks and of the
+    models."""
+    from hotline.fpga.blocks import BLOCKS
+    from hotline.hw.cold_key_set import ColdKeySet
+    from hotline.hw.fragmenter import Fragmenter
+    from hotline.hw.popularity_cam import PopularityCAM
+    from hotline.model.cold_key_set import ColdKeySetModel
+    from hotline.model.popularity_cam import PopularityCAMModel
+
+    def geometry(frag):
+        cam, cold = frag.cam, frag.cold
+        return AcceleratorConfig(cam.entries, cam.ways, cam.stash, cam.max_kicks, cold.capacity,
+                                 cold.ways, cold.stash, cold.max_keys, cold.epoch_bits,
+                                 frag.max_batch_samples)
+
+    assert config.PRODUCT == AcceleratorConfig()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedElaboratable)
+        top = BLOCKS["accelerator"]("ecp5-85f")
+        assert geometry(top.fragmenter) == config.PRODUCT
+        assert (top.dma.data_width, top.dma.num_tables) == (64, 32)
+        cold = BLOCKS["cold-key-set"]("ecp5-85f")
+        assert (cold.capacity, cold.max_keys, cold.epoch_bits) == \
+            (config.PRODUCT.cold_capacity, config.PRODUCT.cold_max_keys,
+             config.PRODUCT.cold_epoch_bits)
+        assert BLOCKS["cam"]("ecp5-85f").entries == config.PRODUCT.cam_entries
+        assert geometry(Fragmenter()) == config.PRODUCT
+        c = ColdKeySet()
+        assert (c.capacity, c.ways, c.stash, c.max_keys, c.epoch_bits) == tuple(
+            config.PRODUCT.cold_kwargs().values())
+        m = PopularityCAM()
+        assert (m.entries, m.ways, m.stash, m.max_kicks) == tuple(
+            config.PRODUCT.cam_kwargs().values())
+    c = ColdKeySetModel()
+    assert (c.capacity, c.ways, c.stash, c.max_keys) == tuple(
+        config.PRODUCT.cold_kwargs().values())[:4]
+    m = PopularityCAMModel()
+    assert (m.entries, m.ways, m.stash_size, m.max_kicks) == tuple(
+        config.PRODUCT.cam_kwargs().values())

@@ -217,3 +217,26 @@ def test_device_bad_arguments():
             dev.push_batch(np.zeros(5000, np.uint32), np.ones(5000, np.int64))
     with pytest.raises(HotlineError, match="closed"):
         dev.counters()
+
+
+def test_model_refuses_a_hot_set_beyond_capacity_before_any_insert():
+    """More hot keys than ``config.hot_capacity`` is one HotlineError, and the device keeps its
+    earlier hot set (the check comes before any insert; the same on every backend)."""
+    config = AcceleratorConfig.for_workload(16, 8, 64)   # a 64-entry CAM: 57 hot rows
+    with HostMemory(1 << 16) as mem, hotline.open("model://", config=config, memory=mem) as dev:
+        keys = np.arange(config.hot_capacity + 1, dtype=np.uint32)
+        held = dev.load_hot_set(keys[:config.hot_capacity])
+        with pytest.raises(HotlineError, match=f"holds at most {config.hot_capacity} hot rows"):
+            dev.load_hot_set(keys)
+        assert dev.placement is held
+
+
+def test_set_table_refuses_a_table_beyond_the_devices_count():
+    """A table index >= the device's table count is one HotlineError naming both."""
+    with HostMemory(1 << 16) as mem, hotline.open("model://", memory=mem, num_tables=8) as dev:
+        assert dev.info()["num_tables"] == 8
+        w = mem.alloc(4096)
+        dev.set_table(7, w, 10, 16)
+        with pytest.raises(HotlineError, match="table 8: the device has 8 tables"):
+            dev.set_table(8, w, 10, 16)
+        assert sorted(dev.tables) == [7]

@@ -215,3 +215,26 @@ def test_fragment_rtl_reports_exactly_k_hot_rows(tmp_path):
     path = real_file("criteo_kaggle/train_head1999.csv.gz")
     k = len(file_families(path)["rank order"]) // 2
     assert _fragment_hot_rows(path, k, simulator_or_skip("verilator"), tmp_path) == k
+
+
+def test_bench_synthesis_builds_both_hash_blocks(monkeypatch):
+    """The hashing section's hash cost (LUT4, Fmax) comes from the synthesis section, so the
+    full run synthesises hash-tabulation and hash-h3; --quick does not."""
+    import hotline.fpga.blocks
+    from hotline.bench.benchmarks import bench_synthesis
+
+    built = []
+
+    def fake_report(block, device, build_dir):
+        built.append((block, device))
+        return {"block": block, "device": device, "build_dir": build_dir, "fmax_mhz": 200.0,
+                "freq_mhz": 125.0, "lut4": 100, "bram": 0, "bram_available": 208,
+                "bram_fraction": 0.0}
+
+    monkeypatch.setattr(hotline.fpga.blocks, "report", fake_report)
+    out, rows = bench_synthesis(quick=False)
+    assert {("hash-tabulation", "ecp5-85f"), ("hash-h3", "ecp5-85f")} <= set(built)
+    assert {r["block"] for r in out} >= {"hash-tabulation", "hash-h3"}
+    built.clear()
+    bench_synthesis(quick=True)
+    assert not any(block.startswith("hash-") for block, _ in built)

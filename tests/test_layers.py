@@ -164,7 +164,7 @@ def test_imports_go_one_way():
      "the host runtime never"),
     ("sw/contract/keys.py", "from .. import model\n", "the contract imports nothing"),
     ("fpga/board_top.py", "from hotline.sim.accelerator_run import x\n", "fpga imports"),
-    ("sw/train/training.py", "from .. import cli\n", "train imports the layers below"),
+    ("sw/train/run.py", "from .. import cli\n", "train imports the layers below"),
     ("sw/model/planner.py", "def f():\n    from .device_model import x\n",
      "function-level import of hotline.model.device_model"),
 ])
@@ -178,3 +178,10 @@ def test_the_check_passes_allowed_imports():
                         "from hotline.contract.keys import ROW_BITS\n"
                         "from ..model import device_model\n"
                         "def f():\n    import torch  # lazy: seconds to import\n") == []
+
+
+def test_no_module_cites_the_brief_for_a_contract():
+    """Docstrings cite docs/design.md for the contracts, not ``DESIGN.md`` (the product brief
+    outside the repository, which docs/design.md supersedes)."""
+    cited = [str(p.relative_to(ROOT)) for p in python_files() if "DESIGN.md" in p.read_text()]
+    assert not cited, f"cite docs/design.md instead of DESIGN.md in: {cited}"

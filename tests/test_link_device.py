@@ -102,3 +102,52 @@ def test_stream_beats_split_at_max_request():
     dev._send_beats("LOOKUPS", beats)
     assert [len(p) for _, _, p in dev.sent] == [16, 16, 8]
     assert [int(v) for _, _, p in dev.sent for v in unpack_u64(p)] == beats
+
+
+def _register_file(values):
+    """A far end that answers READ32 from ``values`` (register name -> value, else 0) and
+    ACKs everything else; with ``Scripted`` it is a LinkDevice over an in-process link."""
+    from hotline.host.registers import ADDR
+    by_addr = {getattr(ADDR, name): value for name, value in values.items()}
+
+    def answer(kind, seq, payload):
+        if kind == "READ32":
+            value = by_addr.get(int.from_bytes(payload[:4], "little"), 0)
+            return encode("DATA", seq, value.to_bytes(4, "little"))
+        return encode("ACK", seq)
+    return answer
+
+
+def test_link_refuses_a_hot_set_beyond_capacity_before_any_frame():
+    """load_hot_set with more keys than ``config.hot_capacity``: one HotlineError, as on
+    model://, before a single CAM command goes out."""
+    import numpy as np
+
+    from hotline.contract.config import AcceleratorConfig
+    from hotline.contract.errors import HotlineError
+
+    dev = Scripted(_register_file({}), timeout=0.2, retries=0)
+    capacity = AcceleratorConfig().hot_capacity
+    with pytest.raises(HotlineError, match=f"holds at most {capacity} hot rows"):
+        dev.load_hot_set(np.arange(capacity + 1, dtype=np.uint32))
+    assert dev.sent == []
+
+
+def test_link_set_table_refuses_a_table_beyond_num_tables():
+    """The table count is the device's NUM_TABLES register: on an 8-table device table 8 is one
+    HotlineError, and no descriptor register is written."""
+    from hotline.contract.errors import HotlineError
+    from hotline.host.host_memory import HostMemory
+    from hotline.host.registers import ID_VALUE
+
+    dev = Scripted(_register_file({"ID": ID_VALUE, "NUM_TABLES": 8}))
+    dev._start()
+    assert dev.info()["num_tables"] == 8
+    with HostMemory(1 << 16) as mem:
+        dev.memory = mem
+        w = mem.alloc(4096)
+        dev.set_table(7, w, 10, 16)
+        sent = len(dev.sent)
+        with pytest.raises(HotlineError, match="table 8: the device has 8 tables"):
+            dev.set_table(8, w, 10, 16)
+        assert len(dev.sent) == sent and sorted(dev.tables) == [7]

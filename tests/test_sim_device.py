@@ -92,3 +92,26 @@ def test_train_over_sim_gives_model_losses(tmp_path):
                for url in ("model://", "sim://verilator")]
     assert reports[0]["losses"] == reports[1]["losses"]
     assert reports[0]["counters"] == reports[1]["counters"]
+
+
+@pytest.mark.rtl
+def test_sim_refuses_a_hot_set_beyond_capacity(tmp_path):
+    """sim:// refuses more hot keys than ``config.hot_capacity`` in one line, as model://
+    does, before any insert; a hot set that fits still loads."""
+    import numpy as np
+
+    from hotline.contract.errors import HotlineError
+    from hotline.host.simulators import simulator_available
+
+    if not simulator_available("verilator"):
+        pytest.skip("verilator is not installed")
+    config = AcceleratorConfig.for_workload(16, 8, 64)   # a 64-entry CAM: 57 hot rows
+    keys = np.arange(config.hot_capacity + 1, dtype=np.uint32)
+    with HostMemory(1 << 20, tmp_path / "m.bin") as mem, \
+            hotline.open("sim://verilator", config=config, memory=mem,
+                         build_dir=tmp_path / "b", timeout=60) as dev:
+        with pytest.raises(HotlineError, match=f"holds at most {config.hot_capacity} hot rows"):
+            dev.load_hot_set(keys)
+        assert dev.placement is None
+        placement = dev.load_hot_set(keys[:16])
+        assert placement.keys.size + placement.failed.size == 16

@@ -2,6 +2,9 @@
 checkpoint/resume, the CLI and its errors."""
 import json
 import math
+import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -33,6 +36,16 @@ def run(data, mode, **kw):
         trainer.close()
 
 
+def initial_tables(data, cfg):
+    """DLRM's initialisation, written out independently: uniform(-1/sqrt(rows), 1/sqrt(rows))."""
+    out = []
+    for t, rows in enumerate(data.table_sizes):
+        rng = np.random.default_rng([cfg.seed, 1000 + t])
+        a = np.float32(1 / math.sqrt(rows))
+        out.append(rng.random((int(rows), cfg.dim), dtype=np.float32) * (2 * a) - a)
+    return out
+
+
 def reference_train(data, cfg):
     """Dense full-table training in plain torch: every table a tensor, F.embedding lookups,
     the whole mini-batch at once, the optimizer applied to every row (untouched rows get a
@@ -41,12 +54,8 @@ def reference_train(data, cfg):
     model = DLRM(data.dense.shape[1], data.num_tables, cfg.dim, cfg.bottom, cfg.top)
     opt = (torch.optim.SGD(model.parameters(), lr=cfg.lr) if cfg.optimizer == "sgd"
            else torch.optim.Adagrad(model.parameters(), lr=cfg.lr, eps=1e-8))
-    tables, states = [], []
-    for t, rows in enumerate(data.table_sizes):
-        rng = np.random.default_rng([cfg.seed, 1000 + t])
-        a = np.float32(1 / math.sqrt(rows))
-        tables.append(torch.from_numpy(rng.random((int(rows), cfg.dim), dtype=np.float32) * (2 * a) - a))
-        states.append(torch.zeros(int(rows)))
+    tables = [torch.from_numpy(t) for t in initial_tables(data, cfg)]
+    states = [torch.zeros(int(rows)) for rows in data.table_sizes]
     F = data.num_tables
     losses = []
     for epoch in range(cfg.epochs):
@@ -166,6 +175,44 @@ def test_cold_set_overflow_still_trains_exactly(monkeypatch):
     base, hot = run(data, "baseline", **kw), run(data, "hotline", **kw)
     assert hot[0]["counters"]["overflows"] > 0
     assert_same_run(base, hot)
+
+
+def test_hot_keys_in_the_cam_stash_are_trained_in_range(monkeypatch):
+    """A hot key the CAM puts in its stash has slot cam_entries + i (docs/design.md, "Keys and
+    slots"): the hot table has a row for it (the device's `hot_slots` count the stash), and that
+    row is trained like any other hot row. A 2-way CAM with one kick stashes 4 of 50 keys."""
+    from hotline.contract.config import AcceleratorConfig
+    orig = AcceleratorConfig.for_workload.__func__
+
+    def stashing(cls, hot_rows, batch_size, max_batch_lookups):
+        c = orig(cls, hot_rows, batch_size, max_batch_lookups)
+        return AcceleratorConfig(**{**c.as_dict(), "cam_ways": 2, "cam_max_kicks": 1})
+    monkeypatch.setattr(AcceleratorConfig, "for_workload", classmethod(stashing))
+    data = generated(n=320)
+    kw = dict(hot_rows=50)
+    base = run(data, "baseline", **kw)
+    cfg = TrainConfig(mode="hotline", **{**SMALL, **kw})
+    rep, trainer = train(data, cfg, keep=True)
+    try:
+        p, geometry = trainer.placement, trainer.acc_config
+        stashed = p.slots >= geometry.cam_entries
+        assert stashed.sum() == 4 and not p.failed.size
+        slots = geometry.cam_entries + geometry.cam_stash
+        assert trainer.device.info()["hot_slots"] == slots == len(trainer.hot_table)
+        assert p.slots.max() < slots
+        tables = trainer.tables()
+    finally:
+        trainer.close()
+    assert rep["device"]["hot_slots"] == slots
+    assert_same_run(base, (rep, tables))
+    # the stashed rows were looked up and updated
+    start = initial_tables(data, cfg)
+    keys = p.keys[stashed]
+    t, r = keys >> 27, keys & ((1 << 27) - 1)
+    batch_keys = data.keys[:data.offsets[data.n_train]]
+    assert np.isin(keys, batch_keys).all()
+    for ti, ri in zip(t, r):
+        assert not np.array_equal(tables[ti][ri, :cfg.dim], start[ti][ri])
 
 
 @pytest.mark.parametrize("mode", ["hotline", "baseline"])
@@ -341,7 +388,6 @@ def test_cli_bad_input_one_line_exit_2_no_json(tmp_path, capsys, args, message):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and not out.exists()
     assert len(err) == 1 and err[0].startswith("hotline: error: ")
-    import re
     assert re.search(message, err[0]), err[0]
 
 
@@ -371,11 +417,24 @@ def test_resume_with_other_settings_is_refused(tmp_path, capsys):
     assert rc == 2 and "--lr" in capsys.readouterr().err
 
 
+def test_cli_and_package_import_neither_torch_nor_matplotlib():
+    """`hotline --help`, its argument checks and `import hotline.train` stay fast: the trainers
+    (torch) are imported when a run starts, matplotlib only for --plot."""
+    code = ("import sys, hotline.cli, hotline.train\n"
+            "hotline.cli.build_parser().parse_args(['train', 'x', '--mode', 'baseline', "
+            "'--batch-size', '8', '--json', 'j'])\n"
+            "print(sorted(m for m in ('torch', 'matplotlib') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_help_has_example(capsys):
     with pytest.raises(SystemExit):
         cli.main(["train", "--help"])
     text = capsys.readouterr().out
     assert "example:" in text and "--mode" in text and "--max-ind-range" in text
+    outputs = re.findall(r"--(?:json|plot|checkpoint) (\S+)", text.partition("example:")[2])
+    assert outputs and all(path.startswith("build/") for path in outputs), outputs
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""The `hotline` command line (contract in DESIGN.md, "CLI").
+"""The `hotline` command line (contract in docs/design.md, "The CLI"; reference docs/cli.md).
 
 Bad input exits 2 with one line ``hotline: error: ...`` naming the file, line or field; no
 traceback and no partial output file.
@@ -21,9 +21,8 @@ from hotline.data.report import plot_stream, table, write_json
 from hotline.data.spec import SYNTH_PREFIX, open_data
 from hotline.fpga.boards import BOARDS, buildable
 from hotline.host.simulators import simulator_available
-from hotline.train import training
 
-from . import commands
+from . import commands, train_command
 
 def _data_args(p):
     p.add_argument("data", metavar="DATA", help="input data (see below)")
@@ -142,7 +141,7 @@ def build_parser():
     p.add_argument("--build-dir", default="build/gather", help="where RTL builds are kept")
     p.set_defaults(func=cmd_gather)
 
-    training.add_parser(sub)  # hotline train (sw/train/training.py)
+    train_command.add_parser(sub)  # hotline train (sw/cli/train_command.py)
 
     f = sub.add_parser("fpga", help="FPGA synthesis reports (yosys + nextpnr from YoWASP)")
     fsub = f.add_subparsers(dest="fpga_command", required=True, metavar="ACTION")

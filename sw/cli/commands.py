@@ -1,7 +1,7 @@
 """The operations behind the CLI: load data, plan the hot set, fragment, summarise.
 
-Each returns plain dicts (the JSON contract of DESIGN.md) so the CLI, `hotline sim` and the
-benchmarks share one implementation.
+Each returns plain dicts (the JSON reports of docs/cli.md, a contract: docs/design.md) so the
+CLI, `hotline sim` and the benchmarks share one implementation.
 """
 import time
 from pathlib import Path

@@ -8,8 +8,8 @@ Python and numpy, so the host runtime's register access and ``model://`` need no
 (`hotline.contract.regmap` is not re-exported: ``python -m hotline.contract.regmap`` runs it).
 
 - `hotline.contract.keys`: the key format, ``key = (table << ROW_BITS) | row``.
-- `hotline.contract.config`: `AcceleratorConfig` and the geometry rules (CAM load, learner
-  sizing, slot widths).
+- `hotline.contract.config`: `AcceleratorConfig`, the product configuration `PRODUCT`, and the
+  geometry rules (CAM load, learner sizing, slot widths).
 - `hotline.contract.cam`: the popularity CAM's command ops and response statuses.
 - `hotline.contract.dma`: the row DMA's error causes, check priority and directions.
 - `hotline.contract.hashing`: the bucket hash functions (gateware, numpy and int forms).
@@ -21,10 +21,11 @@ Python and numpy, so the host runtime's register access and ``model://`` need no
 - `hotline.contract.errors`: `HotlineError`, the one-line user error.
 """
 from .cam import CAMOp, CAMStatus
-from .config import AcceleratorConfig, learner_geometry
+from .config import PRODUCT, AcceleratorConfig, learner_geometry
 from .errors import HotlineError
 from .hashing import bucket_hash
 from .keys import KEY_BITS, MAX_ROWS, MAX_TABLES, ROW_BITS, make_keys, split_keys
 
 __all__ = ["AcceleratorConfig", "CAMOp", "CAMStatus", "HotlineError", "KEY_BITS", "MAX_ROWS",
-           "MAX_TABLES", "ROW_BITS", "bucket_hash", "learner_geometry", "make_keys", "split_keys"]
+           "MAX_TABLES", "PRODUCT", "ROW_BITS", "bucket_hash", "learner_geometry", "make_keys",
+           "split_keys"]

@@ -1,7 +1,7 @@
 """Command-line options shared by `hotline` (`hotline.cli`) and `hotline train`
-(`hotline.train`): the DATA help text, argparse number types, and the check that an output
-path can be written before any work starts. Every error is a one-line `HotlineError` or an
-argparse error."""
+(`hotline.cli.train_command`): the DATA help text, argparse number types, and the check that
+an output path can be written before any work starts. Every error is a one-line
+`HotlineError` or an argparse error."""
 import argparse
 import os
 import sys

@@ -575,7 +575,7 @@ def _all_numbers(fields):
 
 
 def load_npz(path):
-    """Read an index-stream .npz and validate it against DESIGN.md."""
+    """Read an index-stream .npz and validate it against its format (docs/cli.md, "Conventions")."""
     path = Path(path)
     if not path.exists():
         raise HotlineError(f"{path}: no such file")

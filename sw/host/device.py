@@ -1,4 +1,5 @@
-"""The Device API: one interface to the accelerator, several backends (DESIGN.md).
+"""The Device API: one interface to the accelerator, several backends (docs/device-api.md;
+contracts in docs/design.md).
 
 ``hotline.open(url, config=..., memory=...)`` returns a `Device`:
 
@@ -99,6 +100,8 @@ class Device(abc.ABC):
     #: bus data width in bits (DMA beats), address width in bits
     data_width = 64
     addr_width = 32
+    #: table descriptors: tables 0 .. num_tables - 1 (a backend sets its device's count)
+    num_tables = MAX_TABLES
     #: descriptor register field limits (16-bit row_bytes / stride / slots, 2-bit banks)
     max_row_bytes = 0xFFFF
     max_stride = 0xFFFF
@@ -126,8 +129,9 @@ class Device(abc.ABC):
     def info(self) -> dict:
         """Capabilities: accelerator geometry and DMA parameters."""
         return {"url": self.url, "backend": self.backend, "data_width": self.data_width,
-                "addr_width": self.addr_width, "num_tables": MAX_TABLES, "row_bits": ROW_BITS,
-                "max_rows": MAX_ROWS, "hot_slots": self.config.cam_entries,
+                "addr_width": self.addr_width, "num_tables": self.num_tables,
+                "row_bits": ROW_BITS,
+                "max_rows": MAX_ROWS, "hot_slots": self.config.hot_slots,
                 "max_batch_samples": self.config.max_batch_samples,
                 "max_cold_keys": self.config.cold_max_keys, "max_row_bytes": self.max_row_bytes,
                 "max_staging_stride": self.max_stride, "max_staging_slots": self.max_slots,
@@ -139,8 +143,9 @@ class Device(abc.ABC):
         """Register table ``table``: ``rows`` rows of ``row_bytes`` at ``window.base``."""
         self._check_open()
         table, rows, row_bytes = int(table), int(rows), int(row_bytes)
-        if not 0 <= table < MAX_TABLES:
-            raise HotlineError(f"table {table}: the device has tables 0..{MAX_TABLES - 1}")
+        if not 0 <= table < self.num_tables:
+            raise HotlineError(f"table {table}: the device has {self.num_tables} tables, "
+                               f"tables 0..{self.num_tables - 1}")
         if not 0 < rows <= MAX_ROWS:
             raise HotlineError(f"table {table}: {rows} rows; the device takes 1..2^{ROW_BITS}")
         if row_bytes <= 0 or row_bytes % self.bus_bytes or row_bytes > self.max_row_bytes:
@@ -198,7 +203,8 @@ class Device(abc.ABC):
     # -- hot set ------------------------------------------------------------------------
     def load_hot_set(self, keys) -> HotPlacement:
         """Clear the CAM and insert ``keys`` (rank order, hottest first); the `HotPlacement`
-        says which slot each key got and which keys the CAM refused (they stay cold)."""
+        says which slot each key got and which keys the CAM refused (they stay cold). More keys
+        than ``config.hot_capacity`` is refused before any insert, on every backend."""
         self._check_open()
         if self._in_flight:
             raise HotlineError("the hot set cannot change while batches are in flight")
@@ -210,6 +216,7 @@ class Device(abc.ABC):
         keys = keys.astype(np.uint32)
         if len(np.unique(keys)) != len(keys):
             raise HotlineError("hot keys must be distinct")
+        self.config.check_hot_set(len(keys))
         self.placement = self._load_hot_set(keys)
         return self.placement
 
@@ -323,13 +330,19 @@ class Device(abc.ABC):
 class ModelDevice(Device):
     """``model://``: the accelerator's bit-accurate models. Fragmentation is
     `hotline.model.device_model` (CAM placement, cold-key set with its overflow behaviour); bytes
-    move with `hotline.model.dma_model.RowDMAModel` over ``memory``, address checks included."""
+    move with `hotline.model.dma_model.RowDMAModel` over ``memory``, address checks included.
+    Options: ``addr_width`` (default: what ``memory`` needs, at least 32), ``data_width`` (64),
+    ``max_burst_beats`` (16), ``num_tables`` (32; fewer models a board with fewer tables)."""
 
     backend = "model"
 
     def __init__(self, url, config=None, memory=None, addr_width=None, data_width=64,
-                 max_burst_beats=16):
+                 max_burst_beats=16, num_tables=MAX_TABLES):
         super().__init__(url, config, memory)
+        if not 0 < int(num_tables) <= MAX_TABLES:
+            raise HotlineError(f"num_tables {num_tables}: the key format has tables "
+                               f"0..{MAX_TABLES - 1}")
+        self.num_tables = int(num_tables)
         if addr_width is None:
             need = memory.size if memory is not None else 1
             addr_width = max(32, int(need - 1).bit_length())
@@ -337,7 +350,7 @@ class ModelDevice(Device):
         if self.data_width % 8 or self.data_width <= 0:
             raise HotlineError(f"data_width {data_width} is not a whole number of bytes")
         self.dma = RowDMAModel(data_width=self.data_width, addr_width=self.addr_width,
-                               num_tables=MAX_TABLES, row_bits=ROW_BITS,
+                               num_tables=self.num_tables, row_bits=ROW_BITS,
                                max_burst_beats=max_burst_beats)
         self.max_burst_beats = max_burst_beats
         self._model = None

@@ -144,10 +144,12 @@ class LinkDevice(Device):
         return beats
 
     def _start(self):
-        """Check the ID register and zero the counters (once the transport is up)."""
+        """Check the ID register, read the device's table count (NUM_TABLES) and zero the
+        counters (once the transport is up)."""
         ident = self.regs.read("ID")
         if ident != ID_VALUE:
             raise LinkError(f"{self.url}: the device answered ID {ident:#x}, not {ID_VALUE:#x}")
+        self.num_tables = self.regs.read("NUM_TABLES")
         self.regs.write("CONTROL", clear_counters=1)
 
     # -- Device backend -------------------------------------------------------------------

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from hotline.contract.config import PRODUCT
 from hotline.contract.hashing import bucket_hash
 
 
@@ -25,9 +26,11 @@ def first_appearance(keys):
 
 
 class ColdKeySetModel:
-    """Same parameters as ``hotline.hw.cold_key_set.ColdKeySet`` (the timing ones excepted)."""
+    """Same parameters and defaults (the product configuration's) as
+    ``hotline.hw.cold_key_set.ColdKeySet``, the timing ones (``epoch_bits``, ...) excepted."""
 
-    def __init__(self, capacity=32768, *, ways=4, stash=4, max_keys=32768, key_width=32,
+    def __init__(self, capacity=PRODUCT.cold_capacity, *, ways=PRODUCT.cold_ways,
+                 stash=PRODUCT.cold_stash, max_keys=PRODUCT.cold_max_keys, key_width=32,
                  seeds=(11, 12), hash_family="tabulation", **_timing):
         self.capacity, self.ways, self.stash, self.max_keys = capacity, ways, stash, max_keys
         self.buckets = capacity // (2 * ways)

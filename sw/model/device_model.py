@@ -1,4 +1,4 @@
-"""Reference model of the accelerator's mini-batch fragmentation (DESIGN.md semantics).
+"""Reference model of the accelerator's mini-batch fragmentation (docs/design.md semantics).
 
 Given a placed hot set (key -> hot slot), each mini-batch of consecutive samples is split into
 a popular micro-batch (samples all of whose lookups are hot) and a non-popular one, both in
@@ -99,12 +99,9 @@ class HotPlacement:
 
 def place_hot_set(hot_keys, config: AcceleratorConfig) -> HotPlacement:
     """Insert ``hot_keys`` (rank order) into the CAM model exactly as the host will; more keys
-    than ``config.hot_capacity`` is an error."""
+    than ``config.hot_capacity`` is an error (`AcceleratorConfig.check_hot_set`)."""
     hot_keys = np.asarray(hot_keys, np.uint32)
-    if hot_keys.size > config.hot_capacity:
-        raise HotlineError(f"a hot set of {hot_keys.size} rows does not fit this accelerator: "
-                           f"its CAM ({config.cam_entries} entries) holds at most "
-                           f"{config.hot_capacity} hot rows")
+    config.check_hot_set(hot_keys.size)
     cam = PopularityCAMModel(**config.cam_kwargs())
     responses = [cam.insert(int(k)) for k in hot_keys]
     hit, slot = cam.lookup(hot_keys)
@@ -163,7 +160,7 @@ class FragmentRun:
         return popular, sizes - popular, np.diff(self.cold_offsets)
 
     def summary(self):
-        """The DESIGN.md `fragment --json` fields."""
+        """The `fragment --json` fields (docs/cli.md)."""
         c = self.counters
         popular, non_popular, cold = self.batch_sizes()
         return {

@@ -1,4 +1,4 @@
-"""Hot-set planning: the exact top-K keys of a profiling window (DESIGN.md, "Keys and slots").
+"""Hot-set planning: the exact top-K keys of a profiling window (docs/design.md, "The hot set").
 
 The exact hot set is the K keys with the highest access count among the first
 ``ceil(profile_fraction * N)`` samples, ties broken by key ascending (= (table, row) ascending).

@@ -9,6 +9,7 @@ from typing import NamedTuple
 import numpy as np
 
 from hotline.contract.cam import CAMStatus
+from hotline.contract.config import PRODUCT
 from hotline.contract.hashing import bucket_hash
 
 __all__ = ["Placement", "PopularityCAMModel"]
@@ -25,10 +26,12 @@ class PopularityCAMModel:
     ``insert(key) -> (status, slot, moves)`` with ``moves`` the list of (src, dst) slot copies in
     the order the RTL emits them; ``delete(key) -> (status, slot)``; ``clear()`` (also the state
     after reset); vectorised ``lookup(keys) -> (hit, slot)``; ``place(keys) -> Placement``.
+    The geometry defaults are the product configuration's (`hotline.contract.config.PRODUCT`).
     """
 
-    def __init__(self, entries=16384, *, ways=8, key_width=32, stash=4, max_kicks=64,
-                 seeds=(1, 2), hash_family="tabulation"):
+    def __init__(self, entries=PRODUCT.cam_entries, *, ways=PRODUCT.cam_ways, key_width=32,
+                 stash=PRODUCT.cam_stash, max_kicks=PRODUCT.cam_max_kicks, seeds=(1, 2),
+                 hash_family="tabulation"):
         self.entries, self.ways, self.key_width = entries, ways, key_width
         self.stash_size, self.max_kicks = stash, max_kicks
         self.buckets = entries // (2 * ways)

@@ -1,11 +1,22 @@
-"""DLRM training in three modes (baseline, hotline, device-only) and `hotline train`.
+"""DLRM training in three modes (baseline, hotline, device-only): docs/design.md, "Training".
 
-- `hotline.train.training`: configuration, data split, trainers, checkpoints, the report and
-  the `hotline train` command (`add_parser`, `cmd_train`, which `hotline.cli` registers);
-- `hotline.train.dlrm`: the DLRM model (PyTorch; imported only when a trainer is built).
+- `config`: `TrainConfig`, the modes and optimizers;
+- `split`: `prepare_data`, a `Dataset` made ready for training (`TrainData`, the held-out split);
+- `run`: `train`, the epochs, checkpoints and the report of one run;
+- `trainer`: what every mode shares (`Trainer`: DLRM, the sparse row update, evaluation);
+  `baseline`, `device_only`, `hotline`: the modes' trainers (they import torch, so `run`
+  imports them when a run starts);
+- `rows`: the row layout, table initialisation, memory budgets;
+- `checkpoint`: atomic save, resume and its checks, partial-file cleanup;
+- `metrics`: AUC and the planned hot fractions; `report`: the JSON report and its summary;
+- `plots`: the ``--plot`` PNG; `dlrm`: the DLRM model (PyTorch).
 
-It imports the layers below the command line, never `hotline.cli`.
+The `hotline train` command (options, progress bar, printing) is `hotline.cli.train_command`;
+this package imports the layers below the command line, never `hotline.cli`.
 """
-from .training import MODES, OPTIMIZERS, TrainConfig, TrainData, auc, prepare_data, train
+from .config import MODES, OPTIMIZERS, TrainConfig
+from .metrics import auc
+from .run import train
+from .split import TrainData, prepare_data
 
 __all__ = ["MODES", "OPTIMIZERS", "TrainConfig", "TrainData", "auc", "prepare_data", "train"]

@@ -1,0 +1,145 @@
+"""`hotline train`: its options (`add_parser`, registered by `hotline.cli`) and `cmd_train`,
+which runs `hotline.train.train` with a progress bar, writes the JSON report (and the plot)
+and prints the summary. The training itself is `hotline.train`'s; it never imports the CLI."""
+import argparse
+from dataclasses import fields
+
+from tqdm import tqdm
+
+from hotline.contract.errors import HotlineError
+from hotline.data.options import EPILOG_DATA, fraction, positive_int, say
+from hotline.data.readers import FORMATS
+from hotline.data.report import table, write_json
+from hotline.data.spec import open_data
+from hotline.train import MODES, OPTIMIZERS, TrainConfig, prepare_data, train
+from hotline.train.checkpoint import remove_stale_partials
+from hotline.train.config import DEFAULT_LR
+from hotline.train.plots import plot_training
+from hotline.train.report import summary_rows
+
+
+def _size(text) -> int:
+    units = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    t = text.strip().lower().removesuffix("ib").removesuffix("b")
+    unit = t[-1:] if t[-1:] in units and t[-1:] else ""
+    try:
+        v = float(t[:-1] if unit else t) * units[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 4G, 512M, 1048576)") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+    return int(v)
+
+
+def _widths(text) -> tuple[int, ...]:
+    try:
+        v = tuple(int(x) for x in text.split("-") if x)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of widths like 512-256-64") from None
+    if not v or min(v) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: widths must be positive integers")
+    return v
+
+
+def _test_fraction(text) -> float:
+    return fraction(text, low_open=False)
+
+
+EXAMPLE = """example:
+  hotline train synth:criteo-kaggle:100000 --max-ind-range 200000 --mode hotline \\
+      --batch-size 1024 --hot-rows 16384 --epochs 1 --json build/train.json --plot build/train.png
+  hotline train ../shared/data/criteo_kaggle/train_random4584.csv.gz --mode baseline \\
+      --batch-size 128 --hot-rows 2600 --optimizer adagrad --json build/base.json
+
+modes: baseline (tables in host memory, the CPU gathers and ships each batch's rows),
+hotline (hot rows on the torch device, cold rows gathered/scattered by the accelerator at
+--device-url, popular and non-popular micro-batches, double-buffered), device-only (all
+tables on the torch device). Same --seed and data: the same losses in every mode."""
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    """Register `hotline train` on the CLI's subparsers (called by `hotline.cli`)."""
+    p = sub.add_parser("train", help="train DLRM in baseline, hotline or device-only mode",
+                       epilog=EPILOG_DATA + "\n\n" + EXAMPLE,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("data", metavar="DATA", help="input data (see below)")
+    p.add_argument("--format", dest="fmt", choices=FORMATS, help="force the input format")
+    p.add_argument("--max-ind-range", type=positive_int, metavar="M",
+                   help="fold every table to at most M rows (row id modulo M; for Criteo text "
+                        "int(hex) %% M, as the DLRM reference); the generator's 26 tables have "
+                        "33.8M rows without it")
+    p.add_argument("--max-samples", type=positive_int, metavar="N",
+                   help="read only the first N samples")
+    p.add_argument("--mode", choices=MODES, required=True)
+    p.add_argument("--batch-size", type=positive_int, required=True, metavar="B")
+    p.add_argument("--hot-rows", type=positive_int, metavar="K",
+                   help="hot-set size (required for hotline; with the other modes it only "
+                        "reports the hot fractions)")
+    p.add_argument("--profile-fraction", type=fraction, default=1.0, metavar="F",
+                   help="plan the hot set on the first ceil(F x train samples) (default 1.0)")
+    p.add_argument("--device-url", default="model://", metavar="URL",
+                   help="the accelerator for hotline mode (default model://)")
+    p.add_argument("--epochs", type=positive_int, default=1)
+    p.add_argument("--max-steps", type=positive_int, metavar="N",
+                   help="stop after N steps in all (a later --resume continues)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd",
+                   help="sgd, or adagrad (row-wise for the embeddings: the accumulator travels "
+                        "in the row)")
+    p.add_argument("--lr", type=float, metavar="LR",
+                   help=f"learning rate (default {DEFAULT_LR['sgd']} for sgd, "
+                        f"{DEFAULT_LR['adagrad']} for adagrad)")
+    p.add_argument("--dim", type=positive_int, default=16, help="embedding dimension (16)")
+    p.add_argument("--bottom", type=_widths, default=(512, 256, 64), metavar="W-W-...",
+                   help="bottom MLP hidden widths (default 512-256-64; it ends at --dim)")
+    p.add_argument("--top", type=_widths, default=(512, 256), metavar="W-W-...",
+                   help="top MLP hidden widths (default 512-256; it ends at 1)")
+    p.add_argument("--test-fraction", type=_test_fraction, default=0.1, metavar="F",
+                   help="hold out the last F of the samples for test_auc (default 0.1)")
+    p.add_argument("--checkpoint", metavar="PATH",
+                   help="write a checkpoint here at every epoch end (to a hidden .partial "
+                        "file first, renamed when complete: PATH stays the last complete one)")
+    p.add_argument("--checkpoint-every", type=positive_int, default=0, metavar="N",
+                   help="also every N steps")
+    p.add_argument("--resume", metavar="PATH", help="continue from this checkpoint (bit-identical)")
+    p.add_argument("--host-memory", type=_size, metavar="SIZE",
+                   help="host memory budget for the tables (default: available RAM)")
+    p.add_argument("--device-memory", type=_size, metavar="SIZE",
+                   help="torch device memory budget (default: free device memory; RAM on cpu)")
+    p.add_argument("--torch-device", metavar="DEV", help="torch device (default cuda if available, else cpu)")
+    p.add_argument("--threads", type=positive_int, metavar="N",
+                   help="torch CPU threads (default: torch's, one per core; on shared or busy "
+                        "cores 1 is often much faster; two runs with the same count, the default "
+                        "included, are bit-identical)")
+    p.add_argument("--plot", metavar="PNG", help="write loss and throughput curves here")
+    p.add_argument("--json", metavar="OUT", required=True, help="write the JSON report here")
+    p.set_defaults(func=cmd_train)
+    return p
+
+
+def cmd_train(args) -> int:
+    """Run `hotline train` (its output paths were checked by `hotline.cli.main`)."""
+    cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)}).check()
+    if cfg.mode == "hotline":
+        scheme = cfg.device_url.partition("://")
+        if not scheme[1]:
+            raise HotlineError(f"--device-url {cfg.device_url!r} has no scheme (e.g. model://)")
+    # before any work: a stale partial checkpoint in the way is an error
+    for n in remove_stale_partials(cfg):
+        say(f"hotline: note: {n}")
+    ds = open_data(args.data, args.fmt, args.max_ind_range, args.max_samples)
+    data = prepare_data(ds, cfg.test_fraction, cfg.max_ind_range)
+    with tqdm(total=data.n_train * cfg.epochs, desc=f"train ({cfg.mode})", unit="sample",
+              unit_scale=True, disable=None, leave=False) as bar:
+        def progress(n, loss):
+            bar.update(n)
+            bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+        res = train(data, cfg, progress)
+    for n in res["notes"]:
+        say(f"hotline: note: {n}")
+    if args.plot:
+        plot_training(args.plot, res)
+        res["plot"] = args.plot
+    write_json(args.json, res)
+    print(table(summary_rows(res), ["", "value"]))
+    return 0

@@ -1,0 +1,95 @@
+"""``baseline`` mode: every table in host memory (`HostMemory` float32 views). Per mini-batch
+the CPU finds the unique rows, gathers them and ships them to the torch device; after the
+optimizer step the updated rows go back (Intel-optimised hybrid DLRM style).
+
+`UniqueRowsTrainer` is the step it shares with ``device-only`` (`device_only.py`): only where
+the rows are stored differs.
+"""
+import math
+
+import numpy as np
+import torch
+
+from hotline.contract.keys import MAX_ROWS, ROW_BITS
+from hotline.host.host_memory import HostMemory, Window
+
+from .rows import check_fits, init_table
+from .trainer import Trainer
+
+
+class UniqueRowsTrainer(Trainer):
+    """baseline and device-only: per batch, the unique rows are gathered into one tensor,
+    trained on as one batch, and written back. Subclasses supply `gather` and `put`, and
+    ``row_base`` (each table's first row in the storage)."""
+
+    def global_rows(self, keys) -> np.ndarray:
+        """The storage row of each key."""
+        t = (keys >> np.uint32(ROW_BITS)).astype(np.int64)
+        return self.row_base[t] + (keys & np.uint32(MAX_ROWS - 1)).astype(np.int64)
+
+    def train_batch(self, j, prefetch) -> float:
+        s0, s1 = self.batch_range(j)
+        keys, lengths = self.batch_arrays(s0, s1)
+        uniq, inv = np.unique(self.global_rows(keys), return_inverse=True)
+        rows = self.leaf(self.gather(uniq))
+        dense, label = self.tensors(s0, s1)
+        self.opt.zero_grad(set_to_none=True)
+        bags = None if self.data.single_hot else self.select(lengths, np.arange(s1 - s0))[1]
+        loss = self.loss_sum(rows, inv, bags, dense, label)
+        (loss / (s1 - s0)).backward()
+        self.opt.step()
+        self.update_rows(rows.data, rows.grad)
+        self.put(uniq, rows.data)
+        return float(loss.detach()) / (s1 - s0)
+
+    def eval_rows(self, keys) -> tuple[torch.Tensor, np.ndarray]:
+        uniq, inv = np.unique(self.global_rows(keys), return_inverse=True)
+        return self.gather(uniq, count=False), inv
+
+
+class BaselineTrainer(UniqueRowsTrainer):
+    """Tables in host memory; the CPU gathers each batch's unique rows and ships them."""
+
+    def setup(self, staging_bytes=0) -> None:
+        """Host memory for the tables (and ``staging_bytes`` more after them: hotline's)."""
+        d, lay = self.data, self.lay
+        # Tables start on row boundaries of one [rows, floats] view of the whole memory, so a
+        # batch's gather is a single fancy index; 4 KiB alignment as DMA-friendly bases.
+        self.align = math.lcm(4096, lay.nbytes)
+        need = sum(-(-int(r) * lay.nbytes // self.align) * self.align for r in d.table_sizes)
+        need += -(-staging_bytes // self.align) * self.align
+        check_fits("host memory", need, self.host_limit(), d)
+        self.memory = HostMemory(need)
+        self.windows = [self.memory.alloc(int(r) * lay.nbytes, self.align, name=f"table{t}")
+                        for t, r in enumerate(d.table_sizes)]
+        nrows = self.memory.size // lay.nbytes
+        self.host_rows = self.memory.view(Window(0, nrows * lay.nbytes, "rows"), np.float32,
+                                          (nrows, lay.floats))
+        self.row_base = np.array([w.base // lay.nbytes for w in self.windows], np.int64)
+        for t in range(d.num_tables):
+            init_table(self.cfg.seed, t, int(d.table_sizes[t]), lay, self.table_view(t))
+
+    def table_view(self, t) -> np.ndarray:
+        r = int(self.data.table_sizes[t])
+        return self.host_rows[self.row_base[t]:self.row_base[t] + r]
+
+    def gather(self, uniq, count=True) -> torch.Tensor:
+        if count:
+            self.bytes_h2d += len(uniq) * self.lay.nbytes
+        return torch.from_numpy(np.asarray(self.host_rows[uniq])).to(self.dev)
+
+    def put(self, uniq, rows) -> None:
+        self.bytes_d2h += len(uniq) * self.lay.nbytes
+        self.host_rows[uniq] = rows.cpu().numpy()
+
+    def tables(self) -> list[np.ndarray]:
+        return [np.array(self.table_view(t)) for t in range(self.data.num_tables)]
+
+    def load_tables(self, tables) -> None:
+        for t, a in enumerate(tables):
+            self.table_view(t)[:] = a
+
+    def close(self) -> None:
+        self.host_rows = None
+        if getattr(self, "memory", None) is not None:
+            self.memory.close()

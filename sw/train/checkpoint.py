@@ -1,0 +1,164 @@
+"""Checkpoints: atomic save (the previous checkpoint stays until the new one is complete and
+on disk), removal of the partial file a killed write left, load with the checks that a resumed
+run is the same run (settings, data, position), and the restore of a trainer from one."""
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from hotline.contract.errors import HotlineError
+from hotline.data.readers import partial_path, write_atomic
+
+from .rows import fmt_bytes
+
+CHECKPOINT_FORMAT = "hotline-train-checkpoint/1"
+# Fields of TrainConfig that must match between a checkpoint and the run resuming it.
+RESUME_FIELDS = ("mode", "batch_size", "hot_rows", "seed", "optimizer", "lr", "dim", "bottom",
+                 "top", "test_fraction", "profile_fraction", "max_ind_range")
+
+
+def data_fingerprint(data) -> dict:
+    """What identifies the training data: name, sizes and a CRC of keys, labels, dense."""
+    h = zlib.crc32(np.ascontiguousarray(data.keys).view(np.uint8))
+    h = zlib.crc32(np.ascontiguousarray(data.label).view(np.uint8), h)
+    h = zlib.crc32(np.ascontiguousarray(data.dense).view(np.uint8), h)
+    return {"name": data.name, "samples": data.num_samples, "n_train": data.n_train,
+            "table_sizes": [int(x) for x in data.table_sizes], "crc32": h}
+
+
+def save_checkpoint(path, trainer, state) -> None:
+    """Write ``state`` (the run's progress) with the trainer's model, optimizer, tables, hot
+    keys and counters to ``path``, atomically and durably."""
+    import torch  # lazy: torch takes seconds to import; the CLI's checks before a run need none
+    obj = dict(state)
+    obj["format"] = CHECKPOINT_FORMAT
+    obj["model"] = trainer.model.state_dict()
+    obj["optimizer"] = trainer.opt.state_dict()
+    obj["tables"] = [torch.from_numpy(t) for t in trainer.tables()]
+    obj["hot_keys"] = (None if getattr(trainer, "hot_keys", None) is None
+                       else torch.from_numpy(trainer.hot_keys.astype(np.int64)))
+    obj["counters"] = trainer.device_counters()
+    obj["bytes"] = [trainer.bytes_h2d, trainer.bytes_d2h]
+    obj["device_seconds"] = trainer.device_seconds
+    # The previous checkpoint stays in place until the new one is complete and on disk.
+    try:
+        write_atomic(path, lambda f: torch.save(obj, f), durable=True)
+    except OSError as e:
+        raise HotlineError(f"{path}: cannot write the checkpoint ({e.strerror or e}); the "
+                           f"previous one, if any, is unchanged") from None
+
+
+def remove_stale_partial(path, notes) -> None:
+    """Delete the temporary file of a checkpoint write that was killed (`write_atomic` removes
+    it itself on any error it sees); ``path`` itself, if present, is the last complete one."""
+    tmp = partial_path(path)
+    if tmp.exists() and not tmp.is_file():
+        raise HotlineError(f"{tmp}: not a file, and in the way of checkpoint writes to {path}")
+    if tmp.is_file():
+        size = tmp.stat().st_size
+        try:
+            tmp.unlink()
+        except OSError as e:
+            raise HotlineError(f"{tmp}: cannot remove this stale partial checkpoint "
+                               f"({e.strerror})") from None
+        notes.append(f"removed {tmp} ({fmt_bytes(size)}), left by an interrupted checkpoint "
+                     f"write; {path} is the last complete checkpoint"
+                     if Path(path).is_file() else
+                     f"removed {tmp} ({fmt_bytes(size)}), left by an interrupted checkpoint write")
+
+
+def remove_stale_partials(cfg) -> list[str]:
+    """`remove_stale_partial` for the run's --checkpoint and --resume; the notes it made."""
+    notes = []
+    for path in dict.fromkeys(p for p in (cfg.checkpoint, cfg.resume) if p):
+        remove_stale_partial(path, notes)
+    return notes
+
+
+def load_checkpoint(path, cfg, data) -> dict:
+    """The checkpoint at ``path``, after checking that it was taken by a run with the same
+    `RESUME_FIELDS`, on the same data, and not past ``cfg.epochs``."""
+    import torch  # lazy: (see save_checkpoint)
+    p = Path(path)
+    if not p.is_file():
+        raise HotlineError(f"{path}: no such checkpoint")
+    try:
+        obj = torch.load(p, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise HotlineError(f"{path}: not a readable checkpoint ({type(e).__name__})") from None
+    if not isinstance(obj, dict) or obj.get("format") != CHECKPOINT_FORMAT:
+        raise HotlineError(f"{path}: not a hotline training checkpoint")
+    saved = obj["config"]
+    for k in RESUME_FIELDS:
+        a, b = saved.get(k), getattr(cfg, k)
+        if isinstance(a, list):
+            a = tuple(a)
+        if a != b:
+            raise HotlineError(f"{path}: checkpoint has --{k.replace('_', '-')} {a}, this run {b}")
+    if obj["data"] != data_fingerprint(data):
+        raise HotlineError(f"{path}: checkpoint was taken on other data ({obj['data']['name']}, "
+                           f"{obj['data']['samples']} samples)")
+    if obj["position"][0] > cfg.epochs or (obj["position"][0] == cfg.epochs and obj["position"][1]):
+        raise HotlineError(f"{path}: checkpoint is past --epochs {cfg.epochs}")
+    return obj
+
+
+def restore(trainer, ckpt) -> None:
+    """Load a checkpoint's model, optimizer, tables, counters and traffic into ``trainer``
+    (set up already; the hot keys went in before `setup`)."""
+    trainer.model.load_state_dict(ckpt["model"])
+    trainer.opt.load_state_dict(ckpt["optimizer"])
+    trainer.load_tables([t.numpy() for t in ckpt["tables"]])
+    trainer.counters_base = dict(ckpt["counters"])
+    trainer.bytes_h2d += ckpt["bytes"][0]
+    trainer.bytes_d2h += ckpt["bytes"][1]
+    trainer.device_seconds += ckpt["device_seconds"]
+
+
+@dataclass
+class Progress:
+    """How far a run is: the position (epoch, next batch) and what the report is made of so
+    far. A checkpoint holds it beside the trainer's state; a resumed run continues from it."""
+    epoch: int = 0
+    batch: int = 0
+    losses: list = field(default_factory=list)
+    history: list = field(default_factory=list)
+    step_seconds: list = field(default_factory=list)
+    seconds: float = 0.0
+    samples: int = 0
+    epoch_acc: dict = field(default_factory=lambda: {"loss": 0.0, "samples": 0, "seconds": 0.0})
+
+    @classmethod
+    def from_checkpoint(cls, ckpt) -> "Progress":
+        epoch, batch = ckpt["position"]
+        return cls(epoch, batch, list(ckpt["losses"]), list(ckpt["history"]),
+                   list(ckpt["step_seconds"]), ckpt["seconds"], ckpt["samples"],
+                   dict(ckpt["epoch_acc"]))
+
+    def add_step(self, loss, samples, seconds) -> None:
+        """Account one training step of ``samples`` samples."""
+        self.losses.append(loss)
+        self.step_seconds.append(seconds)
+        self.seconds += seconds
+        self.samples += samples
+        acc = self.epoch_acc
+        acc["loss"] += loss * samples
+        acc["samples"] += samples
+        acc["seconds"] += seconds
+
+    def end_epoch(self, test_logloss, test_auc, steps) -> None:
+        """Close the epoch: its `history` entry; the position moves to the next epoch."""
+        acc = self.epoch_acc
+        self.history.append({"epoch": self.epoch + 1, "train_logloss": acc["loss"] / acc["samples"],
+                             "test_logloss": test_logloss, "test_auc": test_auc,
+                             "samples_per_s": acc["samples"] / acc["seconds"] if acc["seconds"] else 0.0,
+                             "seconds": acc["seconds"], "steps": steps})
+        self.epoch_acc = {"loss": 0.0, "samples": 0, "seconds": 0.0}
+        self.epoch, self.batch = self.epoch + 1, 0
+
+    def state(self, position) -> dict:
+        """The checkpoint's progress fields, at ``position`` (epoch, next batch)."""
+        return {"position": list(position), "losses": self.losses, "history": self.history,
+                "step_seconds": self.step_seconds, "seconds": self.seconds,
+                "samples": self.samples, "epoch_acc": self.epoch_acc}

@@ -1,0 +1,60 @@
+"""The run configuration of `hotline.train.train`: modes, optimizers, `TrainConfig` and its check."""
+from dataclasses import dataclass
+
+from hotline.contract.errors import HotlineError
+
+MODES = ("baseline", "hotline", "device-only")
+OPTIMIZERS = ("sgd", "adagrad")
+DEFAULT_LR = {"sgd": 0.1, "adagrad": 0.005}
+ADAGRAD_EPS = 1e-8
+
+
+@dataclass
+class TrainConfig:
+    """One training run. Field names are the `hotline train` options' (``--batch-size`` is
+    ``batch_size``); `check` validates them and fills in the default ``lr``."""
+    mode: str = "hotline"
+    batch_size: int = 1024
+    hot_rows: int | None = None
+    device_url: str = "model://"
+    epochs: int = 1
+    seed: int = 0
+    optimizer: str = "sgd"
+    lr: float | None = None
+    dim: int = 16
+    bottom: tuple = (512, 256, 64)
+    top: tuple = (512, 256)
+    test_fraction: float = 0.1
+    profile_fraction: float = 1.0
+    max_ind_range: int | None = None
+    checkpoint: str | None = None
+    checkpoint_every: int = 0        # steps; 0: at the end of each epoch only
+    resume: str | None = None
+    max_steps: int | None = None     # stop after this many steps in all (resume continues)
+    host_memory: int | None = None   # bytes; default: available RAM
+    device_memory: int | None = None  # bytes; default: free device memory (RAM for cpu)
+    torch_device: str | None = None  # default: cuda if available else cpu
+    threads: int | None = None       # torch intra-op threads (default: torch's choice)
+
+    def check(self) -> "TrainConfig":
+        """Validate (one-line `HotlineError`), set the default ``lr``; returns self."""
+        if self.mode not in MODES:
+            raise HotlineError(f"--mode must be one of {', '.join(MODES)}, not {self.mode!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise HotlineError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, not {self.optimizer!r}")
+        if self.batch_size is None or self.batch_size <= 0:
+            raise HotlineError(f"--batch-size must be a positive integer, not {self.batch_size}")
+        if self.mode == "hotline" and (self.hot_rows is None or self.hot_rows <= 0):
+            raise HotlineError("--mode hotline needs --hot-rows K (a positive integer)")
+        if self.epochs <= 0:
+            raise HotlineError(f"--epochs must be a positive integer, not {self.epochs}")
+        if self.dim <= 0:
+            raise HotlineError(f"--dim must be a positive integer, not {self.dim}")
+        if not 0.0 <= self.test_fraction < 1.0:
+            raise HotlineError(f"--test-fraction must be in [0, 1), not {self.test_fraction}")
+        if self.lr is None:
+            self.lr = DEFAULT_LR[self.optimizer]
+        if not self.lr > 0:
+            raise HotlineError(f"--lr must be positive, not {self.lr}")
+        self.bottom, self.top = tuple(self.bottom), tuple(self.top)
+        return self

@@ -1,0 +1,227 @@
+"""``hotline`` mode: the hot rows live in a device-resident hot table at their CAM slots; the
+accelerator (`hotline.open(url)`) fragments each mini-batch and gathers its unique cold rows
+into a staging bank; the popular micro-batch (hot rows only) and the non-popular one are
+computed separately and their gradients summed, so one optimizer step covers the whole
+mini-batch; updated cold rows are written into staging and scattered back by the device.
+The next batch is pushed (fragmented and gathered) before the current one trains.
+
+The host tables are `BaselineTrainer`'s; the hot rows are written back to them at the end
+(and for evaluation and checkpoints), so every mode ends with the same tables.
+"""
+import time
+
+import numpy as np
+import torch
+
+from hotline.contract.config import AcceleratorConfig, max_batch_lookups
+from hotline.contract.errors import HotlineError
+from hotline.host.device import Device
+from hotline.host.device import open as open_device
+from hotline.model.planner import exact_hot_set, profile_samples
+
+from .baseline import BaselineTrainer
+from .rows import check_fits
+
+
+class HotlineTrainer(BaselineTrainer):
+    """Hot rows on the torch device at their CAM slots; cold rows through the accelerator."""
+
+    hot_keys = None  # rank-order hot keys; set from a checkpoint on resume
+
+    def setup(self) -> None:
+        d, cfg, lay = self.data, self.cfg, self.lay
+        if self.hot_keys is None:
+            window = profile_samples(d.n_train, cfg.profile_fraction)
+            hot = exact_hot_set(d.keys[:d.offsets[window]], cfg.hot_rows)
+            if hot.clamped:
+                self.notes.append(f"--hot-rows {cfg.hot_rows} exceeds the {hot.distinct} distinct "
+                                  f"keys in the profiling window; using {hot.size}")
+            self.hot_keys = hot.keys
+        self.acc_config = AcceleratorConfig.for_workload(
+            len(self.hot_keys), cfg.batch_size,
+            max_batch_lookups(d.offsets[:d.n_train + 1], cfg.batch_size))
+        self.slots = self.acc_config.cold_max_keys
+        self.banks = 2
+        if self.slots > Device.max_slots:
+            raise HotlineError(f"--batch-size {cfg.batch_size}: a batch has up to {self.slots:,} "
+                               f"lookups, more than the {Device.max_slots:,} staging slots of a "
+                               f"bank; use a smaller --batch-size")
+        staging_bytes = self.banks * self.slots * lay.nbytes
+        hot_bytes = self.acc_config.hot_slots * lay.nbytes
+        check_fits(f"{self.dev.type} device memory (hot table + staging copies)",
+                   hot_bytes + staging_bytes, self.device_limit(), d)
+        super().setup(staging_bytes)
+        w = self.memory.alloc(staging_bytes, self.align, name="staging")
+        self.staging_row0 = w.base // lay.nbytes
+        self.device = open_device(cfg.device_url, config=self.acc_config, memory=self.memory)
+        for t, tw in enumerate(self.windows):
+            self.device.set_table(t, tw, int(d.table_sizes[t]), lay.nbytes)
+        self.device.set_staging(w, lay.nbytes, self.slots, self.banks)
+        self.placement = self.device.load_hot_set(self.hot_keys)
+        if self.placement.failed.size:
+            self.notes.append(f"the CAM refused {self.placement.failed.size} of "
+                              f"{len(self.hot_keys)} hot keys; they are trained as cold rows")
+        # One row per hot slot: the CAM's entries, then its stash (a stashed key has slot
+        # cam_entries + i).
+        self.hot_table = torch.zeros(self.device.info()["hot_slots"], lay.floats, device=self.dev)
+        self.load_hot_rows()
+        self.queue = []       # batch indices pushed and not yet pulled, oldest first
+        self.next_push = 0
+        self.prev = None      # (sorted cold keys, their updated rows) of the last trained batch
+
+    def index(self, a) -> torch.Tensor:
+        """``a`` as an int64 index tensor on the torch device."""
+        return torch.from_numpy(a.astype(np.int64)).to(self.dev)
+
+    def load_hot_rows(self) -> None:
+        p = self.placement
+        rows = np.asarray(self.host_rows[self.global_rows(p.keys)])
+        self.hot_table[self.index(p.slots)] = torch.from_numpy(rows).to(self.dev)
+        self.bytes_h2d += len(p.keys) * self.lay.nbytes
+
+    def load_tables(self, tables) -> None:
+        super().load_tables(tables)
+        self.bytes_h2d -= len(self.placement.keys) * self.lay.nbytes  # a reload, not traffic
+        self.load_hot_rows()
+
+    def sync(self, count=False) -> None:
+        """Hot rows back into the host tables (the master copy for eval and checkpoints)."""
+        p = self.placement
+        if not len(p.keys):
+            return
+        rows = self.hot_table[self.index(p.slots)]
+        self.host_rows[self.global_rows(p.keys)] = rows.cpu().numpy()
+        if count:
+            self.bytes_d2h += len(p.keys) * self.lay.nbytes
+
+    def tables(self) -> list[np.ndarray]:
+        self.sync()
+        return super().tables()
+
+    def begin_epoch(self, first_batch) -> None:
+        self.next_push, self.prev = first_batch, None
+
+    def staging(self, bank) -> np.ndarray:
+        r0 = self.staging_row0 + bank * self.slots
+        return self.host_rows[r0:r0 + self.slots]
+
+    def in_device(self, call, *args):
+        """``call(*args)``, its time added to ``device_seconds`` (time inside the accelerator)."""
+        t0 = time.perf_counter()
+        out = call(*args)
+        self.device_seconds += time.perf_counter() - t0
+        return out
+
+    def push(self, j) -> None:
+        s0, s1 = self.batch_range(j)
+        keys, lengths = self.batch_arrays(s0, s1)
+        self.in_device(self.device.push_batch, keys, lengths)
+        self.queue.append(j)
+        self.next_push = j + 1
+
+    def train_batch(self, j, prefetch) -> float:
+        if self.next_push == j:
+            self.push(j)
+        # Double buffering: the device fragments and gathers batch j + 1 before batch j trains.
+        if prefetch and j + 1 < self.num_batches() and self.next_push == j + 1:
+            self.push(j + 1)
+        r = self.in_device(self.device.pull_batch)
+        if self.queue.pop(0) != j:
+            raise AssertionError("device batch order")
+        if r.gather["errors"]:
+            raise HotlineError(f"{self.cfg.device_url}: gather of batch {j} reported "
+                               f"{r.gather['errors']} DMA errors")
+        s0, s1 = self.batch_range(j)
+        n = s1 - s0
+        _, lengths = self.batch_arrays(s0, s1)
+        st = self.staging(r.bank)
+        ck = r.cold_keys
+        U = len(ck)
+        self.refresh_stale(st[:U], ck)
+        hu, lookup_row, src, cmap = self.lookup_rows(r)
+        H = self.leaf(self.hot_table[self.index(hu)])
+        self.opt.zero_grad(set_to_none=True)
+        total = 0.0
+        # The popular micro-batch needs hot rows only: it can run while the cold rows are
+        # still being gathered / copied.
+        if len(r.popular):
+            idx, bags = self.select(lengths, r.popular)
+            dense, label = self.tensors(s0, s1, r.popular)
+            loss = self.loss_sum(H, lookup_row[idx], bags, dense, label)
+            (loss / n).backward()
+            total += float(loss.detach())
+        cold = st[:U] if src is None else st[src]
+        C = self.leaf(torch.from_numpy(np.array(cold)).to(self.dev))
+        self.bytes_h2d += len(C) * self.lay.nbytes
+        if len(r.non_popular):
+            idx, bags = self.select(lengths, r.non_popular)
+            dense, label = self.tensors(s0, s1, r.non_popular)
+            loss = self.loss_sum(torch.cat([H, C]), lookup_row[idx], bags, dense, label)
+            (loss / n).backward()
+            total += float(loss.detach())
+        self.opt.step()
+        if len(hu) and H.grad is not None:
+            self.update_rows(H.data, H.grad)
+            self.hot_table[self.index(hu)] = H.data
+        if len(C):
+            if C.grad is not None:
+                self.update_rows(C.data, C.grad)
+            self.write_back_cold(j, r.bank, st[:U], ck, C.data.cpu().numpy(), cmap)
+        else:
+            self.prev = None
+        return total / n
+
+    def refresh_stale(self, rows, ck) -> None:
+        """Batch j was gathered before batch j - 1 was scattered (it was pushed while j - 1
+        trained), so the rows cold in both batches are stale in its bank (``rows``, cold keys
+        ``ck``): take them from batch j - 1's updated rows. (The hardware gathers ahead in the
+        same way.)"""
+        if self.prev is None or not len(ck):
+            return
+        pk, prow = self.prev
+        if len(pk):
+            pos = np.minimum(np.searchsorted(pk, ck), len(pk) - 1)
+            m = pk[pos] == ck
+            if m.any():
+                rows[m] = prow[pos[m]]
+
+    def lookup_rows(self, r) -> tuple:
+        """(unique hot slots used ``hu``, each lookup's row, ``src``, ``cmap``) of a pulled
+        batch: the batch trains on R = [hot rows of ``hu`` (H) | cold rows (C)]. C is the
+        staging rows in cold-slot order; when the cold-key set overflowed and a key sits in
+        several slots, C is one copy per key (staging slots ``src``; slot -> row ``cmap``),
+        so its gradients are summed, and the result goes into every slot it occupies."""
+        hot, slot, ck = r.hot, r.slot, r.cold_keys
+        hu, hinv = np.unique(slot[hot], return_inverse=True)
+        src = cmap = None
+        if r.overflow and len(np.unique(ck)) < len(ck):
+            _, src, cmap = np.unique(ck, return_index=True, return_inverse=True)
+        lookup_row = np.empty(len(hot), np.int64)
+        lookup_row[hot] = hinv
+        cold_slot = slot[~hot].astype(np.int64)
+        lookup_row[~hot] = len(hu) + (cold_slot if cmap is None else cmap[cold_slot])
+        return hu, lookup_row, src, cmap
+
+    def write_back_cold(self, j, bank, rows, ck, new, cmap) -> None:
+        """The updated cold rows ``new`` into the staging ``rows`` of ``bank`` and scattered
+        to the host tables by the device; kept for `refresh_stale` of the next batch."""
+        self.bytes_d2h += len(new) * self.lay.nbytes
+        rows[:] = new if cmap is None else new[cmap]
+        done = self.in_device(self.device.scatter, bank, ck)
+        if done["errors"]:
+            raise HotlineError(f"{self.cfg.device_url}: scatter of batch {j} reported "
+                               f"{done['errors']} DMA errors")
+        if cmap is None:
+            order = np.argsort(ck, kind="stable")
+            self.prev = (ck[order], new[order])
+        else:
+            self.prev = (np.unique(ck), new)
+
+    def device_counters(self) -> dict:
+        c = self.device.counters()
+        return {k: v + self.counters_base.get(k, 0) for k, v in c.items()}
+
+    def close(self) -> None:
+        if getattr(self, "device", None) is not None:
+            self.device.close()
+        super().close()

@@ -1,0 +1,40 @@
+"""Figures of a run that need no trainer: test AUC, and the hot fractions the exact hot set
+would give (reported by the modes that use no device)."""
+import numpy as np
+
+from hotline.model.planner import exact_hot_set, profile_samples
+
+
+def auc(labels, scores) -> float | None:
+    """Area under the ROC curve (ties get the average rank); None with one class only."""
+    labels = np.asarray(labels, np.float64)
+    pos = labels.sum()
+    neg = len(labels) - pos
+    if pos == 0 or neg == 0:
+        return None
+    order = np.argsort(scores, kind="mergesort")
+    s = np.asarray(scores)[order]
+    ranks = np.empty(len(s), np.float64)
+    # average ranks over runs of equal scores
+    edges = np.r_[0, np.flatnonzero(np.diff(s)) + 1, len(s)]
+    for a, b in zip(edges[:-1], edges[1:]):
+        ranks[a:b] = (a + b + 1) / 2.0
+    r = np.empty(len(s), np.float64)
+    r[order] = ranks
+    return float((r[labels == 1].sum() - pos * (pos + 1) / 2) / (pos * neg))
+
+
+def planned_fractions(data, cfg) -> tuple[float, float]:
+    """hot_lookup_fraction and popular_fraction of the training split under the exact hot set
+    (what hotline mode would see, CAM refusals aside), for the modes that use no device."""
+    n = data.n_train
+    keys = data.keys[:data.offsets[n]]
+    window = profile_samples(n, cfg.profile_fraction)
+    hot = exact_hot_set(keys[:data.offsets[window]], cfg.hot_rows)
+    is_hot = np.isin(keys, hot.keys)
+    starts = data.offsets[:n]
+    nonempty = np.diff(data.offsets[:n + 1]) > 0
+    popular = np.ones(n, bool)
+    if nonempty.any():
+        popular[nonempty] = np.logical_and.reduceat(is_hot, starts[nonempty])
+    return float(is_hot.mean()) if len(keys) else 0.0, float(popular.mean())

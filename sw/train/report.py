@@ -1,0 +1,90 @@
+"""The JSON report of a run (docs/cli.md, "hotline train") and its summary table rows."""
+from .metrics import planned_fractions
+from .rows import fmt_bytes
+
+
+def build_report(trainer, data, cfg, run, notes) -> dict:
+    """The JSON report of a finished (or stopped) run: ``run`` is its `Progress`."""
+    losses, history, seconds, samples = run.losses, run.history, run.seconds, run.samples
+    counters = trainer.device_counters()
+    out = {
+        "mode": cfg.mode,
+        "device_url": cfg.device_url if cfg.mode == "hotline" else None,
+        "torch_device": str(trainer.dev),
+        "data": data.name,
+        "samples": data.num_samples,
+        "train_samples": data.n_train,
+        "test_samples": data.n_test,
+        "tables": data.num_tables,
+        "table_rows": int(data.table_sizes.sum()),
+        "epochs": cfg.epochs,
+        "batch_size": cfg.batch_size,
+        "steps": len(losses),
+        "optimizer": cfg.optimizer,
+        "lr": cfg.lr,
+        "dim": cfg.dim,
+        "row_bytes": trainer.lay.nbytes,
+        "seed": cfg.seed,
+        "hot_rows_requested": cfg.hot_rows,
+        "samples_per_s": samples / seconds if seconds else 0.0,
+        "train_seconds": seconds,
+        # hotline: time spent inside the accelerator calls (push / pull / scatter). The model
+        # device runs in the training thread; hardware fragments and moves rows beside it.
+        "device_seconds": trainer.device_seconds,
+        "samples_per_s_without_device": (samples / (seconds - trainer.device_seconds)
+                                         if seconds > trainer.device_seconds else 0.0),
+        "train_logloss": history[-1]["train_logloss"] if history else None,
+        "test_logloss": history[-1]["test_logloss"] if history else None,
+        "test_auc": history[-1]["test_auc"] if history else None,
+        "bytes_host_to_device": trainer.bytes_h2d,
+        "bytes_device_to_host": trainer.bytes_d2h,
+        "history": history,
+        "losses": losses,
+        "step_seconds": run.step_seconds,
+        "counters": counters,
+        "notes": notes,
+    }
+    if cfg.mode == "hotline":
+        c = counters
+        out.update(hot_rows=int(len(trainer.placement.keys)),
+                   hot_lookup_fraction=c["hits"] / c["lookups"] if c["lookups"] else 0.0,
+                   popular_fraction=(c["popular_samples"] / c["samples"] if c["samples"] else 0.0),
+                   device=trainer.device.info())
+    elif cfg.hot_rows:
+        hot, pop = planned_fractions(data, cfg)
+        out.update(hot_rows=None, hot_lookup_fraction=hot, popular_fraction=pop)
+    else:
+        out.update(hot_rows=None, hot_lookup_fraction=None, popular_fraction=None)
+    return out
+
+
+def _or_dash(v):
+    return v if v is not None else "-"
+
+
+def summary_rows(res) -> list[tuple]:
+    """(name, value) rows of the summary `hotline train` prints, from its JSON report."""
+    steps = -(-res["train_samples"] // res["batch_size"])
+    rows = [("data", res["data"]), ("mode", res["mode"] + (f" ({res['device_url']})"
+                                                           if res["device_url"] else "")),
+            ("torch device", res["torch_device"]),
+            ("train / test samples", f"{res['train_samples']:,} / {res['test_samples']:,}"),
+            ("tables / rows", f"{res['tables']} / {res['table_rows']:,}"),
+            ("epochs x steps", f"{res['epochs']} x {steps}"),
+            ("optimizer", f"{res['optimizer']} lr={res['lr']:g}"),
+            ("samples / s", f"{res['samples_per_s']:,.0f}"),
+            ("train logloss", res["train_logloss"]),
+            ("test logloss", _or_dash(res["test_logloss"])),
+            ("test AUC", _or_dash(res["test_auc"])),
+            ("bytes host -> device", fmt_bytes(res["bytes_host_to_device"])),
+            ("hot-lookup fraction", _or_dash(res["hot_lookup_fraction"])),
+            ("popular samples", _or_dash(res["popular_fraction"]))]
+    if res["mode"] == "hotline":
+        c = res["counters"]
+        rows += [("time in the device (model)", f"{res['device_seconds']:.1f} s of "
+                                                 f"{res['train_seconds']:.1f} s"),
+                 ("samples / s without it", f"{res['samples_per_s_without_device']:,.0f}"),
+                 ("hot rows (CAM)", res["hot_rows"]),
+                 ("DMA rows gathered / scattered", f"{c['gather_rows']:,} / {c['scatter_rows']:,}"),
+                 ("DMA errors", c["window_errors"] + c["axi_errors"])]
+    return rows

@@ -1,0 +1,64 @@
+"""Embedding rows and memory budgets: the row layout (values + optimizer state, padded to the
+DMA bus word), DLRM's table initialisation, and the checks that the tables fit."""
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from hotline.contract.errors import HotlineError
+
+
+@dataclass(frozen=True)
+class RowLayout:
+    """``dim`` embedding floats, then ``state`` optimizer floats, padded to 8 bytes."""
+    dim: int
+    state: int
+
+    @property
+    def floats(self) -> int:
+        return -(-(self.dim + self.state) // 2) * 2
+
+    @property
+    def nbytes(self) -> int:
+        return 4 * self.floats
+
+
+def init_table(seed, t, rows, lay, out) -> None:
+    """DLRM's initialisation of table ``t``: uniform(-1/sqrt(rows), 1/sqrt(rows)) per value,
+    state 0; written into ``out`` [rows, lay.floats] in chunks (same values in every mode)."""
+    rng = np.random.default_rng([seed, 1000 + t])
+    a = np.float32(1.0 / math.sqrt(rows))
+    out[:, lay.dim:] = 0
+    step = 1 << 20
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        out[r0:r1, :lay.dim] = rng.random((r1 - r0, lay.dim), dtype=np.float32) * (2 * a) - a
+
+
+def available_ram() -> int:
+    """Bytes of RAM available now (MemAvailable; all of it where /proc/meminfo is missing)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def fmt_bytes(n) -> str:
+    """``n`` bytes for people: 512 B, 18.0 MiB."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def check_fits(what, need, limit, data) -> None:
+    """A one-line error when the tables' ``need`` bytes exceed ``limit`` bytes of ``what``."""
+    if need > limit:
+        raise HotlineError(
+            f"{data.name}: the tables need {fmt_bytes(need)} of {what}, only {fmt_bytes(limit)} "
+            f"available ({int(data.table_sizes.sum()):,} rows); fold them with --max-ind-range M")

@@ -1,0 +1,99 @@
+"""`train`: one run of a mode over the data: epochs of steps, evaluation after each epoch,
+checkpoints, the stop after --max-steps, resume, and the JSON report."""
+import math
+import time
+
+import numpy as np
+
+from hotline.contract.errors import HotlineError
+
+from .checkpoint import (RESUME_FIELDS, Progress, data_fingerprint, load_checkpoint,
+                         remove_stale_partials, restore, save_checkpoint)
+from .report import build_report
+
+
+def trainer_class(mode) -> type:
+    """The `Trainer` of a mode."""
+    # lazy: the trainers import torch (seconds); `hotline --help` and the CLI's checks need none
+    from .baseline import BaselineTrainer
+    from .device_only import DeviceOnlyTrainer
+    from .hotline import HotlineTrainer
+    return {"baseline": BaselineTrainer, "hotline": HotlineTrainer,
+            "device-only": DeviceOnlyTrainer}[mode]
+
+
+def train(data, cfg, progress=None, keep=False) -> dict | tuple:
+    """Train ``data`` (a `TrainData`) as ``cfg`` (a `TrainConfig`) says. Returns the JSON
+    report; with ``keep``, (report, trainer) and the caller closes the trainer (tests read its
+    tables). ``progress(samples, loss)`` is called after every step."""
+    cfg.check()
+    notes = remove_stale_partials(cfg)
+    ckpt = load_checkpoint(cfg.resume, cfg, data) if cfg.resume else None
+    trainer = trainer_class(cfg.mode)(data, cfg, notes)
+    if ckpt is not None and ckpt["hot_keys"] is not None:
+        trainer.hot_keys = ckpt["hot_keys"].numpy().astype(np.uint32)
+    try:
+        trainer.setup()
+        report = _run(trainer, data, cfg, ckpt, progress, notes)
+    except BaseException:
+        trainer.close()
+        raise
+    if keep:
+        return report, trainer
+    trainer.close()
+    return report
+
+
+def _run(trainer, data, cfg, ckpt, progress, notes):
+    nb = trainer.num_batches()
+    if ckpt is None:
+        run = Progress()
+    else:
+        restore(trainer, ckpt)
+        run = Progress.from_checkpoint(ckpt)
+        notes.append(f"resumed from {cfg.resume} at epoch {run.epoch + 1}, step {run.batch + 1}")
+    fp = data_fingerprint(data)
+    cfg_saved = {k: getattr(cfg, k) for k in RESUME_FIELDS}
+    step = run.epoch * nb + run.batch
+    stop = cfg.max_steps
+
+    def save(position):
+        save_checkpoint(cfg.checkpoint, trainer,
+                        {"config": cfg_saved, "data": fp, **run.state(position)})
+
+    stopped = False
+    while run.epoch < cfg.epochs and not stopped:
+        trainer.begin_epoch(run.batch)
+        for j in range(run.batch, nb):
+            last = j == nb - 1
+            halt = stop is not None and step + 1 >= stop
+            due = bool(cfg.checkpoint) and (last or halt or (cfg.checkpoint_every > 0 and
+                                                              (step + 1) % cfg.checkpoint_every == 0))
+            t0 = time.perf_counter()
+            loss = trainer.train_batch(j, prefetch=not (due or halt))
+            dt = time.perf_counter() - t0
+            if not math.isfinite(loss):
+                raise HotlineError(f"the loss is {loss} at epoch {run.epoch + 1}, step {j + 1}; "
+                                   f"lower --lr (now {cfg.lr})")
+            s0, s1 = trainer.batch_range(j)
+            run.add_step(loss, s1 - s0, dt)
+            step += 1
+            if progress is not None:
+                progress(s1 - s0, loss)
+            if due and not last:
+                save((run.epoch, j + 1))
+            if halt and not last:
+                stopped = True
+                break
+        if stopped:
+            break
+        run.end_epoch(*trainer.evaluate(), steps=nb)
+        if cfg.checkpoint:
+            save((run.epoch, 0))
+        if stop is not None and step >= stop:
+            stopped = True
+    if stopped and run.epoch < cfg.epochs:
+        notes.append(f"stopped after {step} steps (--max-steps)")
+    if cfg.mode == "hotline":
+        trainer.sync(count=True)
+    return build_report(trainer, data, cfg, run, notes)

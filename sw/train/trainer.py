@@ -1,0 +1,180 @@
+"""What every training mode shares (`Trainer`): the DLRM and its dense optimizer, batches and
+their lookups, the sparse row update, evaluation. A mode (`baseline`, `device_only`, `hotline`)
+supplies where the rows live and `train_batch`.
+
+Rows carry their optimizer state (`RowLayout`): ``dim`` floats, plus one row-wise Adagrad
+accumulator with ``--optimizer adagrad``, padded to a multiple of 8 bytes (the DMA bus word),
+so moving a row between host memory, staging and the hot table moves its state with it.
+"""
+import abc
+
+import numpy as np
+import torch
+
+from .config import ADAGRAD_EPS
+from .dlrm import DLRM, pool
+from .metrics import auc
+from .rows import RowLayout, available_ram
+
+
+class Trainer(abc.ABC):
+    """What every mode shares: the DLRM, its dense optimizer, batches and their lookups, the
+    sparse row update, evaluation. Subclasses supply where rows live and `train_batch`; the
+    run over epochs is `hotline.train.run`'s."""
+
+    def __init__(self, data, cfg, notes):
+        self.data, self.cfg, self.notes = data, cfg, notes
+        self.lay = RowLayout(cfg.dim, 1 if cfg.optimizer == "adagrad" else 0)
+        self.dev = torch.device(cfg.torch_device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        torch.manual_seed(cfg.seed)
+        self.model = DLRM(data.dense.shape[1], data.num_tables, cfg.dim, cfg.bottom, cfg.top).to(self.dev)
+        params = list(self.model.parameters())
+        if cfg.optimizer == "sgd":
+            self.opt = torch.optim.SGD(params, lr=cfg.lr)
+        else:
+            self.opt = torch.optim.Adagrad(params, lr=cfg.lr, eps=ADAGRAD_EPS)
+        self.F = data.num_tables
+        self.bytes_h2d = 0
+        self.bytes_d2h = 0
+        self.counters_base = {}
+        self.device_seconds = 0.0  # time inside accelerator calls (hotline mode)
+
+    # -- sizes --------------------------------------------------------------------------
+    def num_batches(self) -> int:
+        return -(-self.data.n_train // self.cfg.batch_size)
+
+    def batch_range(self, j) -> tuple[int, int]:
+        """Samples [s0, s1) of batch ``j``."""
+        s0 = j * self.cfg.batch_size
+        return s0, min(s0 + self.cfg.batch_size, self.data.n_train)
+
+    def device_limit(self) -> int:
+        if self.cfg.device_memory is not None:
+            return self.cfg.device_memory
+        if self.dev.type == "cuda":
+            return torch.cuda.mem_get_info(self.dev)[0]
+        return available_ram()
+
+    def host_limit(self) -> int:
+        return self.cfg.host_memory if self.cfg.host_memory is not None else available_ram()
+
+    # -- per-batch helpers --------------------------------------------------------------
+    def batch_arrays(self, s0, s1) -> tuple[np.ndarray, np.ndarray]:
+        """(keys, lengths) of samples [s0, s1)."""
+        d = self.data
+        l0, l1 = d.offsets[s0], d.offsets[s1]
+        return d.keys[l0:l1], d.lengths[s0:s1]
+
+    def tensors(self, s0, s1, sel=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(dense, label) tensors of samples [s0, s1), or of the batch-local samples ``sel``."""
+        dense, label = self.data.dense[s0:s1], self.data.label[s0:s1]
+        if sel is not None:
+            dense, label = dense[sel], label[sel]
+        return (torch.from_numpy(np.ascontiguousarray(dense)).to(self.dev),
+                torch.from_numpy(np.ascontiguousarray(label)).to(self.dev))
+
+    def select(self, lengths, sel) -> tuple[np.ndarray, np.ndarray | None]:
+        """(lookup index into the batch, bag id per lookup or None) of samples ``sel``."""
+        F = self.F
+        if self.data.single_hot:
+            return (sel[:, None] * F + np.arange(F)).ravel(), None
+        bag_len = lengths.ravel().astype(np.int64)
+        bag_off = np.zeros(len(bag_len) + 1, np.int64)
+        np.cumsum(bag_len, out=bag_off[1:])
+        bags = (sel[:, None] * F + np.arange(F)).ravel()
+        ls = bag_len[bags]
+        starts = bag_off[bags]
+        total = int(ls.sum())
+        excl = np.cumsum(ls) - ls
+        idx = np.repeat(starts - excl, ls) + np.arange(total)
+        return idx, np.repeat(np.arange(len(bags)), ls)
+
+    def logits(self, rows, lookup_row, bags, dense) -> torch.Tensor:
+        """The model's logits for the samples of ``dense`` whose lookups read ``rows[lookup_row]``
+        (pooled into bags ``bags``; None: single-hot)."""
+        n = len(dense)
+        idx = torch.from_numpy(lookup_row).to(self.dev)
+        b = None if bags is None else torch.from_numpy(bags).to(self.dev)
+        emb = pool(rows, idx, n * self.F, b, self.cfg.dim).view(n, self.F, self.cfg.dim)
+        return self.model(dense, emb)
+
+    def loss_sum(self, rows, lookup_row, bags, dense, label) -> torch.Tensor:
+        """Summed BCE of a (micro-)batch whose lookups read ``rows[lookup_row]``."""
+        return torch.nn.functional.binary_cross_entropy_with_logits(
+            self.logits(rows, lookup_row, bags, dense), label, reduction="sum")
+
+    def update_rows(self, rows, grad) -> None:
+        """The sparse optimizer step on gathered rows (in place): SGD, or row-wise Adagrad
+        with the accumulator in the row's state float."""
+        d = self.cfg.dim
+        with torch.no_grad():
+            g = grad[:, :d]
+            if self.cfg.optimizer == "sgd":
+                rows[:, :d].sub_(self.cfg.lr * g)
+            else:
+                s = rows[:, d] + (g * g).mean(dim=1)
+                rows[:, d] = s
+                rows[:, :d].sub_(self.cfg.lr * g / (s.sqrt() + ADAGRAD_EPS).unsqueeze(1))
+
+    def leaf(self, t) -> torch.Tensor:
+        return t.detach().requires_grad_(True)
+
+    # -- what a mode provides ---------------------------------------------------------
+    @abc.abstractmethod
+    def setup(self) -> None:
+        """Allocate and initialise the tables (and open the device)."""
+
+    @abc.abstractmethod
+    def train_batch(self, j, prefetch) -> float:
+        """One optimizer step on batch ``j``; its mean loss. ``prefetch``: the next batch may
+        be started now."""
+
+    @abc.abstractmethod
+    def eval_rows(self, keys) -> tuple[torch.Tensor, np.ndarray]:
+        """(rows tensor, lookup -> row index) for evaluation, from wherever rows live now."""
+
+    @abc.abstractmethod
+    def tables(self) -> list[np.ndarray]:
+        """The current tables, one float32 array [rows, layout floats] per table (copies)."""
+
+    @abc.abstractmethod
+    def load_tables(self, tables) -> None:
+        """Replace the tables (a checkpoint's)."""
+
+    def begin_epoch(self, first_batch) -> None:
+        pass
+
+    def sync(self, count=False) -> None:
+        """Make `tables` / `eval_rows` see the latest rows (hotline: hot rows back to host)."""
+
+    def device_counters(self) -> dict:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+    # -- evaluation -----------------------------------------------------------------------
+    def evaluate(self) -> tuple[float | None, float | None]:
+        """(logloss, AUC) on the held-out split (None, None if there is none)."""
+        d = self.data
+        if d.n_test == 0:
+            return None, None
+        self.sync()
+        scores, total = [], 0.0
+        chunk = max(self.cfg.batch_size, 4096)
+        self.model.eval()
+        with torch.no_grad():
+            for s0 in range(d.n_train, d.num_samples, chunk):
+                s1 = min(s0 + chunk, d.num_samples)
+                keys, lengths = self.batch_arrays(s0, s1)
+                rows, lookup_row = self.eval_rows(keys)
+                idx, bags = self.select(lengths, np.arange(s1 - s0))
+                dense, label = self.tensors(s0, s1)
+                logits = self.logits(rows, lookup_row[idx], bags, dense)
+                total += float(torch.nn.functional.binary_cross_entropy_with_logits(
+                    logits, label, reduction="sum"))
+                scores.append(logits.cpu().numpy())
+        self.model.train()
+        return total / d.n_test, auc(d.label[d.n_train:], np.concatenate(scores))
