@@ -12,7 +12,7 @@ HOT_ROWS   ?= 16384
 SAMPLES    ?= 100000
 WAVES      ?= 0
 
-.PHONY: all setup icarus test test-full test-ci test-readme sim bench bench-quick train fpga clean
+.PHONY: all setup icarus test test-fast test-full test-ci test-readme sim bench bench-quick train fpga clean
 
 all: test
 
@@ -32,6 +32,12 @@ icarus:
 
 test: $(STAMP) icarus
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# The inner loop: contract, models, host runtime, CLI and Amaranth-simulator tests; nothing
+# marked slow or rtl (no Verilator, Icarus or Yosys/nextpnr: tests/conftest.py), and not the
+# README's commands on a clean copy (make test-readme).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow and not rtl" --ignore=tests/test_readme.py
 
 test-full: $(STAMP) icarus
 	$(BIN)/python -m pytest -q

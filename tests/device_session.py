@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 import hotline
-from conftest import DATA
+from helpers import DATA
 from hotline.data import open_data
 from hotline.data import Dataset
 from hotline.contract.config import AcceleratorConfig

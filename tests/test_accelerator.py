@@ -3,7 +3,7 @@ RTL's AXI4 master, every stream beat and counter against the model, every row ag
 and the sim:// device backend against model:// through the same Device API."""
 import pytest
 
-from conftest import real_file, simulator_or_skip
+from helpers import real_file
 from hotline.data import open_data
 from hotline.sim.accelerator_run import gather_run
 
@@ -12,7 +12,8 @@ from hotline.sim.accelerator_run import gather_run
     ("verilator", "criteo_kaggle/train_head1999.csv.gz", 64, 2, 0.0),
     ("icarus", "synth:criteo-kaggle:200:3", 128, 1, 0.3),
 ])
-def test_gather_scatter_against_numpy_and_model(tmp_path, simulator, data, width, banks, busy):
+def test_gather_scatter_against_numpy_and_model(tmp_path, simulator, data, width, banks, busy,
+                                                 simulator_or_skip):
     simulator_or_skip(simulator)
     ds = open_data(data if data.startswith("synth:") else str(real_file(data)))
     res = gather_run(ds, 256, 64, dim=16 if width == 64 else 8, backend=simulator,

@@ -3,7 +3,7 @@ RTL == model (Amaranth simulator, cocotb), learned coverage on real Criteo files
 import numpy as np
 import pytest
 
-from conftest import simulator_or_skip
+from helpers import param
 from amaranth.back import verilog
 from amaranth.hdl import Cat, Const, Elaboratable, Module, Signal
 from amaranth.lib.memory import Memory
@@ -308,7 +308,7 @@ def adversarial_stream(rng, buckets=2048, seed=0):
 
 
 @pytest.mark.parametrize("simulator", ["verilator", "icarus"])
-def test_cocotb_adversarial(simulator, tmp_path):
+def test_cocotb_adversarial(simulator, tmp_path, simulator_or_skip):
     keys, ops = adversarial_stream(np.random.default_rng(8))
     report = cocotb_stream(keys, tmp_path, simulator_or_skip(simulator), gap=0.3, ops=ops)
     assert report["lookups"] == len(keys)
@@ -316,13 +316,12 @@ def test_cocotb_adversarial(simulator, tmp_path):
 
 def real_file_cases():
     files = criteo_files()
-    return [pytest.param(p, marks=() if i == 0 else pytest.mark.slow)
-            for i, p in enumerate(files)]
+    return [param(p, slow=i > 0) for i, p in enumerate(files)]  # the first file in make test
 
 
 @pytest.mark.realdata
 @pytest.mark.parametrize("path", real_file_cases(), ids=lambda p: p.name)
-def test_cocotb_real_stream(path, tmp_path):
+def test_cocotb_real_stream(path, tmp_path, simulator_or_skip):
     keys = load_keys(path)
     ops = {len(keys) // 2: ["check"]}
     report = cocotb_stream(keys, tmp_path, simulator_or_skip("verilator"), gap=0.1, ops=ops)

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from conftest import real_file
+from helpers import param, real_file
 from hotline.contract.config import MIN_ENTRIES, learner_geometry
 from hotline.model.access_learner import AccessLearnerModel
 from hotline.sim.bench_access_learner import coverage_ratio, load_keys
@@ -45,7 +45,7 @@ def sized_ratios(path, fractions=(0.05, 0.10)):
     ("criteo_kaggle/train_random4584.csv.gz", 0.98),
     ("criteo_kaggle/train_rows0-206k_sub1pct.csv.gz", 0.98),
     ("movielens/ml-100k.inter.gz", 0.95),
-    pytest.param("amazon_book/ngcf_test.txt.gz", 0.95, marks=pytest.mark.slow),
+    param("amazon_book/ngcf_test.txt.gz", 0.95, slow=True),
 ])
 def test_sized_learner_meets_target(rel, target):
     for fraction, ratio in sized_ratios(real_file(rel)).items():

@@ -79,6 +79,7 @@ def test_platform_pins_and_no_programmer(name):
     assert "dfu-suffix" not in script and "openFPGALoader" not in script
 
 
+@pytest.mark.rtl
 def test_echo_bitstream_through_the_cli(tmp_path, monkeypatch, capsys):
     """One real build (about 15 s): `hotline fpga build` with the echo image as the top."""
     real = board_build.build_board
@@ -139,6 +140,7 @@ class TooManyRAMs(Elaboratable):
         return m
 
 
+@pytest.mark.rtl
 def test_design_that_does_not_fit_fails_in_one_line(tmp_path):
     with pytest.raises(BoardBuildError) as e:
         build_board("icebreaker", tmp_path, top=TooManyRAMs())
@@ -161,6 +163,7 @@ def test_unknown_board():
 
 
 @pytest.mark.slow
+@pytest.mark.rtl
 @pytest.mark.parametrize("name", list(BOARDS))
 def test_board_design_builds_and_meets_the_board_clock(name, tmp_path):
     r = build_board(name, tmp_path)

@@ -7,7 +7,6 @@ import time
 import pytest
 
 import hotline
-from conftest import simulator_or_skip
 from device_session import Proxy, assert_sessions_match, check_link_faults, dense_stream, session
 from hotline.contract.errors import HotlineError
 from hotline.fpga.boards import BOARDS
@@ -21,7 +20,7 @@ LAYOUT = dict(config=BOARD.config, memory_bytes=BOARD.window_bytes, row_bytes=8,
 
 
 @pytest.fixture(scope="module")
-def board(tmp_path_factory):
+def board(tmp_path_factory, simulator_or_skip):
     simulator_or_skip("verilator")
     from hotline.sim.board_server import BoardCosim
     with BoardCosim(BOARD.name, tmp_path_factory.mktemp("boardsim")) as cosim:

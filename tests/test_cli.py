@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import real_file, simulator_or_skip
+from helpers import real_file
 from hotline.cli import main
 import reference
 
@@ -150,7 +150,7 @@ def test_help_explains_every_command():
     assert "example" in run("fragment", "--help").stdout
 
 
-def test_sim_on_verilator_checks_the_rtl(tmp_path, capsys):
+def test_sim_on_verilator_checks_the_rtl(tmp_path, capsys, simulator_or_skip):
     simulator_or_skip("verilator")
     assert main(["sim", "--samples", "1500", "--hot-rows", "600", "--batch-size", "256",
                  "--out", str(tmp_path / "sim")]) == 0
@@ -161,7 +161,7 @@ def test_sim_on_verilator_checks_the_rtl(tmp_path, capsys):
     assert run["cycles"] >= run["lookups"]
 
 
-def test_profile_with_the_learner_rtl(tmp_path):
+def test_profile_with_the_learner_rtl(tmp_path, simulator_or_skip):
     simulator_or_skip("verilator")
     path = real_file("criteo_kaggle/train_head1999.csv.gz")
     out = tmp_path / "p.json"

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from conftest import real_file, simulator_or_skip
+from helpers import real_file
 from hotline.model.cold_key_set import ColdKeySetModel, first_appearance
 from hotline.data import load_dataset
 from hotline.hw.bram import BucketTable
@@ -230,7 +230,7 @@ def test_placement_is_observable_through_overflow():
 
 
 @pytest.mark.parametrize("simulator", ["verilator", "icarus"])
-def test_cocotb_adversarial_and_real(simulator, tmp_path):
+def test_cocotb_adversarial_and_real(simulator, tmp_path, simulator_or_skip):
     from hotline.sim import stream_regression
     dut = ColdKeySet(64, ways=4, stash=2, max_keys=48, epoch_bits=2, user_width=1)
     model = ColdKeySetModel(64, ways=4, stash=2, max_keys=48)

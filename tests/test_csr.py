@@ -1,20 +1,17 @@
 """CSR map (sw/contract/regmap.py), host definitions (sw/host/registers.py), docs, and CSRBank RTL
-(Amaranth simulator for exact timing; cocotb + AxiLiteMaster on Verilator and Icarus)."""
-import json
+in the Amaranth simulator (exact timing); the full semantics under cocotb on Verilator and Icarus
+are in test_csr_cocotb.py."""
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from amaranth.sim import Simulator
-from conftest import simulator_or_skip
 
 from hotline.host import registers
 from hotline.hw.csr import OKAY, SLVERR, CSRBank
 from hotline.contract.regmap import HOTLINE_REGISTERS, Field, Register, RegisterMap
 from hotline.host.registers import ADDR, RegisterFile, decode, encode
-from hotline.host.simulators import SIMULATORS
-from hotline.sim.runner import run_cocotb
 
 ROOT = Path(__file__).resolve().parents[1]
 CONSTANTS = {"CAM_ENTRIES": 16384, "COLD_MAX_KEYS": 32768, "ROW_BITS": 27}
@@ -244,17 +241,3 @@ def test_bank_slverr_in_amaranth_sim():
     sim.add_testbench(bench)
     sim.run()
     assert got == [SLVERR, SLVERR, SLVERR, (1, 0, SLVERR)]
-
-
-# ---- cocotb: the full semantics on Verilator and Icarus --------------------------------------
-
-def run_bank(simulator, build_dir, seed=1, ops=300):
-    bank = CSRBank(HOTLINE_REGISTERS, constants=CONSTANTS)
-    run_cocotb(bank, "csr_bank", "hotline.sim.tb_csr", build_dir, simulator=simulator,
-               extra_env={"CSR_CONSTANTS": json.dumps(CONSTANTS), "CSR_SEED": str(seed),
-                          "CSR_STRESS_OPS": str(ops)})
-
-
-@pytest.mark.parametrize("simulator", SIMULATORS)
-def test_cocotb_csr_bank(simulator, tmp_path):
-    run_bank(simulator_or_skip(simulator), tmp_path, ops=300 if simulator == "verilator" else 150)

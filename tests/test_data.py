@@ -4,7 +4,7 @@ import gzip
 import numpy as np
 import pytest
 
-from conftest import CRITEO_CSV, real_file
+from helpers import CRITEO_CSV, real_file
 from hotline.contract.keys import make_keys, split_keys
 from hotline.data.readers import CRITEO_CSV_COLUMNS, Dataset, detect_format, iter_chunks, \
     load_dataset

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import hotline
-from conftest import real_file
+from helpers import real_file
 from hotline.data import load_dataset
 from hotline.host.device import BatchResult, Device, ModelDevice
 from hotline.contract.config import AcceleratorConfig

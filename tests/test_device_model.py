@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conftest import ALL_REAL, real_file
+from helpers import ALL_REAL, real_file
 from hotline.data import Dataset, load_dataset
 from hotline.model.device_model import DeviceModel
 from hotline.contract.errors import HotlineError

@@ -6,6 +6,7 @@ from hotline.fpga.synth import synth_report
 from hotline.hw.stream_fork import StreamFork
 
 
+@pytest.mark.rtl
 def test_place_and_route_time_limit(tmp_path):
     with pytest.raises(RuntimeError, match=r"nextpnr did not finish in .* min \(seed 3.*nextpnr\.log"):
         synth_report(StreamFork(8), "ice40-up5k", name="fork", freq_mhz=30, build_dir=tmp_path,
@@ -16,6 +17,7 @@ def test_place_and_route_time_limit(tmp_path):
     assert r["late_endpoints"] == 0 and r["worst_late"] == []
 
 
+@pytest.mark.rtl
 def test_late_endpoints_are_listed(tmp_path):
     """Past its Fmax, the report counts the register inputs reached too late and names the
     latest, latest first."""
@@ -71,6 +73,7 @@ def test_report_tries_the_next_seed_after_a_failed_place_and_route(monkeypatch, 
         blocks.report("accelerator", "ecp5-85f", build_dir=tmp_path, seed=1)
 
 
+@pytest.mark.rtl
 @pytest.mark.parametrize("width", [18, 36])
 def test_no_rw_check_memories_map_without_a_collision_bypass(tmp_path, width):
     """A BufferedFIFO's block RAM gets its write port straight from the FIFO's input. Without

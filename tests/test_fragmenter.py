@@ -6,7 +6,7 @@ a cocotb regression and an Amaranth-simulator run cover the same block on short 
 import numpy as np
 import pytest
 
-from conftest import real_file, simulator_or_skip
+from helpers import real_file
 from hotline.model.device_model import model_fragment
 from hotline.data import Dataset, load_dataset
 from hotline.contract.config import AcceleratorConfig
@@ -21,14 +21,18 @@ REAL = AcceleratorConfig(cam_entries=4096, cold_capacity=16384, cold_max_keys=81
 TINY = AcceleratorConfig(cam_entries=64, cam_stash=2, cam_max_kicks=8, cold_capacity=64,
                          cold_stash=2, cold_max_keys=48, max_batch_samples=64)
 
-_sims = {}
 
+@pytest.fixture(scope="module")
+def rtl(tmp_path_factory, simulator_or_skip):
+    """``rtl(config, simulator)``: the Fragmenter RTL of ``config``, built once per module."""
+    sims = {}
 
-def rtl(config, simulator, tmp_path_factory):
-    key = (config, simulator_or_skip(simulator))
-    if key not in _sims:
-        _sims[key] = FragmenterSim(config, simulator, tmp_path_factory.mktemp("rtl"))
-    return _sims[key]
+    def get(config, simulator):
+        key = (config, simulator_or_skip(simulator))
+        if key not in sims:
+            sims[key] = FragmenterSim(config, simulator, tmp_path_factory.mktemp("rtl"))
+        return sims[key]
+    return get
 
 
 def check(sim, keys, offsets, batch_size, hot_keys, busy_in=0.2, busy_out=0.3):
@@ -54,20 +58,20 @@ REAL_STREAMS = [  # (file, batch size, samples used)
 
 
 @pytest.mark.parametrize("rel,batch,limit", REAL_STREAMS, ids=[r[0].split("/")[1] for r in REAL_STREAMS])
-def test_real_streams_verilator(rel, batch, limit, tmp_path_factory):
+def test_real_streams_verilator(rel, batch, limit, rtl):
     ds = load_dataset(real_file(rel), limit=limit)
     keys = ds.keys
     hot = exact_hot_set(keys, min(3600, max(1, len(np.unique(keys)) // 10)))
-    sim = rtl(REAL, "verilator", tmp_path_factory)
+    sim = rtl(REAL, "verilator")
     run, _ = check(sim, keys, ds.sample_offsets, batch, hot.keys)
     assert run.counters.lookups == len(keys)
 
 
-def test_throughput_on_criteo_batches_of_1024(tmp_path_factory):
+def test_throughput_on_criteo_batches_of_1024(rtl):
     ds = load_dataset(real_file("criteo_kaggle/train_random4584.csv.gz"))
     keys = ds.keys
     hot = exact_hot_set(keys, 3600)
-    sim = rtl(REAL, "verilator", tmp_path_factory)
+    sim = rtl(REAL, "verilator")
     _, cycles = check(sim, keys, ds.sample_offsets, 1024, hot.keys, busy_in=0.0, busy_out=0.0)
     assert len(keys) / cycles >= 0.95  # batch boundaries cost nothing
 
@@ -104,8 +108,8 @@ def hot_keys_for(ds, choice):
 
 
 @pytest.mark.parametrize("simulator", ["verilator", "icarus"])
-def test_adversarial_batches(simulator, tmp_path_factory):
-    sim = rtl(TINY, simulator, tmp_path_factory)
+def test_adversarial_batches(simulator, rtl):
+    sim = rtl(TINY, simulator)
     rng = np.random.default_rng(0)
     for name, (ds, batch, choice) in adversarial_cases(rng).items():
         hot = hot_keys_for(ds, choice)
@@ -120,7 +124,7 @@ def test_adversarial_batches(simulator, tmp_path_factory):
             assert run.counters.popular_samples == ds.num_samples
 
 
-def test_hot_set_at_cam_capacity_is_held_and_larger_is_refused(tmp_path_factory):
+def test_hot_set_at_cam_capacity_is_held_and_larger_is_refused(rtl):
     """A hot set of ``hot_capacity`` keys fills the tiny CAM to its bound, every key held
     (with relocations) and the RTL equal to the model; one more key is a one-line error."""
     ds = multi_hot(np.random.default_rng(1), 100, 2, 3, 200)
@@ -131,7 +135,7 @@ def test_hot_set_at_cam_capacity_is_held_and_larger_is_refused(tmp_path_factory)
     placement, run = model_fragment(ds.keys, ds.sample_offsets, 10, hot, TINY)
     assert placement.failed.size == 0 and placement.keys.size == TINY.hot_capacity
     assert any(moves for _, _, moves in placement.responses)
-    check(rtl(TINY, "verilator", tmp_path_factory), ds.keys, ds.sample_offsets, 10, hot)
+    check(rtl(TINY, "verilator"), ds.keys, ds.sample_offsets, 10, hot)
 
 
 def test_amaranth_simulator_short_stream():
@@ -141,7 +145,7 @@ def test_amaranth_simulator_short_stream():
     check(sim, ds.keys, ds.sample_offsets, 5, hot, busy_in=0.2, busy_out=0.2)
 
 
-def test_cocotb_regression(tmp_path):
+def test_cocotb_regression(tmp_path, simulator_or_skip):
     """The same block under cocotb (Verilator): CAM load phase, then a real stream with stalls."""
     simulator_or_skip("verilator")
     from hotline.hw.fragmenter import Fragmenter

@@ -7,7 +7,7 @@ import pytest
 from amaranth.hdl import Module, Signal
 from amaranth.sim import Simulator
 
-from conftest import ALL_REAL, real_file
+from helpers import ALL_REAL, real_file
 from hotline.contract.keys import ROW_BITS
 from hotline.contract.config import AcceleratorConfig
 from hotline.model.device_model import place_hot_set
@@ -209,9 +209,8 @@ def test_fragment_reports_exactly_k_hot_rows(rel, tmp_path):
 @pytest.mark.slow
 @pytest.mark.ci
 @pytest.mark.realdata
-def test_fragment_rtl_reports_exactly_k_hot_rows(tmp_path):
+def test_fragment_rtl_reports_exactly_k_hot_rows(tmp_path, simulator_or_skip):
     """The same with the Fragmenter RTL in Verilator, at K = 50% of the distinct keys."""
-    from conftest import simulator_or_skip
     path = real_file("criteo_kaggle/train_head1999.csv.gz")
     k = len(file_families(path)["rank order"]) // 2
     assert _fragment_hot_rows(path, k, simulator_or_skip("verilator"), tmp_path) == k

@@ -24,6 +24,33 @@ RESULTS = {"remap": 20, "wide": 100}
 CSR_LIMIT = 0x800  # the register model answers SLVERR at and above this address
 
 
+async def csr_registers(ctx, bus, regs):
+    """An AXI4-Lite register file on ``bus`` (a testbench process): writes go into ``regs``
+    (a dict), reads come from it; addresses at and above CSR_LIMIT answer SLVERR."""
+    while True:
+        ctx.set(bus.awready, 1)
+        ctx.set(bus.wready, 1)
+        ctx.set(bus.arready, 1)
+        _, _, awv, wv, arv, addr, data, raddr = await ctx.tick().sample(
+            bus.awvalid, bus.wvalid, bus.arvalid, bus.awaddr, bus.wdata, bus.araddr)
+        if awv and wv:
+            ctx.set(bus.awready, 0)
+            ctx.set(bus.wready, 0)
+            ctx.set(bus.bvalid, 1)
+            ctx.set(bus.bresp, 2 if addr >= CSR_LIMIT else 0)
+            if addr < CSR_LIMIT:
+                regs[addr] = data
+            await ctx.tick().until(bus.bready)
+            ctx.set(bus.bvalid, 0)
+        elif arv:
+            ctx.set(bus.arready, 0)
+            ctx.set(bus.rvalid, 1)
+            ctx.set(bus.rdata, regs.get(raddr, 0))
+            ctx.set(bus.rresp, 2 if raddr >= CSR_LIMIT else 0)
+            await ctx.tick().until(bus.rready)
+            ctx.set(bus.rvalid, 0)
+
+
 class Harness(Elaboratable):
     def __init__(self, **kw):
         self.bridge = HostLinkBridge(RESULTS, window_bytes=WINDOW, timeout=400, **kw)
@@ -67,29 +94,7 @@ class Link:
                 self.reader.feed(bytes([byte]))
 
     async def _csr(self, ctx):
-        bus = self.b.csr
-        while True:
-            ctx.set(bus.awready, 1)
-            ctx.set(bus.wready, 1)
-            ctx.set(bus.arready, 1)
-            _, _, awv, wv, arv, addr, data, raddr = await ctx.tick().sample(
-                bus.awvalid, bus.wvalid, bus.arvalid, bus.awaddr, bus.wdata, bus.araddr)
-            if awv and wv:
-                ctx.set(bus.awready, 0)
-                ctx.set(bus.wready, 0)
-                ctx.set(bus.bvalid, 1)
-                ctx.set(bus.bresp, 2 if addr >= CSR_LIMIT else 0)
-                if addr < CSR_LIMIT:
-                    self.regs[addr] = data
-                await ctx.tick().until(bus.bready)
-                ctx.set(bus.bvalid, 0)
-            elif arv:
-                ctx.set(bus.arready, 0)
-                ctx.set(bus.rvalid, 1)
-                ctx.set(bus.rdata, self.regs.get(raddr, 0))
-                ctx.set(bus.rresp, 2 if raddr >= CSR_LIMIT else 0)
-                await ctx.tick().until(bus.rready)
-                ctx.set(bus.rvalid, 0)
+        await csr_registers(ctx, self.b.csr, self.regs)
 
     def _sink(self, name):
         async def run(ctx):

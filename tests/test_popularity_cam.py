@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from amaranth.back import verilog
 from amaranth.sim import Simulator
-from conftest import real_file
+from helpers import param, real_file
 from test_access_learner import DP16KDModel
 
 from hotline.data import load_dataset
@@ -297,6 +297,7 @@ def run_cocotb_scripts(cam, scripts, build_dir, simulator):
                                                "CAM_CLEAR_CYCLES": str(cam.buckets)})
 
 
+@pytest.mark.rtl
 @pytest.mark.parametrize("simulator", SIMULATORS)
 def test_cocotb_small_geometry(simulator, tmp_path):
     cam = PopularityCAM(**SMALL)
@@ -310,9 +311,9 @@ def test_cocotb_small_geometry(simulator, tmp_path):
     ], tmp_path, simulator)
 
 
+@pytest.mark.rtl
 @pytest.mark.realdata
-@pytest.mark.parametrize("simulator", [pytest.param(s, marks=[pytest.mark.slow] if s == "icarus" else [])
-                                       for s in SIMULATORS])
+@pytest.mark.parametrize("simulator", [param(s, slow=s == "icarus") for s in SIMULATORS])
 def test_cocotb_real_index_stream(simulator, tmp_path):
     keys = real_keys()
     cam = PopularityCAM()

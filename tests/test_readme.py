@@ -36,31 +36,33 @@ from pathlib import Path
 
 import pytest
 
+import rtl_guard
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 VENV_BIN = Path(sys.executable).parent
 
 # (pattern, marks, timeout in seconds, why); the first match wins. A timeout of None: only
 # ``make -n`` of it (the reason says what covers it instead).
-SLOW, CI = pytest.mark.slow, pytest.mark.ci
+SLOW, CI, RTL = pytest.mark.slow, pytest.mark.ci, pytest.mark.rtl
 TIERS = [
     (r"^make test$", [], None,
      "the test suite itself: running it from inside it would recurse (it is CI's entry point, "
      ".ci/run); make -n checks the target and its pytest line"),
-    (r"^hotline fpga cosim\b", [SLOW], 900,
+    (r"^hotline fpga cosim\b", [SLOW, RTL], 900,
      "serves until interrupted: started, its serial:// URL read and connected to, then Ctrl-C "
      "(builds the board top in Verilator, about a minute)"),
-    (r"^hotline fpga report accelerator\b", [SLOW], 3 * 3600,
+    (r"^hotline fpga report accelerator\b", [SLOW, RTL], 3 * 3600,
      "synthesis, place and route of the whole top: about 10 min, nextpnr gets 20 min per seed "
      "and up to 3 seeds"),
-    (r"^hotline fpga (report|build)\b", [SLOW], 3600,
+    (r"^hotline fpga (report|build)\b", [SLOW, RTL], 3600,
      "synthesis, place and route (several minutes)"),
-    (r"^hotline gather\b", [SLOW], 1800,
+    (r"^hotline gather\b", [SLOW, RTL], 1800,
      "the whole accelerator top under cocotb in Verilator (about 3 min: left out of CI's "
      "reduced set, whose cocotb path handling profile --learner hw exercises)"),
-    (r"--learner hw|--backend (verilator|icarus)", [SLOW, CI], 1800,
+    (r"--learner hw|--backend (verilator|icarus)", [SLOW, CI, RTL], 1800,
      "builds and runs RTL in Verilator (a minute or two)"),
-    (r"^make (sim|bench|fpga)\b", [SLOW], 3600, "RTL co-simulation, benchmarks or a board build"),
+    (r"^make (sim|bench|fpga)\b", [SLOW, RTL], 3600, "RTL co-simulation, benchmarks or a board build"),
     (r"^make train\b", [SLOW], 1800, "DLRM training on 500000 generated samples (minutes)"),
     (r"^hotline train\b", [SLOW], 1800, "DLRM training, 5 epochs (about 2 min)"),
     (r"", [], 600, "models and data only"),
@@ -231,6 +233,7 @@ def _serve(command, repo, env, timeout):
 @pytest.mark.parametrize("command,timeout,why", _params())
 def test_readme_command(command, timeout, why, clone):
     repo, env = clone
+    env = rtl_guard.child_env(env)
     if timeout is None:
         r = subprocess.run(command.replace("make ", "make -n ", 1), shell=True, cwd=repo,
                            env=env, capture_output=True, text=True, timeout=60)
@@ -279,6 +282,7 @@ def _subcommands():
 def test_every_command_has_help(words, clone):
     """``hotline ... --help`` from the copy's root: usage on stdout, exit 0."""
     repo, env = clone
+    env = rtl_guard.child_env(env)
     r = subprocess.run(["hotline", *words, "--help"], cwd=repo, env=env, capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0 and "usage: hotline" in r.stdout, r.stderr

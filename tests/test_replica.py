@@ -8,6 +8,8 @@ from amaranth.lib.wiring import In, Out
 from hotline.fpga.synth import synth_report
 from hotline.hw.replica import replica
 
+pytestmark = pytest.mark.rtl  # synthesis with Yosys
+
 COPIES, WIDTH = 4, 8
 
 

@@ -4,7 +4,7 @@ references (tests/reference.py) on real Criteo index streams; fuzzing of windows
 latency and injected AXI errors.
 
 Each (simulator, data width) group is built once and runs all its scenarios in one cocotb run
-(`group_results`); the tests then check their share of the results.
+(the module-scoped `group_run` fixture); the tests then check their share of the results.
 """
 import os
 from pathlib import Path
@@ -14,7 +14,7 @@ import pytest
 from amaranth import Module, Signal
 from amaranth.lib import wiring
 from amaranth.sim import Simulator
-from conftest import CRITEO_CSV, DATA, simulator_or_skip
+from helpers import CRITEO_CSV, DATA, param
 
 import reference as ref
 from hotline.data import load_dataset
@@ -511,13 +511,8 @@ def directed_scenario(params, ram="latency"):
 
 # ---- running and checking --------------------------------------------------------------------
 
-_CACHE = {}
-
-
-def run_group(key, dma, scenarios, build_dir, simulator):
+def run_group(dma, scenarios, build_dir, simulator):
     """Run ``scenarios`` on ``dma`` in one cocotb build; {scenario name: (scenario, results)}."""
-    if key in _CACHE:
-        return _CACHE[key]
     build_dir.mkdir(parents=True, exist_ok=True)
     paths = [sc.save(build_dir / f"{i:02d}_{sc.name}.pkl") for i, sc in enumerate(scenarios)]
     try:
@@ -527,19 +522,10 @@ def run_group(key, dma, scenarios, build_dir, simulator):
         # bus-monitor violations fail the cocotb run after every scenario saved its results;
         # the per-scenario checks then name them. A run that stopped early fails every test.
         if not all(p.with_suffix(".result.pkl").exists() for p in paths):
-            _CACHE[key] = CocotbFailure(f"the cocotb run stopped early ({e!r}); see "
-                                        f"{build_dir / 'sim.log'}")
-            return _CACHE[key]
-    out = {sc.name: (sc, tb.load_results(p.with_suffix(".result.pkl")))
-           for sc, p in zip(scenarios, paths)}
-    _CACHE[key] = out
-    return out
-
-
-def get(group, name):
-    if isinstance(group, Exception):
-        raise group
-    return group[name]
+            raise CocotbFailure(f"the cocotb run stopped early ({e!r}); see "
+                                f"{build_dir / 'sim.log'}") from None
+    return {sc.name: (sc, tb.load_results(p.with_suffix(".result.pkl")))
+            for sc, p in zip(scenarios, paths)}
 
 
 def check_against_model(sc, res):
@@ -585,37 +571,30 @@ def check_real(sc, res, info):
 # ---- groups: (simulator, data width) -> engine, scenarios ------------------------------------
 
 GROUPS = {
-    # name: (simulator, RowDMA kwargs, real batches (batch_samples, max_batches), fuzz count, slow)
-    "verilator-64": ("verilator", dict(data_width=64), (64, 1), 6, False),
+    # name: (simulator, RowDMA kwargs, real batches (batch_samples, max_batches), fuzz count)
+    "verilator-64": ("verilator", dict(data_width=64), (64, 1), 6),
     "icarus-128": ("icarus", dict(data_width=128, max_burst_beats=8, fifo_beats=32,
-                                  max_chunks=16), (32, 1), 3, False),
+                                  max_chunks=16), (32, 1), 3),
     "icarus-256-gather": ("icarus", dict(direction="gather", data_width=256, num_tables=20),
-                          None, 3, False),
-    "verilator-128": ("verilator", dict(data_width=128), (256, None), 12, True),
-    "verilator-256": ("verilator", dict(data_width=256, max_burst_beats=4), (256, None), 12, True),
+                          None, 3),
+    "verilator-128": ("verilator", dict(data_width=128), (256, None), 12),
+    "verilator-256": ("verilator", dict(data_width=256, max_burst_beats=4), (256, None), 12),
     "icarus-64-scatter": ("icarus", dict(direction="scatter", data_width=64, fifo_beats=16,
-                                         max_chunks=4), None, 4, True),
-    "verilator-64-full": ("verilator", dict(data_width=64), (256, None), 30, True),
+                                         max_chunks=4), None, 4),
+    "verilator-64-full": ("verilator", dict(data_width=64), (256, None), 30),
 }
+SLOW_GROUPS = {"verilator-128", "verilator-256", "icarus-64-scatter", "verilator-64-full"}
 
 
 def group_params(name):
-    sim, kwargs, real, nfuzz, slow = GROUPS[name]
+    sim, kwargs, real, nfuzz = GROUPS[name]
     kwargs = dict(kwargs)
     direction = kwargs.pop("direction", None)
     return sim, RowDMA(direction, **kwargs), real, nfuzz
 
 
-_SCENARIOS = {}
-
-
 def group_scenarios(name):
-    if name not in _SCENARIOS:
-        _SCENARIOS[name] = _group_scenarios(name)
-    return _SCENARIOS[name]
-
-
-def _group_scenarios(name):
+    """(simulator, RowDMA, scenarios, {real scenario name: reference info}) of group ``name``."""
     sim, dma, real, nfuzz = group_params(name)
     params = params_of(dma)
     scenarios, infos = [], {}
@@ -648,46 +627,50 @@ def _group_scenarios(name):
     return sim, dma, scenarios, infos
 
 
-def group_results(name, tmp_path_factory):
+@pytest.fixture(scope="module")
+def group_run(request, tmp_path_factory, simulator_or_skip):
+    """(RowDMA, {scenario name: (scenario, results)}, scenarios, infos) of the group
+    ``request.param``: one cocotb build and run per group, shared by the module's tests."""
+    name = request.param
     sim, dma, scenarios, infos = group_scenarios(name)
-    simulator_or_skip(sim)
-    res = run_group(name, dma, scenarios, tmp_path_factory.mktemp(f"row_dma_{name}"), sim)
-    return res, scenarios, infos
+    res = run_group(dma, scenarios, tmp_path_factory.mktemp(f"row_dma_{name}"),
+                    simulator_or_skip(sim))
+    return dma, res, scenarios, infos
 
 
-def group_param(name):
-    return pytest.param(name, marks=[pytest.mark.slow] if GROUPS[name][4] else [])
+def groups(real_only=False):
+    """The groups as indirect parameters of `group_run`, the long ones in the slow tier."""
+    return [param(g, slow=g in SLOW_GROUPS, id=g) for g in GROUPS if GROUPS[g][2] or not real_only]
 
 
-@pytest.mark.parametrize("group", [group_param(g) for g in GROUPS])
-def test_rtl_directed_and_fuzz_match_model(group, tmp_path_factory):
-    res, scenarios, _ = group_results(group, tmp_path_factory)
+@pytest.mark.parametrize("group_run", groups(), indirect=True)
+def test_rtl_directed_and_fuzz_match_model(group_run):
+    _, res, scenarios, _ = group_run
     for sc in scenarios:
         if not sc.name.startswith(("real_", "bench_")):
-            check_against_model(sc, get(res, sc.name)[1])
+            check_against_model(sc, res[sc.name][1])
 
 
 @pytest.mark.realdata
-@pytest.mark.parametrize("group", [group_param(g) for g in GROUPS if GROUPS[g][2]])
-def test_rtl_real_tables_gather_scatter(group, tmp_path_factory):
-    res, scenarios, infos = group_results(group, tmp_path_factory)
+@pytest.mark.parametrize("group_run", groups(real_only=True), indirect=True)
+def test_rtl_real_tables_gather_scatter(group_run):
+    _, res, scenarios, infos = group_run
     real = [sc for sc in scenarios if sc.name.startswith("real_")]
     if not real:
         pytest.skip("no real data files present")
     for sc in real:
-        r = get(res, sc.name)[1]
+        r = res[sc.name][1]
         check_against_model(sc, r)
         check_real(sc, r, infos[sc.name])
 
 
-@pytest.mark.parametrize("group", [group_param(g) for g in GROUPS])
-def test_rtl_read_utilization_64_byte_rows(group, tmp_path_factory):
+@pytest.mark.parametrize("group_run", groups(), indirect=True)
+def test_rtl_read_utilization_64_byte_rows(group_run):
     """>= 0.90 of the read channel's peak for 64-byte rows with a 32-cycle memory latency
     (groups with deliberately small FIFOs only check that the run is right and not stuck)."""
-    res, scenarios, _ = group_results(group, tmp_path_factory)
-    _, dma, _, _ = group_scenarios(group)
+    dma, res, scenarios, _ = group_run
     sc = next(sc for sc in scenarios if sc.name.startswith("bench_"))
-    r = bench_row_dma._measure(sc, get(res, sc.name)[1])
+    r = bench_row_dma._measure(sc, res[sc.name][1])
     floor = 0.90 if dma.fifo_beats >= 40 and dma.max_chunks >= 32 else 0.25
     assert r["rows"] == 1024 and r["read_utilization"] >= floor, r
 
@@ -695,7 +678,7 @@ def test_rtl_read_utilization_64_byte_rows(group, tmp_path_factory):
 def test_fuzz_covers_every_cause():
     """The default fuzz scenarios reach every error cause and every refusal kind in the model."""
     seen, done_kinds = set(), set()
-    for name in [g for g in GROUPS if not GROUPS[g][4]]:
+    for name in [g for g in GROUPS if g not in SLOW_GROUPS]:
         _, _, scenarios, _ = group_scenarios(name)
         for sc in scenarios:
             exp = tb.expect(sc)

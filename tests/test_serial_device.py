@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 import hotline
-from conftest import simulator_or_skip
 from device_session import (MEMORY_BYTES, Proxy, assert_sessions_match, check_link_faults,
                             dense_stream, session, session_config)
 from hotline.contract.config import AcceleratorConfig
@@ -24,7 +23,7 @@ MAX_REQUEST = 4096
 
 
 @pytest.fixture(scope="module")
-def board(tmp_path_factory):
+def board(tmp_path_factory, simulator_or_skip):
     """(stream, hot keys, url, window file) of a listen-mode server for the session config."""
     simulator_or_skip("verilator")
     from hotline.sim.device_server import serve_in_background

@@ -3,7 +3,7 @@ through the same Device API, on a real stream; and a dead simulator raising Link
 import pytest
 
 import hotline
-from conftest import real_file, simulator_or_skip
+from helpers import real_file
 from device_session import assert_sessions_match, session
 from hotline.data import open_data
 from hotline.contract.config import AcceleratorConfig
@@ -12,7 +12,7 @@ from hotline.host.link import LinkError
 from hotline.model.planner import exact_hot_set
 
 
-def test_sim_device_matches_model(tmp_path):
+def test_sim_device_matches_model(tmp_path, simulator_or_skip):
     simulator_or_skip("verilator")
     ds = open_data(str(real_file("criteo_kaggle/train_random4584.csv.gz"))).head(200)
     hot = exact_hot_set(ds.keys, 300).keys
@@ -47,7 +47,7 @@ class FlakySocket:
         return getattr(self.sock, name)
 
 
-def test_link_faults(tmp_path):
+def test_link_faults(tmp_path, simulator_or_skip):
     """Corrupted request and response frames are retried; a stopped simulator times out and a
     dead one raises LinkError; close() always ends the process group."""
     import os
@@ -79,7 +79,7 @@ def test_link_faults(tmp_path):
 
 
 @pytest.mark.slow
-def test_train_over_sim_gives_model_losses(tmp_path):
+def test_train_over_sim_gives_model_losses(tmp_path, simulator_or_skip):
     """hotline train --device-url sim://verilator: the same per-step losses and counters as
     model:// on a small real stream (the RTL gathers and scatters the trainer's rows)."""
     simulator_or_skip("verilator")

@@ -9,7 +9,7 @@ real file's sample count, averaged over 3 seeds):
 import numpy as np
 import pytest
 
-from conftest import CRITEO_CSV, real_file
+from helpers import CRITEO_CSV, real_file
 from hotline.data import load_dataset
 from hotline.data.generator import CRITEO_KAGGLE_CARDINALITIES, calibrate, synth_criteo, table_stats
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import real_file
+from helpers import real_file
 from hotline import cli
 from hotline.data import Dataset, load_dataset
 from hotline.train.dlrm import DLRM

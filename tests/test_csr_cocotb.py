@@ -1,33 +1,39 @@
-"""CSRBank cocotb testbench: every register's access semantics, driven from the register map.
+"""CSRBank under cocotb on Verilator and Icarus: every register's access semantics, driven from
+the register map, through cocotbext-axi's ``AxiLiteMaster``. The testbench, its cocotb tests
+and their pytest entry in one file, as cocotbext-axi's own tests are: pytest
+(`test_cocotb_csr_bank`) exports the bank and runs this module's cocotb tests in the simulator.
 
-The DUT is a ``CSRBank`` exported by ``run_cocotb``; the map is ``CSR_MAP`` ("module:attr",
-default the accelerator's ``HOTLINE_REGISTERS``), ``CSR_CONSTANTS`` (JSON) the constants it was
-built with, ``CSR_SEED`` the random seed. ``TB`` plays the AXI4-Lite master (cocotbext-axi
-``AxiLiteMaster``) and the top around the bank: it drives the ``ro`` inputs, serves each ``rc``
-register from a FIFO it pops on ``_rstb`` (at the clock edge after the strobe, as a show-ahead
-FIFO would), and records every ``_stb`` / ``_rstb`` pulse with the cycle it was seen in.
+``TB`` plays the AXI4-Lite master and the top around the bank (``HOTLINE_REGISTERS`` built
+with ``CONSTANTS``): it drives the ``ro`` inputs, serves each ``rc`` register from a FIFO it
+pops on ``_rstb`` (at the clock edge after the strobe, as a show-ahead FIFO would), and records
+every ``_stb`` / ``_rstb`` pulse with the cycle it was seen in. The directed tests run once
+per combination of idle cycles on the master's AW, W and AR channels and backpressure on its B
+and R channels.
 """
-import importlib
-import json
-import os
+import itertools
 import random
 import warnings
 from collections import deque
 
 import cocotb
+import pytest
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
+
+from hotline.contract.regmap import HOTLINE_REGISTERS
+from hotline.host.simulators import SIMULATORS
+from hotline.hw.csr import CSRBank
+from hotline.sim.runner import run_cocotb
 
 warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"cocotbext\.axi")
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster  # noqa: E402
 
+CONSTANTS = {"CAM_ENTRIES": 16384, "COLD_MAX_KEYS": 32768, "ROW_BITS": 27}
+SEED = 1
+STRESS_OPS = {"verilator": 300, "icarus": 150}   # per direction and pause level
+
 OKAY, SLVERR = 0, 2
 TIMEOUT_US = 2000
-
-
-def load_map():
-    module, attr = os.environ.get("CSR_MAP", "hotline.contract.regmap:HOTLINE_REGISTERS").split(":")
-    return getattr(importlib.import_module(module), attr)
 
 
 def lane_mask(strb):
@@ -53,10 +59,10 @@ class TB:
 
     def __init__(self, dut, seed_offset=0):
         self.dut = dut
-        self.regs = load_map()
+        self.regs = HOTLINE_REGISTERS
         self.constants = {r.name: r.value for r in self.regs if r.value is not None}
-        self.constants.update(json.loads(os.environ.get("CSR_CONSTANTS", "{}")))
-        self.rng = random.Random(int(os.environ.get("CSR_SEED", "1")) * 1000 + seed_offset)
+        self.constants.update(CONSTANTS)
+        self.rng = random.Random(SEED * 1000 + seed_offset)
         self.by_access = {a: [r for r in self.regs if r.access == a] for a in ("ro", "rw", "wo", "rc")}
         self.ro_ports = [r for r in self.by_access["ro"] if r.name not in self.constants]
         self.addr_width = len(dut.axil__awaddr)
@@ -121,15 +127,29 @@ class TB:
         await RisingEdge(dut.clk)
         cocotb.start_soon(self._monitor())
 
-    def stall(self, p, seed=None):
-        """Random valid/ready pauses with probability ``p`` on all five channels."""
-        rng = random.Random(seed if seed is not None else self.rng.random())
-        for ch in (self.axil.write_if.aw_channel, self.axil.write_if.w_channel,
-                   self.axil.write_if.b_channel, self.axil.read_if.ar_channel,
-                   self.axil.read_if.r_channel):
-            ch.set_pause_generator(pauses(random.Random(rng.random()), p) if p else None)
-            if not p:
+    def set_idle_generator(self, generator=None):
+        """Idle cycles on the master's AW, W and AR channels (``generator()`` yields one
+        pause flag per cycle), or none."""
+        self._pause((self.axil.write_if.aw_channel, self.axil.write_if.w_channel,
+                     self.axil.read_if.ar_channel), generator)
+
+    def set_backpressure_generator(self, generator=None):
+        """Backpressure on the master's B and R channels (ready low while paused), or none."""
+        self._pause((self.axil.write_if.b_channel, self.axil.read_if.r_channel), generator)
+
+    @staticmethod
+    def _pause(channels, generator):
+        for ch in channels:
+            ch.set_pause_generator(generator() if generator else None)
+            if not generator:
                 ch.pause = False  # clearing the generator leaves the last pause value
+
+    def stall(self, p, seed=None):
+        """Random idle cycles and backpressure with probability ``p`` on all five channels."""
+        rng = random.Random(seed if seed is not None else self.rng.random())
+        gen = (lambda: pauses(random.Random(rng.random()), p)) if p else None
+        self.set_idle_generator(gen)
+        self.set_backpressure_generator(gen)
 
     # ---- bus access -------------------------------------------------------------------------
     async def read(self, addr):
@@ -210,9 +230,15 @@ class TB:
         return [a for a in range(0, 1 << self.addr_width, 4) if self.regs.at(a) is None]
 
 
-async def start(dut, seed_offset):
+def cycle_pause():
+    return itertools.cycle([1, 1, 1, 0])
+
+
+async def start(dut, seed_offset, idle=None, backpressure=None):
     tb = TB(dut, seed_offset)
     await tb.reset()
+    tb.set_idle_generator(idle)
+    tb.set_backpressure_generator(backpressure)
     return tb
 
 
@@ -220,11 +246,18 @@ def csr_test(fn):
     return cocotb.test(timeout_time=TIMEOUT_US, timeout_unit="us")(fn)
 
 
+def idle_and_backpressure(fn):
+    """The cocotb test factory: ``fn(dut, idle, backpressure)`` once per combination of no
+    pauses and `cycle_pause` on each side."""
+    return cocotb.parametrize(idle=[None, cycle_pause], backpressure=[None, cycle_pause])(fn)
+
+
 @csr_test
-async def ro_inputs_and_constants(dut):
+@idle_and_backpressure
+async def ro_inputs_and_constants(dut, idle, backpressure):
     """ro reads reflect the top's inputs (LO then HI) or the constants; writes answer SLVERR
     and change nothing."""
-    tb = await start(dut, 1)
+    tb = await start(dut, 1, idle, backpressure)
     for _ in range(3):
         for r in tb.ro_ports:
             tb.set_ro(r, tb.rng.getrandbits(r.width))
@@ -246,10 +279,11 @@ async def ro_inputs_and_constants(dut):
 
 
 @csr_test
-async def rw_byte_strobes(dut):
+@idle_and_backpressure
+async def rw_byte_strobes(dut, idle, backpressure):
     """rw: every strobe pattern (contiguous or not, or none) writes exactly its byte lanes;
     the held value shows on the port and reads back; reserved bits stay 0."""
-    tb = await start(dut, 2)
+    tb = await start(dut, 2, idle, backpressure)
     strobes = list(range(16))
     for r in tb.by_access["rw"]:
         tb.rng.shuffle(strobes)
@@ -266,10 +300,11 @@ async def rw_byte_strobes(dut):
 
 
 @csr_test
-async def wo_strobes(dut):
+@idle_and_backpressure
+async def wo_strobes(dut, idle, backpressure):
     """wo: each write strobes exactly once, in the cycle the port shows the written bytes
     (unwritten lanes 0); the value is held afterwards; reads return 0 and strobe nothing."""
-    tb = await start(dut, 3)
+    tb = await start(dut, 3, idle, backpressure)
     for r in tb.by_access["wo"]:
         for strb in (0xF, 0x1, 0x6, 0x9, 0x0, 0xF):
             value = tb.random_value(r) | tb.rng.getrandbits(32)
@@ -290,10 +325,11 @@ async def wo_strobes(dut):
 
 
 @csr_test
-async def rc_pops(dut):
+@idle_and_backpressure
+async def rc_pops(dut, idle, backpressure):
     """rc: each read returns the current head and strobes once in the cycle it was sampled (the
     top pops it); writes answer SLVERR and pop nothing."""
-    tb = await start(dut, 4)
+    tb = await start(dut, 4, idle, backpressure)
     items = {}
     for r in tb.by_access["rc"]:
         items[r.name] = [tb.rng.getrandbits(32) for _ in range(8)]
@@ -363,9 +399,10 @@ async def counter_snapshot(dut):
 
 
 @csr_test
-async def unmapped_addresses(dut):
+@idle_and_backpressure
+async def unmapped_addresses(dut, idle, backpressure):
     """Every unmapped word reads 0 with SLVERR; writes there answer SLVERR and change nothing."""
-    tb = await start(dut, 6)
+    tb = await start(dut, 6, idle, backpressure)
     for r in tb.by_access["rw"]:
         value = tb.rng.getrandbits(32)
         tb.apply_write(r.offset, value, 0xF)
@@ -508,9 +545,17 @@ async def random_stalls_back_to_back(dut):
     """Mixed back-to-back traffic with random valid/ready stalls on all channels: right data,
     responses, strobes and pops; no deadlock (the test times out otherwise)."""
     tb = await start(dut, 8)
-    n = int(os.environ.get("CSR_STRESS_OPS", "300"))
+    n = STRESS_OPS["icarus" if "icarus" in cocotb.SIM_NAME.lower() else "verilator"]
     cycles = await stress(tb, 0.0, n)
     # Unstalled: reads and writes overlap; writes take 2 cycles each, reads 3.
     assert cycles <= 3 * n + 20, f"{n} writes + {n} reads back-to-back took {cycles} cycles"
     for p in (0.2, 0.5, 0.8):
         await stress(tb, p, n)
+
+
+# ---- pytest: build the bank and run the tests above ------------------------------------------
+
+@pytest.mark.parametrize("simulator", SIMULATORS)
+def test_cocotb_csr_bank(simulator, tmp_path, simulator_or_skip):
+    bank = CSRBank(HOTLINE_REGISTERS, constants=CONSTANTS)
+    run_cocotb(bank, "csr_bank", __name__, tmp_path, simulator=simulator_or_skip(simulator))

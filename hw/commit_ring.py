@@ -1,0 +1,101 @@
+"""CommitRing: the host link's request words, written speculatively, drained once committed.
+
+A ring of ``depth`` 66-bit entries (`RingWord`: a 64-bit word and its `RingTag`) with three
+pointers: the next speculative write, the end of the committed words and the next word to
+drain. The writer (`FrameParser`, through ``fill``) writes a frame's words as they arrive
+and then commits them (the frame was good and new) or rolls them back, so a corrupted or
+repeated frame never reaches the accelerator or the memory.
+
+Committed words drain in order: ``LOOKUP`` words into ``lookups``, ``SCATTER`` words into
+``scatter_keys``, an ``ADDR`` word sets the memory address, and ``MEMDATA`` words are written
+to consecutive window words through ``mem`` (a write is taken when ``mem_grant`` and
+``mem.ready`` are high; ``mem_grant`` is low while the responder reads the window). ``mem_pending`` is high while committed ``MEMDATA`` words wait.
+
+Timing: a word is offered 2 cycles after the ``commit`` strobe that commits it, then one
+word per cycle while its sink takes them; a stalled sink holds the rest (backpressure only:
+``fill`` is never stalled). ``fill.free`` is the depth
+minus the committed, undrained words (the word offered counts as drained).
+"""
+from amaranth import *
+from amaranth.lib import stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from .link_layouts import RingFillSignature, RingTag
+from .window_ram import WindowPortSignature
+
+__all__ = ["CommitRing"]
+
+
+class CommitRing(wiring.Component):
+    """Parameters: ``depth`` (words, a power of two), ``mem_addr_width`` (window word address
+    bits)."""
+
+    def __init__(self, depth, mem_addr_width):
+        if depth < 2 or depth & (depth - 1):
+            raise ValueError(f"depth must be a power of two >= 2, not {depth}")
+        self.depth = depth
+        self.bits = (depth - 1).bit_length() + 1  # one extra bit tells full from empty
+        super().__init__({
+            "fill": In(RingFillSignature(self.bits)),
+            "lookups": Out(stream.Signature(64)),
+            "scatter_keys": Out(stream.Signature(64)),
+            "mem": Out(WindowPortSignature(mem_addr_width)),
+            "mem_grant": In(1),
+            "mem_pending": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        bits, fill = self.bits, self.fill
+        m.submodules.ring = ring = Memory(shape=66, depth=self.depth, init=[])
+        ring_wr, ring_rd = ring.write_port(), ring.read_port()
+        wspec = Signal(bits)    # next speculative write
+        wcommit = Signal(bits)  # end of committed words
+        rptr = Signal(bits)     # next word to drain
+        m.d.comb += fill.free.eq(self.depth - (wcommit - rptr)[:bits])
+
+        with m.If(fill.words.valid):
+            m.d.comb += [ring_wr.addr.eq(wspec[:-1]), ring_wr.data.eq(fill.words.payload),
+                         ring_wr.en.eq(1)]
+            m.d.sync += wspec.eq(wspec + 1)
+        with m.If(fill.commit):
+            m.d.sync += wcommit.eq(wspec)
+        with m.If(fill.rollback):
+            m.d.sync += wspec.eq(wcommit)
+
+        mem_pending = Signal(bits)  # committed MEM_WRITE data words not yet written
+        mem_written = Signal()
+        d_valid = Signal()
+        d_word, d_tag = ring_rd.data[:64], ring_rd.data[64:]
+        mem_word = Signal.like(self.mem.addr)
+        consume = Signal()
+        with m.Switch(d_tag):
+            with m.Case(RingTag.LOOKUP):
+                m.d.comb += [self.lookups.valid.eq(d_valid), self.lookups.payload.eq(d_word),
+                             consume.eq(self.lookups.ready)]
+            with m.Case(RingTag.SCATTER):
+                m.d.comb += [self.scatter_keys.valid.eq(d_valid),
+                             self.scatter_keys.payload.eq(d_word),
+                             consume.eq(self.scatter_keys.ready)]
+            with m.Case(RingTag.ADDR):
+                m.d.comb += consume.eq(1)
+            with m.Case(RingTag.MEMDATA):
+                m.d.comb += consume.eq(self.mem_grant & self.mem.ready)
+        take = d_valid & consume
+        issue = (rptr != wcommit) & (~d_valid | take)
+        m.d.comb += [ring_rd.addr.eq(rptr[:-1]), ring_rd.en.eq(issue)]
+        with m.If(take):
+            m.d.sync += d_valid.eq(0)
+            with m.If(d_tag == RingTag.ADDR):
+                m.d.sync += mem_word.eq(d_word[3:32])
+            with m.If(d_tag == RingTag.MEMDATA):
+                m.d.sync += mem_word.eq(mem_word + 1)
+        with m.If(issue):
+            m.d.sync += [rptr.eq(rptr + 1), d_valid.eq(1)]
+        m.d.comb += mem_written.eq(take & (d_tag == RingTag.MEMDATA))
+        m.d.sync += mem_pending.eq(mem_pending + fill.mem_words - mem_written)
+        m.d.comb += [self.mem_pending.eq(mem_pending != 0),
+                     self.mem.addr.eq(mem_word), self.mem.wdata.eq(d_word),
+                     self.mem.write.eq(d_valid & (d_tag == RingTag.MEMDATA))]
+        return m

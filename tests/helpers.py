@@ -1,0 +1,42 @@
+"""Plain helpers shared by the test modules (imported as ``from helpers import ...``; the
+fixtures are in conftest.py, which is never imported as a module).
+
+- `DATA`, `CRITEO_CSV`, `ALL_REAL`: the shared real data files (``../shared/data``), usable
+  in parametrize lists;
+- `real_file`: a file's path, or a skip when it is absent;
+- `param`: ``pytest.param`` with ``slow=True`` for the cases of a parametrized test that
+  belong to the slow tier.
+"""
+import pytest
+
+from hotline.data import shared_data_dir
+
+DATA = shared_data_dir()
+
+CRITEO_CSV = [
+    "criteo_kaggle/train_random4584.csv.gz",
+    "criteo_kaggle/train_head1999.csv.gz",
+    "criteo_kaggle/test_head1999.csv.gz",
+    "criteo_kaggle/train_rows0-206k_sub1pct.csv.gz",
+    "criteo_kaggle/train_rows39.80M-39.99M_sub1pct.csv.gz",
+]
+ALL_REAL = CRITEO_CSV + [
+    "criteo_kaggle/train_random45840_7cat.arff.gz",
+    "movielens/ml-100k.inter.gz",
+    "alimama/dmr_alimama_sampled_train500.csv.gz",
+    "amazon_book/ngcf_test.txt.gz",
+]
+
+
+def real_file(rel):
+    """Path of a file under ../shared/data, or skip the test when it is absent."""
+    p = DATA / rel
+    if not p.exists():
+        pytest.skip(f"real data not present: {p}")
+    return p
+
+
+def param(*values, slow=False, id=None, marks=()):
+    """``pytest.param(*values)``, in the slow tier when ``slow`` (run by `make test-full`)."""
+    marks = [marks] if isinstance(marks, pytest.MarkDecorator) else list(marks)
+    return pytest.param(*values, id=id, marks=marks + [pytest.mark.slow] if slow else marks)
