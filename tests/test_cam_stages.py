@@ -16,6 +16,7 @@ from amaranth.sim import Simulator
 from helpers import real_file
 
 from hotline.contract.cam import CAMOp, CAMStatus
+from hotline.contract.keys import make_keys
 from hotline.data import load_dataset
 from hotline.hw.bram import BucketTable
 from hotline.hw.cam_command_engine import CAMCommandEngine
@@ -24,7 +25,6 @@ from hotline.hw.cam_lookup_pipeline import CAMLookupPipeline
 from hotline.model.popularity_cam import PopularityCAMModel
 
 SMALL = dict(entries=64, ways=4, stash=2, max_kicks=8)
-ROW_SHIFT = 27  # hotline.contract.keys: key = (table << ROW_BITS) | row
 
 
 def geometry(entries, ways, stash, max_kicks, key_width=32):
@@ -154,7 +154,7 @@ def test_pipeline_answers_as_model(family, stall):
     if family == "dense":        # rows 0.. of one table
         keys = np.arange(70, dtype=np.uint64)
     elif family == "tables":     # dense rows spread over 26 tables
-        keys = (np.arange(70, dtype=np.uint64) % 26 << ROW_SHIFT) | np.arange(70, dtype=np.uint64) // 26
+        keys = make_keys(np.arange(70) % 26, np.arange(70) // 26).astype(np.uint64)
     else:
         keys = np.unique(load_dataset(real_file("criteo_kaggle/train_head1999.csv.gz")).keys)
         keys = rng.permutation(keys)[:70].astype(np.uint64)
@@ -292,8 +292,7 @@ def test_engine_fills_dense_rows_as_model(stall):
 def test_engine_many_tables_and_clear():
     """Dense rows spread over 26 tables, a CLEAR half way, deletes of absent keys."""
     g = geometry(**SMALL)
-    n = np.arange(80, dtype=np.uint64)
-    keys = (n % 26 << ROW_SHIFT) | n // 26
+    keys = make_keys(np.arange(80) % 26, np.arange(80) // 26).astype(np.uint64)
     commands = script(keys, np.random.default_rng(4), clear_at=40)
     commands += [(CAMOp.DELETE, 0xdeadbeef), (CAMOp.DELETE, int(keys[-1]))]
     check_engine(g, commands, 0.2)
