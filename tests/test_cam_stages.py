@@ -66,11 +66,11 @@ def unpack(value, width, n):
     return [value >> i * width & ((1 << width) - 1) for i in range(n)]
 
 
-def simulate(dut, bench, deadline=200_000):
+def simulate(dut, bench):
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
-    sim.run_until(deadline * 1e-8)
+    sim.run()
 
 
 # ---- lookup pipeline ---------------------------------------------------------------------
@@ -239,7 +239,7 @@ def run_engine(g, commands, *, stall, seed):
                              ctx.get(dut.write_data.as_value()))
             await ctx.tick()
         assert len(out) == len(commands), "the engine stopped answering"
-    simulate(dut, bench, deadline=2_000_000)
+    simulate(dut, bench)
     return out, tables
 
 
