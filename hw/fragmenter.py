@@ -33,6 +33,7 @@ from amaranth.lib.wiring import In, Out
 
 from hotline.contract.config import PRODUCT
 from hotline.contract.keys import KEY_BITS
+from hotline.contract.regmap import FRAGMENTER_COUNTERS
 from hotline.contract.streams import fragmenter_layouts, lookup_layout
 
 from .buffered_fifo import BufferedFIFO
@@ -43,7 +44,7 @@ from .popularity_cam import PopularityCAM
 
 __all__ = ["Fragmenter", "COUNTERS"]
 
-COUNTERS = ("lookups", "hits", "samples", "popular_samples", "cold_rows", "batches", "overflows")
+COUNTERS = FRAGMENTER_COUNTERS
 COUNTER_BITS = 48
 
 

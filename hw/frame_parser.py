@@ -23,13 +23,13 @@ Ports:
 """
 from amaranth import *
 from amaranth.lib import stream, wiring
+from amaranth.lib.crc import Processor
 from amaranth.lib.wiring import In, Out
 
 from hotline.contract.link import MAGIC, MAX_PAYLOAD, TYPES
 
-from .crc32 import CRC32_INIT, crc32_update
-from .link_layouts import (BAD_LENGTH, BUSY, TOO_LONG, UNKNOWN, WINDOW, Request, RingFillSignature,
-                           RingTag, Served)
+from .link_layouts import (BAD_LENGTH, BUSY, LINK_CRC32, TOO_LONG, UNKNOWN, WINDOW, Request,
+                           RingFillSignature, RingTag, Served)
 
 __all__ = ["FrameParser"]
 
@@ -57,8 +57,10 @@ class FrameParser(wiring.Component):
         byte = self.rx.payload
         got = self.rx.valid
         m.d.comb += self.rx.ready.eq(1)
-        rx_crc = Signal(32)
-        crc_next = crc32_update(rx_crc, byte)
+        # The CRC-32 of the bytes after the magic byte: ``crc.crc`` is that of the bytes up to
+        # the previous cycle's.
+        m.submodules.crc = crc = Processor(LINK_CRC32(8))
+        m.d.comb += crc.data.eq(byte)
         kind, seq, length = Signal(8), Signal(16), Signal(32)
         hcrc_exp, hcrc_lo = Signal(16), Signal(8)
         idx = Signal(32)
@@ -104,11 +106,13 @@ class FrameParser(wiring.Component):
         with m.FSM(name="rx_fsm"):
             with m.State("HUNT"):
                 with m.If(got & (byte == MAGIC)):
-                    m.d.sync += [rx_crc.eq(CRC32_INIT), idx.eq(0)]
+                    m.d.comb += crc.start.eq(1)
+                    m.d.sync += idx.eq(0)
                     m.next = "HEADER"
             with m.State("HEADER"):
                 with m.If(got):
-                    m.d.sync += [rx_crc.eq(crc_next), idx.eq(idx + 1)]
+                    m.d.comb += crc.valid.eq(1)
+                    m.d.sync += idx.eq(idx + 1)
                     with m.Switch(idx):
                         with m.Case(0):
                             m.d.sync += kind.eq(byte)
@@ -117,9 +121,9 @@ class FrameParser(wiring.Component):
                         with m.Case(3, 4, 5):
                             m.d.sync += length.eq(Cat(length[8:32], byte))
                         with m.Case(6):
-                            m.d.sync += [length.eq(header_len), hcrc_exp.eq(~crc_next[:16])]
-                        with m.Case(7):
-                            m.d.sync += hcrc_lo.eq(byte)
+                            m.d.sync += length.eq(header_len)
+                        with m.Case(7):  # the CRC of the 7 bytes type, seq and length is in
+                            m.d.sync += [hcrc_lo.eq(byte), hcrc_exp.eq(crc.crc[:16])]
                         with m.Case(8):
                             with m.If((Cat(hcrc_lo, byte) != hcrc_exp) | (length > MAX_PAYLOAD)):
                                 m.d.sync += [reject.eq(0), store.eq(0)]
@@ -134,8 +138,8 @@ class FrameParser(wiring.Component):
                 drop_if_stale()
             with m.State("PAYLOAD"):
                 with m.If(got):
-                    m.d.sync += [rx_crc.eq(crc_next), idx.eq(idx + 1),
-                                 word.word_select(idx[:3], 8).eq(byte)]
+                    m.d.comb += crc.valid.eq(1)
+                    m.d.sync += [idx.eq(idx + 1), word.word_select(idx[:3], 8).eq(byte)]
                     with m.If(idx < 8):
                         m.d.sync += args.word_select(idx[:3], 8).eq(byte)
                     full = Cat(word[:56], byte)
@@ -159,7 +163,7 @@ class FrameParser(wiring.Component):
                 with m.If(got):
                     m.d.sync += [idx.eq(idx + 1), crc_got.word_select(idx[:2], 8).eq(byte)]
                     with m.If(idx == 3):
-                        deliver(Cat(crc_got, byte) == ~rx_crc)
+                        deliver(Cat(crc_got, byte) == crc.crc)
                         m.next = "HUNT"
                 drop_if_stale()
         return m

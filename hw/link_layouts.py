@@ -9,13 +9,31 @@
 - `Served`: the ``seq`` of the last request the responder served (``valid`` once one was).
 - `RingFillSignature`: the parser's side of the commit ring (speculative words, commit,
   rollback, free space).
+- `LINK_CRC32`: the frames' CRC-32 as an `amaranth.lib.crc.Algorithm`, built from the
+  contract's ``CRC32_POLY`` and ``CRC32_INIT`` (the definition the host uses), so the two
+  cannot drift apart; it is ``amaranth.lib.crc.catalog.CRC32_ETHERNET``, zlib's CRC-32.
 """
 from amaranth import signed
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import crc, data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hotline.contract.link import CRC32_INIT, CRC32_POLY
+
 __all__ = ["ERROR_MESSAGES", "BAD_LENGTH", "TOO_LONG", "UNKNOWN", "WINDOW", "CSR", "BUSY",
-           "RingTag", "Request", "RingWord", "Served", "RingFillSignature"]
+           "RingTag", "Request", "RingWord", "Served", "RingFillSignature", "LINK_CRC32"]
+
+
+
+def _reflect32(word):
+    return int(f"{word:032b}"[::-1], 2)
+
+
+# The contract's CRC is the reflected (LSB-first) shift register of zlib: its polynomial and
+# state are bit-reversed against the Williams model's, and the CRC is the final state's
+# complement.
+LINK_CRC32 = crc.Algorithm(crc_width=32, polynomial=_reflect32(CRC32_POLY),
+                           initial_crc=_reflect32(CRC32_INIT), reflect_input=True,
+                           reflect_output=True, xor_output=0xFFFFFFFF)
 
 # ERROR payloads by code (at most 16 bytes: they leave through the 16-byte send register).
 ERROR_MESSAGES = {1: "bad length", 2: "request too long", 3: "unknown request",

@@ -23,20 +23,20 @@ the parser's request register holds them until the next frame ends.
 
 Timing: a request is taken the cycle it is offered while idle; its magic byte is offered 2
 cycles later (NAK, BUSY), 3 (cached, ERROR, INFO, RESULTS, MEM_READ, ACK) or 3 after the CSR
-response. Then one byte per cycle while ``tx.ready``, except: a ``MEM_READ`` payload waits 2
-cycles per 8 bytes for the window read, and a ``RESULTS`` payload 1 cycle per count and per
-beat. ``tx.ready`` low stalls the frame; the next request is taken the cycle after the last
+response. Then one byte per cycle while ``tx.ready``, with pauses while the send register
+refills: 2 cycles per 8-byte word of a ``MEM_READ`` (the window ready at once), at least 1 per
+count and per beat of a ``RESULTS``. ``tx.ready`` low stalls the frame; the next request is taken the cycle after the last
 CRC byte is accepted.
 """
 from amaranth import *
 from amaranth.lib import stream, wiring
+from amaranth.lib.crc import Processor
 from amaranth.lib.wiring import In, Out
 
 from hotline.contract.link import MAGIC, TYPES
 
 from .axi import AXI4LiteSignature
-from .crc32 import CRC32_INIT, crc32_update
-from .link_layouts import BUSY, CSR, ERROR_MESSAGES, WINDOW, Request, Served
+from .link_layouts import BUSY, CSR, ERROR_MESSAGES, LINK_CRC32, WINDOW, Request, Served
 from .replay_buffer import ReplayBuffer
 from .window_ram import WindowPortSignature
 
@@ -100,13 +100,15 @@ class Responder(wiring.Component):
         messages = Array(Const(_le_bytes(ERROR_MESSAGES.get(i, "")), 128) for i in range(16))
         msg_len = Array(Const(len(ERROR_MESSAGES.get(i, "")), 5) for i in range(16))
 
-        tx_crc, hcrc = Signal(32), Signal(16)
+        # The CRC-32 of the bytes sent after the magic byte (up to the previous cycle's).
+        m.submodules.crc = crc = Processor(LINK_CRC32(8))
+        hcrc_hi = Signal(8)  # the header CRC's second byte
         sh, sh_n = Signal(128), Signal(5)       # send register: bytes leave LSB first
         pay_left, t_idx = Signal(32), Signal(3)
         res_i, res_left, res_count_next = Signal(range(nres + 1)), Signal(32), Signal()
         mem_next, mem_words_left, mem_wait = Signal.like(mem.addr), Signal(32), Signal()
         accepted = tx.valid & tx.ready
-        tx_crc_next = crc32_update(tx_crc, tx.payload)
+        m.d.comb += crc.data.eq(tx.payload)
 
         def cache(kind_name, src, **extra):
             m.d.sync += [c_kind.eq(T[kind_name]), c_src.eq(src)]
@@ -208,20 +210,24 @@ class Responder(wiring.Component):
             with m.State("MAGIC"):
                 m.d.comb += [tx.valid.eq(1), tx.payload.eq(MAGIC)]
                 with m.If(accepted):
-                    m.d.sync += [tx_crc.eq(CRC32_INIT), t_idx.eq(0)]
+                    m.d.comb += crc.start.eq(1)
+                    m.d.sync += t_idx.eq(0)
                     m.next = "HEADER"
             with m.State("HEADER"):
                 m.d.comb += [tx.valid.eq(1),
                              tx.payload.eq(Cat(s_kind, s_seq, s_len).word_select(t_idx, 8))]
                 with m.If(accepted):
-                    m.d.sync += [tx_crc.eq(tx_crc_next), t_idx.eq(t_idx + 1)]
+                    m.d.comb += crc.valid.eq(1)
+                    m.d.sync += t_idx.eq(t_idx + 1)
                     with m.If(t_idx == 6):
-                        m.d.sync += [hcrc.eq(~tx_crc_next[:16]), t_idx.eq(0)]
+                        m.d.sync += t_idx.eq(0)
                         m.next = "HCRC"
             with m.State("HCRC"):
-                m.d.comb += [tx.valid.eq(1), tx.payload.eq(hcrc.word_select(t_idx[0], 8))]
+                # The CRC of the header is in ``crc`` until its first byte is sent.
+                m.d.comb += [tx.valid.eq(1), tx.payload.eq(Mux(t_idx[0], hcrc_hi, crc.crc[:8]))]
                 with m.If(accepted):
-                    m.d.sync += [tx_crc.eq(tx_crc_next), t_idx.eq(t_idx + 1)]
+                    m.d.comb += crc.valid.eq(1)
+                    m.d.sync += [hcrc_hi.eq(crc.crc[8:16]), t_idx.eq(t_idx + 1)]
                     with m.If(t_idx == 1):
                         m.d.sync += t_idx.eq(0)
                         m.next = "PAYLOAD"
@@ -230,8 +236,8 @@ class Responder(wiring.Component):
             with m.State("PAYLOAD"):
                 m.d.comb += [tx.valid.eq(sh_n != 0), tx.payload.eq(sh[:8])]
                 with m.If(accepted):
-                    m.d.sync += [tx_crc.eq(tx_crc_next), sh.eq(sh >> 8), sh_n.eq(sh_n - 1),
-                                 pay_left.eq(pay_left - 1)]
+                    m.d.comb += crc.valid.eq(1)
+                    m.d.sync += [sh.eq(sh >> 8), sh_n.eq(sh_n - 1), pay_left.eq(pay_left - 1)]
                     with m.If(pay_left == 1):
                         m.next = "CRC"
                 # Refill the send register from the response's source.
@@ -258,7 +264,7 @@ class Responder(wiring.Component):
                                     m.d.sync += [sh.eq(b.o.payload), sh_n.eq(16),
                                                  res_left.eq(res_left - 1)]
             with m.State("CRC"):
-                m.d.comb += [tx.valid.eq(1), tx.payload.eq((~tx_crc).word_select(t_idx[:2], 8))]
+                m.d.comb += [tx.valid.eq(1), tx.payload.eq(crc.crc.word_select(t_idx[:2], 8))]
                 with m.If(accepted):
                     m.d.sync += t_idx.eq(t_idx + 1)
                     with m.If(t_idx == 3):

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from helpers import CRITEO_CSV, real_file
-from hotline.contract.keys import make_keys, split_keys
+from hotline.contract.keys import MAX_ROWS, make_keys, split_keys
 from hotline.data.readers import CRITEO_CSV_COLUMNS, Dataset, detect_format, iter_chunks, \
     load_dataset
 from hotline.contract.errors import HotlineError
@@ -114,7 +114,7 @@ def test_npz_round_trip(tmp_path):
 
 
 def test_keys_round_trip():
-    t, r = np.array([0, 5, 31]), np.array([0, 123, (1 << 27) - 1])
+    t, r = np.array([0, 5, 31]), np.array([0, 123, MAX_ROWS - 1])
     tt, rr = split_keys(make_keys(t, r))
     np.testing.assert_array_equal(tt, t)
     np.testing.assert_array_equal(rr, r)

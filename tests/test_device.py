@@ -10,6 +10,7 @@ from hotline.data import load_dataset
 from hotline.host.device import BatchResult, Device, ModelDevice
 from hotline.contract.config import AcceleratorConfig
 from hotline.contract.errors import HotlineError
+from hotline.contract.keys import MAX_ROWS, ROW_BITS, make_keys
 from hotline.host.host_memory import HostMemory, Window
 from hotline.model.planner import exact_hot_set
 from hotline.data.generator import synth_criteo
@@ -86,7 +87,7 @@ def make_device(table_sizes, hot_keys, *, banks=2, slots=None, batch=64, lookups
 
 
 def split(key):
-    return key >> 27, key & ((1 << 27) - 1)
+    return int(key) >> ROW_BITS, int(key) & (MAX_ROWS - 1)
 
 
 def check_batch(r, samples, placement, tables, staging):
@@ -172,16 +173,16 @@ def test_out_of_range_rows_are_refused_and_counted():
     dev, mem, tables, staging, placement = make_device([10, 20], [], batch=4)
     with dev:
         staging[:] = 0
-        bad = (1 << 27) | 25                       # table 1 has 20 rows
-        keys = np.array([3, bad, (1 << 27) | 2, 3], np.uint32)
+        bad = int(make_keys(1, 25))                       # table 1 has 20 rows
+        keys = np.array([3, bad, make_keys(1, 2), 3], np.uint32)
         dev.push_batch(keys, [2, 2])
         r = dev.pull_batch()
-        assert r.cold_keys.tolist() == [3, bad, (1 << 27) | 2]
+        assert r.cold_keys.tolist() == [3, bad, int(make_keys(1, 2))]
         assert r.gather == {"rows": 2, "errors": 1}
         assert not staging[0, 1].any()             # the refused row was never written
         np.testing.assert_array_equal(staging[0, 2], tables[1][2])
         assert dev.counters()["window_errors"] == 1
-        done = dev.scatter(0, np.array([5 << 27], np.uint32))   # no descriptor for table 5
+        done = dev.scatter(0, make_keys([5], [0]))   # no descriptor for table 5
         assert done == {"rows": 0, "errors": 1}
     mem.close()
 

@@ -3,6 +3,7 @@ against), on fuzzed descriptors, keys, slots and banks."""
 import numpy as np
 import pytest
 
+from hotline.contract.keys import make_keys
 from hotline.model.dma_model import RowDMAModel
 
 
@@ -26,7 +27,7 @@ def test_fast_path_equals_loop(seed, direction):
     mem = np.random.default_rng(seed + 100).integers(0, 256, 1 << 17, dtype=np.uint8)
     mem_slow = mem.copy()
     for _ in range(5):
-        keys = (rng.integers(0, 7, 20) << 27) | rng.integers(0, 45, 20)
+        keys = make_keys(rng.integers(0, 7, 20), rng.integers(0, 45, 20)).astype(np.int64)
         keys = keys[:int(rng.integers(0, 21))]
         bank = int(rng.integers(0, 3))
         a = fast.run(mem, direction, keys, bank)

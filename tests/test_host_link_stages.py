@@ -585,3 +585,33 @@ def test_contract_crc_is_zlibs():
             for _ in range(8):
                 state = (state >> 1) ^ (CRC32_POLY if state & 1 else 0)
         assert state ^ 0xFFFFFFFF == zlib.crc32(data_bytes)
+
+
+def test_gateware_crc_is_the_contracts():
+    """The stages' CRC (`LINK_CRC32`, built from the contract's constants) is the library's
+    CRC32_ETHERNET, and its byte-wide Processor computes zlib's CRC-32, as the host does."""
+    from amaranth.lib.crc import Processor, catalog
+    from hotline.hw.link_layouts import LINK_CRC32
+    want = catalog.CRC32_ETHERNET
+    for name in ("crc_width", "polynomial", "initial_crc", "reflect_input", "reflect_output",
+                 "xor_output"):
+        assert getattr(LINK_CRC32, name) == getattr(want, name), name
+    rng = random.Random(8)
+    messages = [b"", b"\xa5", rng.randbytes(9), rng.randbytes(40)]
+    dut = Processor(LINK_CRC32(8))
+    got = []
+
+    async def main(ctx):
+        for message in messages:
+            ctx.set(dut.start, 1)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            for byte in message:
+                ctx.set(dut.valid, 1)
+                ctx.set(dut.data, byte)
+                await ctx.tick()
+            ctx.set(dut.valid, 0)
+            got.append(ctx.get(dut.crc))
+    simulate(dut, main)
+    assert got == [zlib.crc32(m) for m in messages]
+    assert LINK_CRC32(8).compute(messages[3]) == zlib.crc32(messages[3])

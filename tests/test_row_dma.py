@@ -20,7 +20,7 @@ import reference as ref
 from hotline.data import load_dataset
 from hotline.contract.dma import CAUSES, CHECK_ORDER
 from hotline.model.dma_model import RowDMAModel
-from hotline.hw import row_dma
+from hotline.hw import row_window_check
 from hotline.hw.axi import AXI4LiteSignature, AXI4Signature, AXIResp
 from hotline.hw.row_dma import GatherDMA, RowDMA, ScatterDMA
 from hotline.sim import bench_row_dma, tb_row_dma as tb
@@ -152,10 +152,10 @@ def test_model_refuses_bad_staging_windows(staging):
 
 
 def test_pipelined_multiplier_amaranth_sim():
-    """`row_dma._mul`: two register stages, exact for full-width operands."""
+    """`row_window_check._mul`: two register stages, exact for full-width operands."""
     m = Module()
     a, b, en = Signal(27), Signal(16), Signal(init=1)
-    out = row_dma._mul(m, a, b, en, "p")
+    out = row_window_check._mul(m, a, b, en, "p")
     sim = Simulator(m)
     sim.add_clock(1e-8)
     rng = np.random.default_rng(1)

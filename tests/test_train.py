@@ -12,6 +12,7 @@ import torch
 
 from helpers import real_file
 from hotline import cli
+from hotline.contract.keys import split_keys
 from hotline.data import Dataset, load_dataset
 from hotline.train.dlrm import DLRM
 from hotline.data.generator import synth_criteo
@@ -64,7 +65,7 @@ def reference_train(data, cfg):
             n = s1 - s0
             leaves = [t.clone().requires_grad_() for t in tables]
             keys = data.keys[data.offsets[s0]:data.offsets[s1]]
-            rows = torch.from_numpy((keys & ((1 << 27) - 1)).astype(np.int64))
+            rows = torch.from_numpy(split_keys(keys)[1])
             lengths = data.lengths[s0:s1]
             if np.all(lengths == 1):
                 rows = rows.view(n, F)
@@ -208,7 +209,7 @@ def test_hot_keys_in_the_cam_stash_are_trained_in_range(monkeypatch):
     # the stashed rows were looked up and updated
     start = initial_tables(data, cfg)
     keys = p.keys[stashed]
-    t, r = keys >> 27, keys & ((1 << 27) - 1)
+    t, r = split_keys(keys)
     batch_keys = data.keys[:data.offsets[data.n_train]]
     assert np.isin(keys, batch_keys).all()
     for ti, ri in zip(t, r):

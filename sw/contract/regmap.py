@@ -29,7 +29,8 @@ from .cam import CAMOp, CAMStatus
 from .dma import CAUSES
 
 __all__ = ["ACCESS", "Field", "Register", "RegisterMap", "HOTLINE_REGISTERS", "ID_VALUE",
-           "VERSION_VALUE", "CAM_OPS", "CAM_STATUSES"]
+           "VERSION_VALUE", "CAM_OPS", "CAM_STATUSES", "COUNTERS", "FRAGMENTER_COUNTERS",
+           "DEVICE_COUNTERS"]
 
 ACCESS = {
     "ro": "read-only: the hardware drives it; writes answer SLVERR",
@@ -290,23 +291,31 @@ _CAUSE_DOCS = {
     "axi_write": "An AXI4 write answered SLVERR or DECERR.",
 }
 
+# The 64-bit event counters: (register name, block that counts, meaning), in register order.
 COUNTERS = (
-    ("CYCLES", "Clock cycles since reset or the last CONTROL.clear_counters."),
-    ("LOOKUPS", "Lookups the fragmenter processed."),
-    ("HITS", "Lookups that hit the popularity CAM."),
-    ("SAMPLES", "Samples the fragmenter processed."),
-    ("POPULAR_SAMPLES", "Samples whose every lookup hit the CAM."),
-    ("COLD_ROWS", "Unique cold keys emitted (summed over batches)."),
-    ("BATCHES", "Batches completed."),
-    ("OVERFLOWS", "Cold keys the cold-key set flagged as overflow."),
-    ("GATHER_ROWS", "Rows the gather DMA copied from host tables to staging."),
-    ("SCATTER_ROWS", "Rows the scatter DMA wrote back from staging to host tables."),
-    ("DMA_BYTES_READ", "Bytes the AXI4 master read."),
-    ("DMA_BYTES_WRITTEN", "Bytes the AXI4 master wrote."),
-    ("WINDOW_ERRORS", "DMA requests refused by the table or staging window checks."),
-    ("AXI_ERRORS", "AXI4 master responses other than OKAY."),
-    ("LEARNER_DROPPED", "Lookups the access learner could not count."),
+    ("CYCLES", "accelerator", "Clock cycles since reset or the last CONTROL.clear_counters."),
+    ("LOOKUPS", "fragmenter", "Lookups the fragmenter processed."),
+    ("HITS", "fragmenter", "Lookups that hit the popularity CAM."),
+    ("SAMPLES", "fragmenter", "Samples the fragmenter processed."),
+    ("POPULAR_SAMPLES", "fragmenter", "Samples whose every lookup hit the CAM."),
+    ("COLD_ROWS", "fragmenter", "Unique cold keys emitted (summed over batches)."),
+    ("BATCHES", "fragmenter", "Batches completed."),
+    ("OVERFLOWS", "fragmenter", "Cold keys the cold-key set flagged as overflow."),
+    ("GATHER_ROWS", "dma", "Rows the gather DMA copied from host tables to staging."),
+    ("SCATTER_ROWS", "dma", "Rows the scatter DMA wrote back from staging to host tables."),
+    ("DMA_BYTES_READ", "dma", "Bytes the AXI4 master read."),
+    ("DMA_BYTES_WRITTEN", "dma", "Bytes the AXI4 master wrote."),
+    ("WINDOW_ERRORS", "dma", "DMA requests refused by the table or staging window checks."),
+    ("AXI_ERRORS", "dma", "AXI4 master responses other than OKAY."),
+    ("LEARNER_DROPPED", "learner", "Lookups the access learner could not count."),
 )
+
+# The Fragmenter's counters, as its `counters` port names them.
+FRAGMENTER_COUNTERS = tuple(name.lower() for name, block, _ in COUNTERS if block == "fragmenter")
+# The counters every Device API backend reports (`Device.counters()`): the fragmenter's and the
+# row DMAs'.
+DEVICE_COUNTERS = tuple(name.lower() for name, block, _ in COUNTERS
+                        if block in ("fragmenter", "dma"))
 
 HOTLINE_REGISTERS = RegisterMap([
     # ---- identity and capabilities: 0x000 - 0x03f ------------------------------------------
@@ -387,7 +396,7 @@ HOTLINE_REGISTERS = RegisterMap([
         Field("count", 0, 16, "Rows in the batch (cold slots 0 .. count-1)."),
         _bit("bank", 16, "Staging bank the rows are read from."))),
     # ---- 64-bit counters: 0x200 - 0x2ff ------------------------------------------------------
-    *[Register(name, 0x200 + 8 * i, "ro", doc, width=64) for i, (name, doc) in enumerate(COUNTERS)],
+    *[Register(name, 0x200 + 8 * i, "ro", doc, width=64) for i, (name, _, doc) in enumerate(COUNTERS)],
 ], name="hotline")
 
 

@@ -15,6 +15,14 @@ def table(rows, headers) -> str:
     return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in cells])
 
 
+def fmt_bytes(n) -> str:
+    """``n`` bytes for people: 512 B, 18.0 MiB, 1,024.0 TiB."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+
+
 def _fmt(v):
     if isinstance(v, float):
         return f"{v:.4f}" if abs(v) < 10 else f"{v:,.1f}"

@@ -35,6 +35,7 @@ import numpy as np
 from hotline.contract.config import AcceleratorConfig
 from hotline.contract.errors import HotlineError
 from hotline.contract.keys import MAX_ROWS, MAX_TABLES, ROW_BITS
+from hotline.contract.regmap import DEVICE_COUNTERS
 from hotline.model.cold_key_set import ColdKeySetModel
 from hotline.model.device_model import Counters, DeviceModel, HotPlacement, place_hot_set
 from hotline.model.dma_model import RowDMAModel
@@ -44,9 +45,7 @@ from .host_memory import HostMemory, Window
 __all__ = ["open", "register_backend", "Device", "ModelDevice", "BatchResult", "HotPlacement",
            "TableDescriptor", "StagingDescriptor", "COUNTER_NAMES"]
 
-COUNTER_NAMES = ("lookups", "hits", "samples", "popular_samples", "cold_rows", "batches",
-                 "overflows", "gather_rows", "scatter_rows", "dma_bytes_read",
-                 "dma_bytes_written", "window_errors", "axi_errors")
+COUNTER_NAMES = DEVICE_COUNTERS
 
 
 @dataclass

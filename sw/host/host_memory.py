@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from hotline.contract.errors import HotlineError
+from hotline.data.report import fmt_bytes
 
 
 @dataclass(frozen=True)
@@ -26,13 +27,6 @@ class Window:
     @property
     def end(self) -> int:
         return self.base + self.size
-
-
-def _fmt_bytes(n):
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1024
 
 
 class HostMemory:
@@ -57,7 +51,7 @@ class HostMemory:
         except OSError as e:
             if self._owned:
                 self.path.unlink(missing_ok=True)
-            raise HotlineError(f"{self.path}: cannot map {_fmt_bytes(size)} of host memory "
+            raise HotlineError(f"{self.path}: cannot map {fmt_bytes(size)} of host memory "
                                f"({e.strerror or e})") from None
         # A plain ndarray over the mapping: slicing a np.memmap costs a Python-level
         # __array_finalize__ per slice, which the DMA model does per row.
@@ -76,9 +70,9 @@ class HostMemory:
             raise HotlineError(f"{name}: alignment must be positive, not {align}")
         base = -(-self._next // align) * align
         if base + nbytes > self.size:
-            raise HotlineError(f"{name}: {_fmt_bytes(nbytes)} do not fit in host memory "
-                               f"({_fmt_bytes(self.size - min(base, self.size))} free of "
-                               f"{_fmt_bytes(self.size)})")
+            raise HotlineError(f"{name}: {fmt_bytes(nbytes)} do not fit in host memory "
+                               f"({fmt_bytes(self.size - min(base, self.size))} free of "
+                               f"{fmt_bytes(self.size)})")
         w = Window(base, nbytes, name)
         self._next = base + nbytes
         self.windows.append(w)
@@ -142,4 +136,4 @@ class HostMemory:
             pass
 
     def __repr__(self):
-        return f"HostMemory({_fmt_bytes(self.size)} at {self.path}, {len(self.windows)} windows)"
+        return f"HostMemory({fmt_bytes(self.size)} at {self.path}, {len(self.windows)} windows)"

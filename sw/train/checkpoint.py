@@ -10,7 +10,7 @@ import numpy as np
 from hotline.contract.errors import HotlineError
 from hotline.data.readers import partial_path, write_atomic
 
-from .rows import fmt_bytes
+from hotline.data.report import fmt_bytes
 
 CHECKPOINT_FORMAT = "hotline-train-checkpoint/1"
 # Fields of TrainConfig that must match between a checkpoint and the run resuming it.

@@ -1,6 +1,6 @@
 """The JSON report of a run (docs/cli.md, "hotline train") and its summary table rows."""
 from .metrics import planned_fractions
-from .rows import fmt_bytes
+from hotline.data.report import fmt_bytes
 
 
 def build_report(trainer, data, cfg, run, notes) -> dict:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hotline.contract.errors import HotlineError
+from hotline.data.report import fmt_bytes
 
 
 @dataclass(frozen=True)
@@ -46,14 +47,6 @@ def available_ram() -> int:
     except OSError:
         pass
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def fmt_bytes(n) -> str:
-    """``n`` bytes for people: 512 B, 18.0 MiB."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
 
 
 def check_fits(what, need, limit, data) -> None:
