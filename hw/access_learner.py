@@ -36,6 +36,7 @@ from hotline.contract.config import LEARNER_WINDOW as WINDOW
 from hotline.contract.hashing import bucket_hash
 
 from .bram import BucketTable
+from .onehot import one_hot_select
 from .replica import replica
 
 __all__ = ["AccessLearner", "READ_LATENCY", "WINDOW", "entry_layout", "readout_layout"]
@@ -54,14 +55,6 @@ def entry_layout(key_bits, count_bits):
 
 def readout_layout(key_bits, count_bits):
     return data.StructLayout({"valid": 1, "key": key_bits, "count": count_bits})
-
-
-def _one_hot_select(select, values):
-    """OR of ``values[i]`` where one-hot ``select[i]`` is set (0 when none is)."""
-    out = Const(0, len(values[0]))
-    for i, value in enumerate(values):
-        out = out | Mux(select[i], value, 0)
-    return out
 
 
 def _first(bits):
@@ -257,8 +250,8 @@ class AccessLearner(wiring.Component):
         early, early_full = Signal(count_bits), Signal()
         s7 = stage("s7", s6.valid, key=s6.key, bucket=s6.bucket, fwd=s6.fwd, early=early,
                    early_full=early_full, lanes=Mux(hit, s6.hits, minimum),
-                   count=Mux(hit, _one_hot_select(s6.hits, counts),
-                             _one_hot_select(minimum, counts)),
+                   count=Mux(hit, one_hot_select(s6.hits, counts),
+                             one_hot_select(minimum, counts)),
                    full=Mux(hit, (s6.hits & s6.full).any(), (minimum & s6.full).any()))
 
         # t+7: count + 1 (saturating) of the chosen entry, or of the youngest forwarded one.
@@ -269,9 +262,9 @@ class AccessLearner(wiring.Component):
             fanned out to every bit: timing); the sum is full when count >= max - 1."""
             return (count + ~full)[:count_bits], count[1:].all()
 
-        new_way, new_count, new_full = Signal(way_bits), Signal(count_bits), Signal()
-        results = [stage("r1", s7.valid, bucket=s7.bucket, way=new_way, count=new_count,
-                         full=new_full)]
+        new_lanes, new_count, new_full = Signal(ways), Signal(count_bits), Signal()
+        results = [stage("r1", s7.valid, bucket=s7.bucket, lanes=new_lanes,
+                         count=new_count, full=new_full)]
         r1_next, r1_next_full = plus_one(results[0].count, results[0].full)
         for d in range(2, WINDOW + 1):
             prev = results[-1]
@@ -281,20 +274,16 @@ class AccessLearner(wiring.Component):
             if d < WINDOW:
                 fields["next"] = r1_next if d == 2 else prev.next
                 fields["next_full"] = r1_next_full if d == 2 else prev.next_full
-            results.append(stage(f"r{d}", prev.valid, way=prev.way, **fields))
-        own_way = _one_hot_select(s7.lanes, [Const(w, way_bits) for w in range(ways)])
+            results.append(stage(f"r{d}", prev.valid, lanes=prev.lanes, **fields))
         forward = s7.fwd.any()
         sources = Cat(s7.fwd, ~forward)
-        # The write enables are selected one-hot, not decoded from new_way (timing: the
-        # decode after the forward select was the longest path); the ways of the result
-        # registers are decoded from flip-flops, beside the select.
-        new_lanes = _one_hot_select(sources, [Const(1, ways) << r.way for r in results]
-                                    + [s7.lanes])
+        # The way written is one-hot throughout, in the result registers too (timing: a
+        # decode after, then in front of, the forward select was the longest path).
         m.d.comb += [
-            new_way.eq(_one_hot_select(sources, [r.way for r in results] + [own_way])),
-            early.eq(_one_hot_select(s6.fwd[1:],
+            new_lanes.eq(one_hot_select(sources, [r.lanes for r in results] + [s7.lanes])),
+            early.eq(one_hot_select(s6.fwd[1:],
                                      [r1_next] + [r.next for r in results[1:WINDOW - 1]])),
-            early_full.eq(_one_hot_select(
+            early_full.eq(one_hot_select(
                 s6.fwd[1:], [r1_next_full] + [r.next_full for r in results[1:WINDOW - 1]])),
             Cat(new_count, new_full).eq(Mux(s7.fwd[0], Cat(r1_next, r1_next_full),
                                             Mux(s7.fwd[1:].any(), Cat(s7.early, s7.early_full),

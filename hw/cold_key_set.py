@@ -40,7 +40,7 @@ from hotline.contract.config import PRODUCT, cold_slot_width
 from hotline.contract.hashing import bucket_hash
 
 from .bram import BucketTable
-from .popularity_cam import OutputQueue
+from .output_queue import OutputQueue
 from .replica import replica
 
 __all__ = ["ColdKeySet"]

@@ -77,3 +77,18 @@ def test_no_rw_check_memories_map_without_a_collision_bypass(tmp_path, width):
     # produce, consume and level (7 bits each) and r_rdy
     assert cells["flow"]["TRELLIS_FF"] == 22
     assert cells["plain"]["TRELLIS_FF"] >= 22 + 2 * width
+
+
+def test_stages_are_inlined_into_their_block():
+    """The accelerator's flow maps each split block as one module: the script inlines exactly
+    the stage instances (found by class in the elaborated hierarchy), and keeps the rest."""
+    from hotline.fpga.blocks import BLOCKS, STAGES
+    from hotline.fpga.synth import PinTop, inline_script
+    top = PinTop(BLOCKS["accelerator"]("ecp5-85f"))
+    script = inline_script(top, "accelerator", STAGES)
+    inlined = script.split("-unset keep_hierarchy ")[1].split(";")[0].split()
+    assert sorted(inlined) == sorted(
+        [f"accelerator.dut0.fragmenter.cam.{s}" for s in ("pipeline", "engine")]
+        + [f"accelerator.dut0.dma.{s}" for s in ("front", "check", "chunker", "read", "write",
+                                                  "counters")])
+    assert inline_script(top, "accelerator", ()) == ""
