@@ -40,3 +40,15 @@ def param(*values, slow=False, id=None, marks=()):
     """``pytest.param(*values)``, in the slow tier when ``slow`` (run by `make test-full`)."""
     marks = [marks] if isinstance(marks, pytest.MarkDecorator) else list(marks)
     return pytest.param(*values, id=id, marks=marks + [pytest.mark.slow] if slow else marks)
+
+
+def simulate(dut, main, *background):
+    """Run ``dut`` in Amaranth's simulator on a clock until the testbench ``main`` returns,
+    with ``background`` testbenches beside it (they end with it)."""
+    from amaranth.sim import Simulator  # lazy: helpers is imported by tests without Amaranth
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    for proc in background:
+        sim.add_testbench(proc, background=True)
+    sim.add_testbench(main)
+    sim.run()

@@ -12,8 +12,7 @@ from collections import deque
 
 import numpy as np
 import pytest
-from amaranth.sim import Simulator
-from helpers import real_file
+from helpers import real_file, simulate
 
 from hotline.contract.cam import CAMOp, CAMStatus
 from hotline.contract.keys import make_keys
@@ -64,13 +63,6 @@ class Tables:
 
 def unpack(value, width, n):
     return [value >> i * width & ((1 << width) - 1) for i in range(n)]
-
-
-def simulate(dut, bench):
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
 
 
 # ---- lookup pipeline ---------------------------------------------------------------------

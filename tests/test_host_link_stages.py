@@ -14,7 +14,7 @@ import struct
 import zlib
 
 import pytest
-from amaranth.sim import Simulator
+from helpers import simulate
 
 from hotline.contract.link import (CRC32_INIT, CRC32_POLY, MAGIC, MAX_PAYLOAD, TYPES, encode,
                                    header_crc, pack_results)
@@ -27,15 +27,6 @@ from test_host_link import CSR_LIMIT, csr_registers
 
 T = TYPES
 MAX_REQUEST, WINDOW_BYTES, RING_WORDS, TIMEOUT = 64, 512, 16, 40
-
-
-def simulate(dut, main, *background):
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    for proc in background:
-        sim.add_testbench(proc, background=True)
-    sim.add_testbench(main)
-    sim.run()
 
 
 def words_of(kind, payload):

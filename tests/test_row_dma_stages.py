@@ -13,7 +13,7 @@ import random
 
 import pytest
 from amaranth.lib import data
-from amaranth.sim import Simulator
+from helpers import simulate
 
 from hotline.contract.dma import CAUSES, CHECK_ORDER, PAGE
 from hotline.hw.read_engine import ReadEngine
@@ -26,13 +26,6 @@ from hotline.hw.write_engine import WriteEngine
 
 AW, DW, BB = 32, 64, 8          # address bits, data bits, bus bytes
 RB, KW, TABLES = 20, 24, 6      # row bits, key bits, tables
-
-
-def simulate(dut, bench):
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
 
 
 def key_of(table, row):
