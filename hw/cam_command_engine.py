@@ -52,14 +52,21 @@ class CAMCommandEngine(wiring.Component):
     # Copies of the written key's select, each driving a slice of the key (see elaborate).
     KEY_SELECT_COPIES = 3
 
-    def __init__(self, g):
-        self.g = g
-        super().__init__({
+    @staticmethod
+    def ports(g):
+        """The command stream ports (PopularityCAM has the same)."""
+        return {
             "cmd": In(stream.Signature(data.StructLayout({"op": CAMOp, "key": g.key_width}))),
             "resp": Out(stream.Signature(data.StructLayout(
                 {"status": CAMStatus, "slot": g.slot_width, "moves": bits_for(g.max_kicks)}))),
             "moves": Out(stream.Signature(data.StructLayout(
                 {"src": g.slot_width, "dst": g.slot_width}))),
+        }
+
+    def __init__(self, g):
+        self.g = g
+        super().__init__({
+            **self.ports(g),
             "pipe": Out(CAMEngineSignature(g)),
             "bucket_data": In(data.ArrayLayout(g.bucket_layout, 2)),
             "write_addr": Out(data.ArrayLayout(g.bucket_bits, 2)),

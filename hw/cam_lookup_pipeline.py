@@ -47,13 +47,20 @@ class CAMLookupPipeline(wiring.Component):
     docstring); ``g`` a `CAMGeometry`, ``user_width`` the lookup's sideband."""
     LATENCY = 6
 
-    def __init__(self, g, user_width, queue_depth):
-        self.g, self.user_width, self.queue_depth = g, user_width, queue_depth
-        super().__init__({
+    @staticmethod
+    def ports(g, user_width):
+        """The lookup stream ports (PopularityCAM has the same)."""
+        return {
             "lookup": In(stream.Signature(data.StructLayout({"key": g.key_width,
                                                              "user": user_width}))),
             "result": Out(stream.Signature(data.StructLayout(
                 {"hit": 1, "slot": g.slot_width, "user": user_width}))),
+        }
+
+    def __init__(self, g, user_width, queue_depth):
+        self.g, self.user_width, self.queue_depth = g, user_width, queue_depth
+        super().__init__({
+            **self.ports(g, user_width),
             "read_addr": Out(data.ArrayLayout(g.bucket_bits, 2)),
             "bucket_data": In(data.ArrayLayout(g.bucket_layout, 2)),
             "engine": In(CAMEngineSignature(g)),

@@ -44,9 +44,7 @@ without its effect, lookups accepted after it with it.
   Reset runs the same pass (no response); ``lookup`` and ``cmd`` are not ready meanwhile.
 """
 from amaranth import *
-from amaranth.lib import data, stream, wiring
-from amaranth.lib.wiring import In, Out
-from amaranth.utils import bits_for
+from amaranth.lib import wiring
 
 from hotline.contract.shapes import CAMOp, CAMStatus
 
@@ -85,16 +83,7 @@ class PopularityCAM(wiring.Component):
         self.stash, self.max_kicks, self.seeds = stash, max_kicks, g.seeds
         self.primitive, self.hash_family = primitive, hash_family
         self.buckets, self.slot_width, self.hashes = g.buckets, g.slot_width, g.hashes
-        super().__init__({
-            "lookup": In(stream.Signature(data.StructLayout({"key": key_width, "user": user_width}))),
-            "result": Out(stream.Signature(data.StructLayout(
-                {"hit": 1, "slot": g.slot_width, "user": user_width}))),
-            "cmd": In(stream.Signature(data.StructLayout({"op": CAMOp, "key": key_width}))),
-            "resp": Out(stream.Signature(data.StructLayout(
-                {"status": CAMStatus, "slot": g.slot_width, "moves": bits_for(max_kicks)}))),
-            "moves": Out(stream.Signature(data.StructLayout(
-                {"src": g.slot_width, "dst": g.slot_width}))),
-        })
+        super().__init__({**CAMLookupPipeline.ports(g, user_width), **CAMCommandEngine.ports(g)})
 
     def elaborate(self, platform):
         m = Module()
