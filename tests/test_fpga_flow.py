@@ -84,7 +84,8 @@ def test_stages_are_inlined_into_their_block():
     the stage instances (found by class in the elaborated hierarchy), and keeps the rest."""
     from hotline.fpga.blocks import BLOCKS, STAGES
     from hotline.fpga.synth import PinTop, inline_script
-    top = PinTop(BLOCKS["accelerator"]("ecp5-85f"))
+    from amaranth.hdl import Fragment
+    top = Fragment.get(PinTop(BLOCKS["accelerator"]("ecp5-85f")), None)
     script = inline_script(top, "accelerator", STAGES)
     inlined = script.split("-unset keep_hierarchy ")[1].split(";")[0].split()
     assert sorted(inlined) == sorted(
