@@ -30,7 +30,7 @@ from amaranth.utils import bits_for, ceil_log2
 from hotline.contract.shapes import CAMOp, CAMStatus
 
 from .bram import BucketTable
-from .cam_lookup_pipeline import CAMEngineSignature
+from .cam_lookup_pipeline import CAMEngineSignature, CAMLookupPipeline
 from .onehot import one_hot_select
 from .replica import replica
 
@@ -100,8 +100,10 @@ class CAMCommandEngine(wiring.Component):
 
         # State, one-hot: every state test is a single flip-flop, so no state decoding sits in
         # front of the read address, the clock enables or the handshakes.
+        # The home read also waits for the pipeline's key compares (way_hit in HOME_DECODE).
         waits = BucketTable.LATENCY
-        states = ["CLEAR", "IDLE", "HOME_READ", *(f"HOME_WAIT{i}" for i in range(waits)),
+        home_waits = waits + CAMLookupPipeline.MATCH_LATENCY - 1
+        states = ["CLEAR", "IDLE", "HOME_READ", *(f"HOME_WAIT{i}" for i in range(home_waits)),
                   "HOME_MATCH", "HOME_DECODE", "HOME_EVAL", "MASK", "MASK_WAYS", "CHOOSE", "PUSH",
                   "VICTIM_HASH", "WALK_ADDR", "WALK_READ", *(f"WALK_WAIT{i}" for i in range(waits)),
                   "WALK_EVAL", "STASH",
@@ -194,13 +196,13 @@ class CAMCommandEngine(wiring.Component):
         def slot_of(where):
             return where.as_value()  # path_layout is laid out as a slot number
 
-        def settle(name, then, go=1):
+        def settle(name, then, go=1, count=waits):
             # X_READ loads the address read_next staged; the word is in bucket_data
-            # BucketTable.LATENCY cycles later. The last wait lasts until ``go``, and the word
-            # stays.
-            for i in range(waits):
+            # BucketTable.LATENCY cycles later. The last of ``count`` waits lasts until ``go``,
+            # and the word stays.
+            for i in range(count):
                 with state(f"{name}{i}"):
-                    if i + 1 < waits:
+                    if i + 1 < count:
                         goto(f"{name}{i + 1}")
                     else:
                         with m.If(go):
@@ -281,7 +283,7 @@ class CAMCommandEngine(wiring.Component):
         with state("HOME_READ"):
             goto("HOME_WAIT0")
 
-        settle("HOME_WAIT", "HOME_MATCH")
+        settle("HOME_WAIT", "HOME_MATCH", count=home_waits)
 
         # The key compares (the lookup pipeline's, into way_hit), then what follows from
         # them, get a cycle each, so HOME_EVAL only decides, from flip-flops.

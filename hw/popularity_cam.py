@@ -18,7 +18,7 @@ Slots (contract: the device hot table is indexed by them):
 entry ``i``.
 
 Lookup: ``lookup`` (key, user) -> ``result`` (hit, slot, user); in order, one per cycle
-sustained, latency ``LATENCY`` = 6 cycles from the ``lookup`` handshake cycle to ``result.valid``
+sustained, latency ``LATENCY`` = 7 cycles from the ``lookup`` handshake cycle to ``result.valid``
 when ``result`` is not stalled. The pipeline itself never stalls: its results wait in an
 ``OutputQueue`` of ``QUEUE_DEPTH + 1`` entries, and ``lookup.ready`` is low while the lookups
 accepted and not yet delivered could fill it (no loss, duplication or bubble; ``result.ready``
@@ -38,7 +38,7 @@ without its effect, lookups accepted after it with it.
   written at the head of the path: OK + slot, ``moves`` = number of relocations. Otherwise the
   key goes to the first free stash entry (OK, no moves) or, with the stash full, the table is
   left unchanged and the response is FULL. A key is never lost.
-  Cost: 9 cycles without relocation, plus 11 per victim searched and 5 per move.
+  Cost: 10 cycles without relocation, plus 11 per victim searched and 5 per move.
 - DELETE: OK + freed slot, or NOT_FOUND.
 - CLEAR: empties table and stash and zeroes ``kicks``; takes ``entries // (2 * ways)`` cycles.
   Reset runs the same pass (no response); ``lookup`` and ``cmd`` are not ready meanwhile.

@@ -5,7 +5,7 @@
   stalled, under backpressure; the engine's reads come back as ``way_hit``.
 - `CAMCommandEngine` with the pipeline and both tables played by the testbench (a cycle-level
   Python copy of the pipeline's contract: ``s1`` loads ``pipe.addr`` on ``pipe.load``, block
-  RAM words ``BucketTable.LATENCY`` cycles later, ``way_hit`` a cycle after that): every
+  RAM words ``BucketTable.LATENCY`` cycles later, ``way_hit`` ``MATCH_LATENCY`` after that): every
   response and relocation as the model's, and the tables it leaves equal to the model's.
 """
 from collections import deque
@@ -121,7 +121,7 @@ def run_pipeline(g, model, lookups, *, stall, seed, engine_reads=()):
             ctx.set(dut.engine.key, int(key))
             ctx.set(dut.engine.addr.as_value(), buckets[0] | buckets[1] << g.bucket_bits)
             ctx.set(dut.engine.load, 1)
-            for step in range(BucketTable.LATENCY + 3):
+            for step in range(BucketTable.LATENCY + CAMLookupPipeline.MATCH_LATENCY + 1):
                 ctx.set(dut.bucket_data.as_value(), tables.pair(addrs[0]))
                 await ctx.delay(1e-9)
                 addrs.append(tuple(unpack(ctx.get(dut.read_addr.as_value()), g.bucket_bits, 2)))
@@ -190,13 +190,15 @@ def run_engine(g, commands, *, stall, seed):
     async def bench(ctx):
         addrs = deque([(0, 0)] * BucketTable.LATENCY, maxlen=BucketTable.LATENCY)
         s1_bucket, keys = (0, 0), [0] * 4  # s1, s2, s3, s3b keys
-        way_hit, sent, moves = 0, 0, []
+        # the compares of s3b's key, way_hit MATCH_LATENCY cycles later
+        compares = deque([0] * CAMLookupPipeline.MATCH_LATENCY)
+        sent, moves = 0, []
         for _ in range(200_000):
             if len(out) == len(commands):
                 break
             word = tables.pair(addrs[0])
             ctx.set(dut.bucket_data.as_value(), word)
-            ctx.set(dut.pipe.way_hit.as_value(), way_hit)
+            ctx.set(dut.pipe.way_hit.as_value(), compares[0])
             ctx.set(dut.cmd.valid, sent < len(commands) and rng.random() >= stall)
             if sent < len(commands):
                 ctx.set(dut.cmd.payload, {"op": commands[sent][0], "key": commands[sent][1]})
@@ -216,9 +218,10 @@ def run_engine(g, commands, *, stall, seed):
             idle, load = ctx.get(dut.pipe.idle), ctx.get(dut.pipe.load)
             s3b_key = keys[-1]
             words = unpack(word, g.ways * width, 2)
-            way_hit = sum(sum(int(e & 1 and e >> 1 == s3b_key) << w
-                              for w, e in enumerate(unpack(words[t], width, g.ways)))
-                          << t * g.ways for t in (0, 1))
+            compares.popleft()
+            compares.append(sum(sum(int(e & 1 and e >> 1 == s3b_key) << w
+                                    for w, e in enumerate(unpack(words[t], width, g.ways)))
+                                << t * g.ways for t in (0, 1)))
             keys = [0 if idle else ctx.get(dut.pipe.key)] + keys[:3]
             read_now = s1_bucket
             if not idle and load:
