@@ -16,7 +16,6 @@ from hotline.host.simulators import simulator_available
 from hotline.hw.popularity_cam import PopularityCAM
 from hotline.model.popularity_cam import PopularityCAMModel
 from hotline.sim import tb_popularity_cam as tb
-from hotline.sim.runner import run_cocotb
 
 DATA_DIR = shared_data_dir()
 HOT_SETS = (("criteo_kaggle/train_head1999.csv.gz", 8192),
@@ -75,13 +74,9 @@ def measure(entries=16384, *, seeds=(0, 1, 2), amaranth_lookups=5000,
 
     if simulator_available("verilator"):
         cam = PopularityCAM(entries)
-        build = Path(build_dir or tempfile.mkdtemp(prefix="cam_bench_"))
-        build.mkdir(parents=True, exist_ok=True)
+        build = build_dir or tempfile.mkdtemp(prefix="cam_bench_")
         s = lookup_script(cam, keys, verilator_lookups, rng)
-        path = tb.save(build / "bench.npz", s, tb.expect(tb.model_for(cam), s), tb.widths(cam))
-        run_cocotb(cam, "popularity_cam", "hotline.sim.tb_popularity_cam", build,
-                   extra_env={"CAM_SCRIPTS": str(path), "CAM_CLEAR_CYCLES": str(cam.buckets)})
-        stats = json.loads(path.with_suffix(".json").read_text())
+        [stats] = tb.run(cam, [("bench", s, 0.0)], build_dir=build)
         out["verilator"] = speed(stats)
     return out
 

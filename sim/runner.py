@@ -2,8 +2,11 @@
 
 ``export_verilog`` writes a component as Verilog that both Verilator and Icarus accept;
 ``run_cocotb`` builds it with the chosen simulator and runs a cocotb test module, raising
-``CocotbFailure`` when any test fails. Simulator setup facts are in ../shared/TOOLCHAIN.md
-and docs/toolchain.md; which simulators are installed is `hotline.host.simulators`.
+``CocotbFailure`` when any test fails. A testbench module's own runner passes its stimulus
+to its cocotb tests in a *handoff* file (``run_cocotb(..., handoff=path)``; the tests find it
+with `handoff`); what the file holds is that module's business. Simulator setup facts are in
+../shared/TOOLCHAIN.md and docs/toolchain.md; which simulators are installed is
+`hotline.host.simulators`.
 """
 import os
 import re
@@ -20,6 +23,15 @@ TIMESCALE = ("1ns", "1ps")  # Amaranth emits no `timescale; Icarus' default cann
 # Yosys writes `reg \x = 0;` initialisers; under Icarus -g2012 these create no event, so
 # combinational outputs stay X until an input changes (Yosys issue #2271).
 _REG_INIT = re.compile(r"^(\s*)reg (\[[^\]]+\] )?(\S+) = ([^;]+);$", re.M)
+
+
+# The environment variable that carries the handoff path into the simulator process.
+_HANDOFF = "HOTLINE_TB_HANDOFF"
+
+
+def handoff():
+    """In a cocotb test: the path its runner gave `run_cocotb` as ``handoff``."""
+    return Path(os.environ[_HANDOFF])
 
 
 class CocotbFailure(RuntimeError):
@@ -42,12 +54,14 @@ VERILATOR_FIX_ARGS = ["-MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include"]
 
 
 def run_cocotb(component, toplevel, test_module, build_dir, simulator="verilator",
-               testcase=None, extra_env=None, waves=False, seed=None, wrapper=None):
+               testcase=None, extra_env=None, waves=False, seed=None, wrapper=None,
+               handoff=None):
     """Export ``component``, build it with ``simulator`` and run cocotb ``test_module``.
 
     ``build_dir`` holds the Verilog, the simulator build and ``results.xml``. ``wrapper``
     (name, Verilog text): a module around ``toplevel`` that becomes the simulated top (built
-    with ``--timing`` on Verilator, so it may generate its own clock). Raises
+    with ``--timing`` on Verilator, so it may generate its own clock). ``handoff``: a file
+    for the test module, which reads it at `handoff()`. Raises
     ``CocotbFailure`` if any test fails; returns the results path otherwise.
     """
     # lazy: cocotb is the dev extra, and the harness backends export Verilog without it
@@ -78,6 +92,8 @@ def run_cocotb(component, toplevel, test_module, build_dir, simulator="verilator
     runner = get_runner(simulator)
     module_dir = str(Path(sys.modules[test_module].__file__).parent) if test_module in sys.modules else None
     env = dict(extra_env or {})
+    if handoff is not None:
+        env[_HANDOFF] = str(Path(handoff).resolve())
     if module_dir:
         env["PYTHONPATH"] = module_dir + os.pathsep + os.environ.get("PYTHONPATH", "")
     # cocotb's runner leaves by sys.exit when the build or the simulator fails (and, under

@@ -1,10 +1,12 @@
-"""PopularityCAM testbench: scripts, their expected outputs, a cycle stepper, and the cocotb test.
+"""PopularityCAM testbench: scripts, their expected outputs, a cycle stepper, the cocotb test
+and its runner.
 
 A *script* is an ordered list of operations: lookup (key, user), command (op, key) or reset.
 `expect` runs it through the bit-exact model. `Stepper` turns a script into per-cycle port
 values with random valid/ready stalls and records every handshake; `Stepper.check` compares
-them with the expectation. The same Stepper drives the Amaranth simulator
-(tests/test_popularity_cam.py) and cocotb (`run_scripts` below, on Verilator or Icarus).
+them with the expectation. The same Stepper drives the Amaranth simulator (`run_amaranth`)
+and cocotb (`run`, which exports the CAM and runs the cocotb test `run_scripts` below on
+Verilator or Icarus).
 
 Ordering: a command is presented only after every earlier lookup was accepted, and a lookup is
 presented while the last command before it is still waiting (the CAM must then hold the lookup
@@ -13,7 +15,6 @@ it was accepted; outputs still in flight are lost, so each pre-reset stream must
 its expectation, and the stream after the last reset must match it exactly.
 """
 import json
-import os
 import time
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from cocotb.triggers import ReadOnly, RisingEdge
 
 from hotline.contract.cam import CAMOp
 from hotline.model.popularity_cam import PopularityCAMModel
+from hotline.sim.runner import handoff, run_cocotb
 
 LOOKUP, COMMAND, RESET = 0, 1, 2
 INSERT, DELETE, CLEAR = CAMOp.INSERT, CAMOp.DELETE, CAMOp.CLEAR
@@ -141,14 +143,14 @@ def widths(cam):
     return {"key_width": cam.key_width, "user_width": cam.user_width, "slot_width": cam.slot_width}
 
 
-def save(path, s, expected, widths, stall=0.0, seed=0):
+def _save(path, s, expected, widths, stall=0.0, seed=0):
     """Write a script, its expectation and the port widths for the cocotb test."""
     np.savez(path, **s, **{f"exp_{k}": v for k, v in expected.items()},
              stall=stall, seed=seed, **widths)
     return Path(path)
 
 
-def load(path):
+def _load(path):
     with np.load(path) as f:
         s = {name: f[name] for name in ("kind", "arg", "key")}
         expected = {name: f[f"exp_{name}"] for name in STREAMS}
@@ -317,7 +319,7 @@ class TB:
         self.clear_cycles = clear_cycles
 
     async def run(self, path):
-        s, expected, meta, stall = load(path)
+        s, expected, meta, stall = _load(path)
         st = Stepper(s, expected, stall=stall, **meta)
         dut = self.dut
         await self.reset()
@@ -357,11 +359,32 @@ class TB:
         dut.rst.value = 0
 
 
+def run(cam, scripts, *, build_dir, simulator="verilator"):
+    """Run ``scripts`` on ``cam`` exported to Verilog, in one ``simulator`` build under cocotb.
+
+    ``scripts``: (name, script, stall) triples; script ``i`` stalls with probability ``stall``
+    drawn from seed ``i``. Every output is checked against the model's expectation in the
+    simulator: a difference (or a hang) raises `CocotbFailure`. ``build_dir`` holds the build,
+    each script as ``<name>.npz`` and its statistics as ``<name>.json``. Returns each script's
+    `Stepper.stats` with ``wall_s`` (the simulation wall time), in order.
+    """
+    build_dir = Path(build_dir)
+    build_dir.mkdir(parents=True, exist_ok=True)
+    paths = [_save(build_dir / f"{name}.npz", s, expect(model_for(cam), s), widths(cam),
+                   stall=stall, seed=i)
+             for i, (name, s, stall) in enumerate(scripts)]
+    job = build_dir / "cam_scripts.json"
+    job.write_text(json.dumps({"clear_cycles": cam.buckets, "scripts": [str(p) for p in paths]}))
+    run_cocotb(cam, "popularity_cam", __name__, build_dir, simulator=simulator, handoff=job)
+    return [json.loads(p.with_suffix(".json").read_text()) for p in paths]
+
+
 @cocotb.test()
 async def run_scripts(dut):
-    """Run every script named in CAM_SCRIPTS (os.pathsep-separated) against the DUT."""
+    """Run every script of the handoff (written by `run`) against the DUT."""
     Clock(dut.clk, 10, unit="ns").start()
-    tb = TB(dut, int(os.environ["CAM_CLEAR_CYCLES"]))
-    for path in os.environ["CAM_SCRIPTS"].split(os.pathsep):
+    job = json.loads(handoff().read_text())
+    tb = TB(dut, job["clear_cycles"])
+    for path in job["scripts"]:
         st = await tb.run(path)
         dut._log.info("%s: %d cycles, %d results", Path(path).name, st.cycles, len(st.got["result"]))

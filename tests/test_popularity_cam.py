@@ -1,5 +1,4 @@
 """PopularityCAM: bit-exact model properties and RTL-vs-model checks in the Amaranth simulator."""
-import os
 from collections import deque
 
 import numpy as np
@@ -21,7 +20,6 @@ from hotline.model.popularity_cam import PopularityCAMModel
 from hotline.sim import tb_popularity_cam as tb
 from hotline.sim.tb_popularity_cam import model_for, run_amaranth
 from hotline.host.simulators import SIMULATORS, simulator_available
-from hotline.sim.runner import run_cocotb
 
 HEAD = "criteo_kaggle/train_head1999.csv.gz"
 SMALL = dict(entries=64, ways=4, stash=2, max_kicks=8)
@@ -286,16 +284,13 @@ def test_rtl_real_hot_set_default_geometry():
 # ---- RTL in cocotb (Verilator; Icarus when installed) -------------------------------------
 
 def run_cocotb_scripts(cam, scripts, build_dir, simulator):
-    """Save each (name, script, stall) with its expectation and run them all in one build."""
+    """Run each (name, script, stall) in one build (`tb_popularity_cam.run`); every script
+    must have run to its end."""
     if not simulator_available(simulator):
         pytest.skip(f"{simulator} not installed")
-    build_dir.mkdir(parents=True, exist_ok=True)
-    paths = [tb.save(build_dir / f"{name}.npz", s, tb.expect(model_for(cam), s), tb.widths(cam),
-                     stall=stall, seed=i)
-             for i, (name, s, stall) in enumerate(scripts)]
-    run_cocotb(cam, "popularity_cam", "hotline.sim.tb_popularity_cam", build_dir,
-               simulator=simulator, extra_env={"CAM_SCRIPTS": os.pathsep.join(map(str, paths)),
-                                               "CAM_CLEAR_CYCLES": str(cam.buckets)})
+    stats = tb.run(cam, scripts, build_dir=build_dir, simulator=simulator)
+    assert [st["lookups"] for st in stats] == [int((s["kind"] == tb.LOOKUP).sum())
+                                               for _, s, _ in scripts]
 
 
 @pytest.mark.rtl
