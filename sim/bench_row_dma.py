@@ -15,7 +15,6 @@ and 256-bit data width (one Verilator build per width).
 """
 import argparse
 import json
-import os
 import tempfile
 from pathlib import Path
 
@@ -23,7 +22,6 @@ import numpy as np
 
 from hotline.hw.row_dma import RowDMA
 from hotline.sim import tb_row_dma as tb
-from hotline.sim.runner import run_cocotb
 
 TABLE = 0x0010_0000
 STAGING = 0x0400_0000
@@ -67,15 +65,12 @@ def bench_sweep(data_width, row_bytes_list, latency=32, rows=2048, directions=("
     tmp = tempfile.TemporaryDirectory(prefix="bench_row_dma_") if own else None
     build_dir = Path(tmp.name if own else build_dir)
     try:
-        build_dir.mkdir(parents=True, exist_ok=True)
         cases = [(rb, d, scenario(params, rb, rows, latency, d))
                  for rb in row_bytes_list for d in directions]
-        paths = [sc.save(build_dir / f"{i:02d}_{sc.name}.pkl") for i, (_, _, sc) in enumerate(cases)]
-        run_cocotb(dma, "row_dma", "hotline.sim.tb_row_dma", build_dir, simulator=simulator,
-                   extra_env={"ROW_DMA_SCENARIOS": os.pathsep.join(map(str, paths))})
+        results = tb.run(dma, [sc for _, _, sc in cases], build_dir=build_dir, simulator=simulator)
         out = []
-        for (rb, d, sc), p in zip(cases, paths):
-            r = _measure(sc, tb.load_results(p.with_suffix(".result.pkl")))
+        for (rb, d, sc), res in zip(cases, results):
+            r = _measure(sc, res)
             out.append({"data_width": data_width, "row_bytes": rb, "direction": d,
                         "latency": latency, **r})
         return out

@@ -1,11 +1,13 @@
-"""RowDMA testbench: scenarios, their model expectation, and the cocotb driver / AXI memories.
+"""RowDMA testbench: scenarios, their model expectation, the cocotb driver / AXI memories and
+their runner.
 
 A *scenario* (`Scenario`) is the memory image plus an ordered list of steps: descriptor writes,
 staging-window settings, batches (direction, bank, keys), host writes into memory, counter
-snapshots and clear strobes. `expect` runs it through `RowDMAModel` (hotline.model.dma_model); the
-cocotb side (`TB`) runs it against the exported RTL and saves what it saw: every AR and AW
-(address, len), the done records, counter snapshots, the final counters and memory, cycle
-statistics. tests/test_row_dma.py compares the two (and the memory with naive references).
+snapshots and clear strobes. `expect` runs it through `RowDMAModel` (hotline.model.dma_model);
+`run` exports the RTL and runs scenarios on it under cocotb (`TB`), returning what each saw:
+every AR and AW (address, len), the done records, counter snapshots, the final counters and
+memory, cycle statistics. tests/test_row_dma.py compares the two (and the memory with naive
+references); sim/bench_row_dma.py measures the statistics.
 
 Batches are presented back to back (the engine overlaps them); every other step first waits
 until all earlier batches are done, like a host driver would. Descriptor writes are followed
@@ -25,9 +27,8 @@ full strobes. Violations are recorded in the scenario's results and fail the coc
 all scenarios ran; a scenario that stops making progress is recorded as a hang, and the next
 one starts after a reset.
 """
+import json
 import mmap
-import os
-import pickle
 import random
 import time
 import warnings
@@ -40,6 +41,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
 from hotline.model.dma_model import RowDMAModel
+from hotline.sim.runner import CocotbFailure, handoff, run_cocotb
 
 warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"cocotbext\.axi")
 from cocotbext.axi import AxiBus, AxiRam  # noqa: E402
@@ -155,13 +157,6 @@ class Scenario:
                            num_tables=p["num_tables"], row_bits=p["row_bits"],
                            max_burst_beats=p["max_burst_beats"])
 
-    def save(self, path):
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "wb") as f:
-            pickle.dump(self, f)
-        return path
-
 
 def error_predicate(ranges):
     if not ranges:
@@ -213,9 +208,70 @@ def expect(sc, memory_size=None):
     return out
 
 
-def load_results(path):
-    with open(path, "rb") as f:
-        return pickle.load(f)
+# ---------------------------------------------------------------------------------------------
+# runner, and the handoff to the cocotb side: JSON, byte strings as hex
+
+def run(dma, scenarios, *, build_dir, simulator="verilator"):
+    """Run ``scenarios`` on RowDMA ``dma`` exported to Verilog, in one ``simulator`` build.
+
+    Returns each scenario's results dict (see the module docstring; compare with `expect`), in
+    order. Bus-monitor violations and hangs are in the results (``violations``, and ``error``
+    for a hang or crash), not raised: the cocotb run fails on them only after every scenario
+    ran. Raises `CocotbFailure` if the run stopped before every scenario saved its results.
+    ``build_dir`` holds the build and every scenario and result as JSON.
+    """
+    build_dir = Path(build_dir)
+    build_dir.mkdir(parents=True, exist_ok=True)
+    files = [(build_dir / f"{i:02d}_{sc.name}.json", build_dir / f"{i:02d}_{sc.name}.result.json")
+             for i, sc in enumerate(scenarios)]
+    for sc, (path, _) in zip(scenarios, files):
+        path.write_text(json.dumps(_scenario_json(sc)))
+    job = build_dir / "row_dma_scenarios.json"
+    job.write_text(json.dumps([[str(a), str(b)] for a, b in files]))
+    try:
+        run_cocotb(dma, "row_dma", __name__, build_dir, simulator=simulator, handoff=job)
+    except (CocotbFailure, SystemExit) as e:  # cocotb's runner may exit under pytest
+        if not all(result.exists() for _, result in files):
+            raise CocotbFailure(f"the cocotb run stopped early ({e!r}); see "
+                                f"{build_dir / 'sim.log'}") from None
+    return [_result_from_json(json.loads(result.read_text())) for _, result in files]
+
+
+def _scenario_json(sc):
+    steps = []
+    for s in sc.steps:
+        if s[0] == "batch":
+            s = (*s[:3], s[3].tolist())
+        elif s[0] == "write":
+            s = (s[0], s[1], [row.tobytes().hex() for row in s[2]], s[3])
+        steps.append(s)
+    return {**vars(sc), "init": [(a, c.tobytes().hex()) for a, c in sc.init], "steps": steps}
+
+
+def _scenario_from_json(d):
+    sc = Scenario(d.pop("name"), d.pop("params"))
+    vars(sc).update(d)
+    sc.latency = tuple(sc.latency)
+    for k in ("regions", "read_errors", "write_errors"):
+        setattr(sc, k, [tuple(x) for x in getattr(sc, k)])
+    sc.init = [(a, np.frombuffer(bytes.fromhex(c), np.uint8)) for a, c in sc.init]
+    for i, s in enumerate(sc.steps):
+        if s[0] == "batch":
+            s = (*s[:3], np.asarray(s[3], np.int64))
+        elif s[0] == "write":
+            s = (s[0], s[1], np.array([np.frombuffer(bytes.fromhex(r), np.uint8) for r in s[2]]), s[3])
+        sc.steps[i] = tuple(s)
+    return sc
+
+
+def _result_json(res):
+    return {**res, **{k: [b.hex() for b in res[k]] for k in ("dumps", "memory") if k in res}}
+
+
+def _result_from_json(d):
+    d.update({k: [tuple(x) for x in d[k]] for k in ("ar", "aw", "done") if k in d})
+    d.update({k: [bytes.fromhex(x) for x in d[k]] for k in ("dumps", "memory") if k in d})
+    return d
 
 
 # ---------------------------------------------------------------------------------------------
@@ -611,13 +667,11 @@ class TB:
 
 
 async def _run_kind(dut, kind):
-    paths = [p for p in os.environ.get("ROW_DMA_SCENARIOS", "").split(os.pathsep) if p]
     scenarios = []
-    for path in paths:
-        with open(path, "rb") as f:
-            sc = pickle.load(f)
+    for path, result in json.loads(handoff().read_text()):
+        sc = _scenario_from_json(json.loads(Path(path).read_text()))
         if sc.ram == kind:
-            scenarios.append((Path(path), sc))
+            scenarios.append((Path(result), sc))
     if not scenarios:
         return
     tb = TB(dut, kind)
@@ -628,8 +682,7 @@ async def _run_kind(dut, kind):
         except Exception as e:  # a hang or a crash: record it, reset, go on with the next one
             res = {"name": sc.name, "error": str(e), "violations": [str(e)]}
             dut._log.error("%s", e)
-        with open(path.with_suffix(".result.pkl"), "wb") as f:
-            pickle.dump(res, f)
+        path.write_text(json.dumps(_result_json(res)))
         if "error" not in res:
             dut._log.info("%s: %d cycles, %d AR, %d AW, %d done, %.1f s", sc.name, res["cycles"],
                           len(res["ar"]), len(res["aw"]), len(res["done"]), res["wall_s"])

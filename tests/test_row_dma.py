@@ -6,7 +6,6 @@ latency and injected AXI errors.
 Each (simulator, data width) group is built once and runs all its scenarios in one cocotb run
 (the module-scoped `group_run` fixture); the tests then check their share of the results.
 """
-import os
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +23,6 @@ from hotline.hw import row_window_check
 from hotline.hw.axi import AXI4LiteSignature, AXI4Signature, AXIResp
 from hotline.hw.row_dma import GatherDMA, RowDMA, ScatterDMA
 from hotline.sim import bench_row_dma, tb_row_dma as tb
-from hotline.sim.runner import CocotbFailure, run_cocotb
 
 ROW_BYTES = 64
 TABLE_BASE = 0x0100_0000
@@ -512,20 +510,10 @@ def directed_scenario(params, ram="latency"):
 # ---- running and checking --------------------------------------------------------------------
 
 def run_group(dma, scenarios, build_dir, simulator):
-    """Run ``scenarios`` on ``dma`` in one cocotb build; {scenario name: (scenario, results)}."""
-    build_dir.mkdir(parents=True, exist_ok=True)
-    paths = [sc.save(build_dir / f"{i:02d}_{sc.name}.pkl") for i, sc in enumerate(scenarios)]
-    try:
-        run_cocotb(dma, "row_dma", "hotline.sim.tb_row_dma", build_dir, simulator=simulator,
-                   extra_env={"ROW_DMA_SCENARIOS": os.pathsep.join(map(str, paths))})
-    except (CocotbFailure, SystemExit) as e:  # cocotb's runner may exit under pytest
-        # bus-monitor violations fail the cocotb run after every scenario saved its results;
-        # the per-scenario checks then name them. A run that stopped early fails every test.
-        if not all(p.with_suffix(".result.pkl").exists() for p in paths):
-            raise CocotbFailure(f"the cocotb run stopped early ({e!r}); see "
-                                f"{build_dir / 'sim.log'}") from None
-    return {sc.name: (sc, tb.load_results(p.with_suffix(".result.pkl")))
-            for sc, p in zip(scenarios, paths)}
+    """Run ``scenarios`` on ``dma`` in one cocotb build; {scenario name: (scenario, results)}.
+    Bus-monitor violations are in the results: the per-scenario checks name them."""
+    results = tb.run(dma, scenarios, build_dir=build_dir, simulator=simulator)
+    return {sc.name: (sc, res) for sc, res in zip(scenarios, results)}
 
 
 def check_against_model(sc, res):
