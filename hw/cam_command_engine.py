@@ -20,6 +20,7 @@ Timing: ``cmd.ready`` = idle and no response waiting. A valid ``cmd`` blocks new
 reset the engine clears the tables (``buckets`` cycles) before it is idle.
 """
 from contextlib import contextmanager
+from types import SimpleNamespace
 
 from amaranth import *
 from amaranth.lib import data, stream, wiring
@@ -34,11 +35,6 @@ from .onehot import one_hot_select
 from .replica import replica
 
 __all__ = ["CAMCommandEngine"]
-
-
-def _first_hot(bits):
-    """The lowest set bit of a list of 1-bit values, one-hot (a list)."""
-    return [bits[i] & ~Cat(bits[:i]).any() if i else bits[0] for i in range(len(bits))]
 
 
 def _first(bits):
@@ -251,16 +247,10 @@ class CAMCommandEngine(wiring.Component):
         selected_key = Cat(one_hot_select(select[i], [source[lo:hi] for source in sources])
                            for i, (lo, hi) in enumerate(zip(cut, cut[1:])))
 
-        def select_key(where=None, way_hot=None):
-            """Select, from the next cycle on, the key at ``where`` (None: the command's), or
-            at the one-hot way ``way_hot`` of table ``where.table``."""
-            if way_hot is not None:
-                onehot = Cat(*(way_hot[w] & (where.table == t) for t in tables
-                               for w in range(ways)), C(0, 1))
-            elif where is None:
-                onehot = C(1 << 2 * ways, len(sources))
-            else:
-                onehot = C(1, len(sources)) << Cat(where.way, where.table)
+        def select_key(where=None):
+            """Select, from the next cycle on, the key at ``where`` (None: the command's)."""
+            onehot = (C(1 << 2 * ways, len(sources)) if where is None else
+                      C(1, len(sources)) << Cat(where.way, where.table))
             m.d.sync += [s.eq(onehot) for s in select]
 
         m.d.comb += wr_entry.eq(Cat(write_valid, selected_key))
@@ -365,21 +355,16 @@ class CAMCommandEngine(wiring.Component):
         # kicks, else the first one (two priority chains side by side, no rotate or add).
         from_kicks = Signal(ways)
         m.d.sync += from_kicks.eq(Cat(C(w, way_bits + 1) >= kicks for w in range(ways)))
-        # The victim's key select is loaded from the choice one-hot, whatever the outcome
-        # (timing: a binary way, then its decode, was the CAM + learner's critical path; the
-        # STASH state uses neither cur.way nor the select).
         with state("CHOOSE"):
             candidate = [~on_path_r[w] for w in range(ways)]
-            late_candidate = [c & from_kicks[w] for w, c in enumerate(candidate)]
-            late, late_way = _first(late_candidate)
+            late, late_way = _first([c & from_kicks[w] for w, c in enumerate(candidate)])
             avail, first_way = _first(candidate)
-            chosen_hot = [Mux(late, lh, fh)
-                          for lh, fh in zip(_first_hot(late_candidate), _first_hot(candidate))]
-            m.d.sync += cur.way.eq(Mux(late, late_way, first_way))
-            select_key(cur, way_hot=chosen_hot)
             with m.If(path_valid[-1] | ~avail):
                 goto("STASH")
             with m.Else():
+                chosen = Mux(late, late_way, first_way)
+                m.d.sync += cur.way.eq(chosen)
+                select_key(SimpleNamespace(way=chosen, table=cur.table))
                 goto("PUSH")
 
         with state("PUSH"):
