@@ -26,11 +26,8 @@ from hotline.host.simulators import simulator_available
 from hotline.hw.access_learner import AccessLearner
 from hotline.model.access_learner import AccessLearnerModel
 
-from .runner import run_cocotb
-
 __all__ = ["DATA_DIR", "criteo_files", "shared_files", "quick_files", "load_keys",
-           "coverage_ratio", "coverage_target", "sized_coverage", "amaranth_speed",
-           "cocotb_stream", "measure"]
+           "coverage_ratio", "coverage_target", "sized_coverage", "amaranth_speed", "measure"]
 
 DATA_DIR = shared_data_dir() / "criteo_kaggle"
 FRACTIONS = (0.05, 0.10)
@@ -83,32 +80,6 @@ def amaranth_speed(n=5000, **params):
     t0 = time.perf_counter()
     sim.run()
     return n / (time.perf_counter() - t0)
-
-
-def cocotb_stream(keys, build_dir, simulator="verilator", params=None, gap=0.0, ops=None,
-                  seed=1, testcase=None):
-    """Run sim/tb_access_learner.py on ``keys`` (RTL checked against the model entry by entry).
-
-    ``ops`` maps a key index to pulses ("start", "stop", "clear") on that key's cycle.
-    Returns the testbench's report: lookups driven, lookups per second while streaming,
-    dropped keys, and ``entries`` = the final readout (keys, counts) of the RTL.
-    """
-    params = params or {}
-    build_dir = Path(build_dir).resolve()  # the testbench opens AL_* from the simulator's cwd
-    build_dir.mkdir(parents=True, exist_ok=True)
-    np.save(build_dir / "keys.npy", np.asarray(keys, dtype=np.uint32))
-    report = build_dir / "report.json"
-    report.unlink(missing_ok=True)
-    env = {"AL_PARAMS": json.dumps(params), "AL_KEYS": str(build_dir / "keys.npy"),
-           "AL_GAP": str(gap), "AL_OPS": json.dumps({str(k): v for k, v in (ops or {}).items()}),
-           "AL_SEED": str(seed), "AL_REPORT": str(report),
-           "AL_ENTRIES": str(build_dir / "entries.npz")}
-    run_cocotb(AccessLearner(**params), "access_learner", "hotline.sim.tb_access_learner",
-               build_dir, simulator=simulator, testcase=testcase, extra_env=env)
-    out = json.loads(report.read_text())
-    with np.load(build_dir / "entries.npz") as z:
-        out["entries"] = (z["keys"], z["counts"])
-    return out
 
 
 def _ratios(keys, model):
@@ -189,11 +160,12 @@ def measure(files=None, speed_lookups=20000, simulators=("verilator",), build_di
             small.update(keys)
             sweep[f"{buckets * small.ways} entries"] = _ratios(keys, small)
     result["speed"]["amaranth"] = amaranth_speed(min(speed_lookups, 5000))
+    from . import tb_access_learner  # lazy: the testbench imports cocotb (the dev extra)
     build_root = Path(build_dir or tempfile.mkdtemp(prefix="bench_al_"))
     for sim in simulators:
         if simulator_available(sim):
-            report = cocotb_stream(_stream(speed_lookups), build_root / sim, simulator=sim,
-                                   testcase="run_stream")
+            report = tb_access_learner.run(_stream(speed_lookups), build_dir=build_root / sim,
+                                           simulator=sim)
             result["speed"][sim] = report["lookups_per_s"]
     return result
 

@@ -1,19 +1,14 @@
-"""cocotb testbench of the AccessLearner (Verilog from ``hotline.sim.runner``).
+"""cocotb testbench of the AccessLearner, and its runner `run`.
 
-Configured by environment (see ``hotline.sim.bench_access_learner.cocotb_stream``):
-AL_PARAMS (JSON constructor arguments), AL_KEYS (.npy of uint32 keys), AL_GAP (probability of
-an idle cycle before each key), AL_OPS (JSON: key index -> list of "start", "stop", "clear",
-"check" applied on that key's cycle; "check" reads the whole table back first), AL_SEED,
-AL_REPORT (JSON written at the end: lookups driven, lookups per second while streaming),
-AL_ENTRIES (.npz of the final readout: keys and counts per entry address).
-Every entry read back, and the ``counted`` and ``dropped`` counters, must equal
+`run` exports an AccessLearner, streams keys into it under cocotb (`run_stream`) and returns
+the report. Every entry read back, and the ``counted`` and ``dropped`` counters, must equal
 ``AccessLearnerModel`` fed with the keys that the RTL reported as counted (``active`` high in
 the transfer cycle).
 """
 import json
-import os
 import random
 import time
+from pathlib import Path
 
 import cocotb
 import numpy as np
@@ -22,6 +17,7 @@ from cocotb.triggers import ReadOnly, RisingEdge
 
 from hotline.model.access_learner import AccessLearnerModel
 from hotline.hw.access_learner import READ_LATENCY, AccessLearner
+from hotline.sim.runner import handoff, run_cocotb
 
 
 class TB:
@@ -126,21 +122,49 @@ class TB:
             await self.cycle(start=1)
 
 
+def run(keys, *, build_dir, simulator="verilator", params=None, gap=0.0, ops=None, seed=1):
+    """Stream ``keys`` into ``AccessLearner(**params)`` under cocotb, the RTL checked against
+    the model entry by entry (a difference raises `CocotbFailure`).
+
+    ``gap``: the probability of an idle cycle (random key, valid low) before each key, drawn
+    from ``seed``. ``ops`` maps a key index to a list of "start", "stop", "clear" (pulsed on
+    that key's cycle) and "check" (read the whole table back first). Returns the report:
+    ``lookups`` driven, ``lookups_per_s`` while streaming, ``dropped`` keys, and ``entries`` =
+    the final readout (keys, counts) of the RTL. ``build_dir`` holds the build, the keys
+    (``keys.npy``), the job (``job.json``), ``report.json`` and ``entries.npz``.
+    """
+    params = params or {}
+    build_dir = Path(build_dir).resolve()
+    build_dir.mkdir(parents=True, exist_ok=True)
+    np.save(build_dir / "keys.npy", np.asarray(keys, dtype=np.uint32))
+    report = build_dir / "report.json"
+    report.unlink(missing_ok=True)
+    job = build_dir / "job.json"
+    job.write_text(json.dumps({"params": params, "keys": str(build_dir / "keys.npy"), "gap": gap,
+                               "ops": {str(k): v for k, v in (ops or {}).items()}, "seed": seed,
+                               "report": str(report), "entries": str(build_dir / "entries.npz")}))
+    run_cocotb(AccessLearner(**params), "access_learner", __name__, build_dir,
+               simulator=simulator, handoff=job)
+    out = json.loads(report.read_text())
+    with np.load(build_dir / "entries.npz") as z:
+        out["entries"] = (z["keys"], z["counts"])
+    return out
+
+
 @cocotb.test()
 async def run_stream(dut):
-    params = json.loads(os.environ.get("AL_PARAMS", "{}"))
-    keys = np.load(os.environ["AL_KEYS"]).tolist()
-    ops = {int(k): v for k, v in json.loads(os.environ.get("AL_OPS", "{}")).items()}
-    tb = TB(dut, params, seed=int(os.environ.get("AL_SEED", "0")))
+    """Stream the keys of the handoff (written by `run`) with its gaps and ops."""
+    job = json.loads(handoff().read_text())
+    keys = np.load(job["keys"]).tolist()
+    ops = {int(k): v for k, v in job["ops"].items()}
+    tb = TB(dut, job["params"], seed=job["seed"])
     await tb.reset()
     await tb.cycle(start=1)
     t0 = time.perf_counter()
-    await tb.stream(keys, float(os.environ.get("AL_GAP", "0")), ops)
+    await tb.stream(keys, job["gap"], ops)
     elapsed = time.perf_counter() - t0
     await tb.check()
-    if "AL_REPORT" in os.environ:
-        with open(os.environ["AL_REPORT"], "w") as f:
-            json.dump({"lookups": len(keys), "lookups_per_s": len(keys) / elapsed,
-                       "dropped": dut.dropped.value.to_unsigned()}, f)
-    if "AL_ENTRIES" in os.environ:
-        np.savez(os.environ["AL_ENTRIES"], keys=tb.readout[0], counts=tb.readout[1])
+    Path(job["report"]).write_text(json.dumps({
+        "lookups": len(keys), "lookups_per_s": len(keys) / elapsed,
+        "dropped": dut.dropped.value.to_unsigned()}))
+    np.savez(job["entries"], keys=tb.readout[0], counts=tb.readout[1])

@@ -12,8 +12,8 @@ from amaranth.sim import Simulator
 from hotline.model.access_learner import AccessLearnerModel, top_k
 from hotline.hw.access_learner import READ_LATENCY, WINDOW, AccessLearner, BucketTable
 from hotline.contract.hashing import bucket_hash
-from hotline.sim.bench_access_learner import (cocotb_stream, coverage_ratio, criteo_files,
-                                             load_keys)
+from hotline.sim import tb_access_learner
+from hotline.sim.bench_access_learner import coverage_ratio, criteo_files, load_keys
 
 SMALL = dict(buckets=8, ways=4, count_bits=5, seed=3)
 
@@ -310,7 +310,8 @@ def adversarial_stream(rng, buckets=2048, seed=0):
 @pytest.mark.parametrize("simulator", ["verilator", "icarus"])
 def test_cocotb_adversarial(simulator, tmp_path, simulator_or_skip):
     keys, ops = adversarial_stream(np.random.default_rng(8))
-    report = cocotb_stream(keys, tmp_path, simulator_or_skip(simulator), gap=0.3, ops=ops)
+    report = tb_access_learner.run(keys, build_dir=tmp_path, simulator=simulator_or_skip(simulator),
+                                   gap=0.3, ops=ops)
     assert report["lookups"] == len(keys)
 
 
@@ -324,7 +325,8 @@ def real_file_cases():
 def test_cocotb_real_stream(path, tmp_path, simulator_or_skip):
     keys = load_keys(path)
     ops = {len(keys) // 2: ["check"]}
-    report = cocotb_stream(keys, tmp_path, simulator_or_skip("verilator"), gap=0.1, ops=ops)
+    report = tb_access_learner.run(keys, build_dir=tmp_path, simulator=simulator_or_skip("verilator"),
+                                   gap=0.1, ops=ops)
     assert report["lookups"] == len(keys)
 
 
