@@ -1,23 +1,19 @@
-"""Generic cocotb testbench for stream-in / stream-out blocks (see ``stream_regression``).
+"""Generic cocotb testbench for stream-in / stream-out blocks, and its runner `run`.
 
-The spec (JSON file named by $HOTLINE_TB_SPEC) gives, per input stream, the payloads to drive
-and, per output stream, the payloads expected in order; ``busy_in`` / ``busy_out`` are the
-probabilities of a stall cycle (valid or ready low) before each beat; ``phases`` (optional)
-lists the inputs driven in each phase, the next phase starting once the outputs have been
-quiet for ``quiet_cycles``; ``resets`` lists beat indices of the last phase's first input at
-which the DUT is reset mid-stream (each output list then holds only what is expected after
-the last reset). Payloads are the flattened ints of the Amaranth
-layouts (least-significant field first). The result (cycles, wall time) goes to
-$HOTLINE_TB_RESULT.
+`run` exports the component and checks its output streams against the expected payloads
+under cocotb (`stream_regression`). `StreamSource` and `StreamSink` also serve
+``hotline.sim.tb_accelerator``.
 """
 import json
-import os
 import random
 import time
+from pathlib import Path
 
 import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
+
+from hotline.sim.runner import handoff, run_cocotb
 
 
 class StreamSource:
@@ -100,10 +96,48 @@ class TB:
                 assert g == w, f"{name} beat {i}: got {g:#x}, expected {w:#x}"
 
 
+def _pack(port, payloads):
+    layout = port.payload.shape()
+    if not hasattr(layout, "const"):
+        return [int(p) for p in payloads]
+    return [p if isinstance(p, int) else layout.const(p).as_value().value for p in payloads]
+
+
+def run(component, toplevel, inputs, outputs, *, build_dir, simulator="verilator", busy_in=0.0,
+        busy_out=0.0, resets=(), drain_cycles=10000, waves=False, phases=None, quiet_cycles=64):
+    """Drive ``inputs`` into ``component`` (exported as ``toplevel``) under cocotb and check
+    that each output stream carries exactly ``outputs`` (a difference raises `CocotbFailure`).
+
+    ``inputs`` / ``outputs`` map a stream port's name to its payloads, in order: dicts (packed
+    with the port's layout) or ints (the flattened payload, least-significant field first).
+    ``busy_in`` / ``busy_out``: the probability of a stall cycle (valid or ready low) before
+    each beat. ``phases`` (optional): the inputs driven in each phase, the next phase starting
+    once the outputs have been quiet for ``quiet_cycles``. ``resets``: beat indices of the last
+    phase's first input at which the DUT is reset mid-stream (each output list then holds only
+    what is expected after the last reset). ``drain_cycles``: how long the outputs may take
+    after the last input. Returns ``cycles``, ``seconds`` (wall time) and ``beats`` per output.
+    """
+    build_dir = Path(build_dir).resolve()
+    build_dir.mkdir(parents=True, exist_ok=True)
+    spec_path, result_path = build_dir / "spec.json", build_dir / "result.json"
+    spec = {
+        "inputs": {n: _pack(getattr(component, n), p) for n, p in inputs.items()},
+        "outputs": {n: _pack(getattr(component, n), p) for n, p in outputs.items()},
+        "busy_in": busy_in, "busy_out": busy_out, "resets": list(resets),
+        "drain_cycles": drain_cycles, "phases": phases, "quiet_cycles": quiet_cycles,
+        "result": str(result_path),
+    }
+    spec_path.write_text(json.dumps(spec))
+    result_path.unlink(missing_ok=True)
+    run_cocotb(component, toplevel, __name__, build_dir, simulator, waves=waves,
+               handoff=spec_path)
+    return json.loads(result_path.read_text())
+
+
 @cocotb.test()
 async def stream_regression(dut):
-    with open(os.environ["HOTLINE_TB_SPEC"]) as f:
-        spec = json.load(f)
+    """Drive and check the streams of the spec (the handoff written by `run`)."""
+    spec = json.loads(handoff().read_text())
     Clock(dut.clk, 10, unit="ns").start()
     tb = TB(dut, spec)
     await tb.reset()
@@ -146,6 +180,6 @@ async def stream_regression(dut):
     for _ in range(8):  # nothing extra may follow
         await RisingEdge(dut.clk)
     tb.check()
-    with open(os.environ["HOTLINE_TB_RESULT"], "w") as f:
-        json.dump({"cycles": cycles, "seconds": time.perf_counter() - t0,
-                   "beats": {n: len(s.got) for n, s in tb.sinks.items()}}, f)
+    Path(spec["result"]).write_text(json.dumps({
+        "cycles": cycles, "seconds": time.perf_counter() - t0,
+        "beats": {n: len(s.got) for n, s in tb.sinks.items()}}))

@@ -231,7 +231,7 @@ def test_placement_is_observable_through_overflow():
 
 @pytest.mark.parametrize("simulator", ["verilator", "icarus"])
 def test_cocotb_adversarial_and_real(simulator, tmp_path, simulator_or_skip):
-    from hotline.sim import stream_regression
+    from hotline.sim import tb_streams
     dut = ColdKeySet(64, ways=4, stash=2, max_keys=48, epoch_bits=2, user_width=1)
     model = ColdKeySetModel(64, ways=4, stash=2, max_keys=48)
     rng = np.random.default_rng(6)
@@ -250,12 +250,12 @@ def test_cocotb_adversarial_and_real(simulator, tmp_path, simulator_or_skip):
         pass
     exp = expected(model, beats)
     stim = [dict(key=k, insert=i, eob=e, user=n & 1) for n, (k, i, e) in enumerate(beats)]
-    res = stream_regression.run(dut, "cold_key_set", {"i": stim}, {"o": exp},
-                                tmp_path, simulator_or_skip(simulator), busy_in=0.2, busy_out=0.3)
+    res = tb_streams.run(dut, "cold_key_set", {"i": stim}, {"o": exp}, build_dir=tmp_path,
+                         simulator=simulator_or_skip(simulator), busy_in=0.2, busy_out=0.3)
     assert res["beats"]["o"] == len(beats)
     # Reset mid-stream: everything after the reset is a fresh batch sequence.
     cut = len(beats) // 2
-    res = stream_regression.run(dut, "cold_key_set", {"i": stim}, {"o": expected(model, beats[cut:], cut)},
-                                tmp_path / "reset", simulator, busy_in=0.1, busy_out=0.1,
-                                resets=[cut])
+    res = tb_streams.run(dut, "cold_key_set", {"i": stim}, {"o": expected(model, beats[cut:], cut)},
+                         build_dir=tmp_path / "reset", simulator=simulator, busy_in=0.1,
+                         busy_out=0.1, resets=[cut])
     assert res["beats"]["o"] == len(beats) - cut

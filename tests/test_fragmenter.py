@@ -150,7 +150,7 @@ def test_cocotb_regression(tmp_path, simulator_or_skip):
     simulator_or_skip("verilator")
     from hotline.hw.fragmenter import Fragmenter
     from hotline.contract.cam import CAMOp
-    from hotline.sim import stream_regression
+    from hotline.sim import tb_streams
     from hotline.sim.fragmenter_run import OUTPUTS
 
     ds = load_dataset(real_file("criteo_kaggle/train_head1999.csv.gz"), limit=120)
@@ -165,7 +165,7 @@ def test_cocotb_regression(tmp_path, simulator_or_skip):
     inputs = {"cmd": pack(layout("cmd"), op=np.full(len(hot), CAMOp.INSERT.value), key=hot).tolist(),
               "lookups": pack(layout("lookups"), key=key, eos=eos, eob=eob, empty=empty).tolist()}
     outputs = {n: pack(layout(n), **want[n]).tolist() for n in OUTPUTS}
-    res = stream_regression.run(dut, "fragmenter", inputs, outputs, tmp_path, "verilator",
-                                busy_in=0.2, busy_out=0.3, phases=[["cmd"], ["lookups"]],
-                                quiet_cycles=200)
+    res = tb_streams.run(dut, "fragmenter", inputs, outputs, build_dir=tmp_path,
+                         simulator="verilator", busy_in=0.2, busy_out=0.3,
+                         phases=[["cmd"], ["lookups"]], quiet_cycles=200)
     assert res["beats"]["remap"] == len(keys)
