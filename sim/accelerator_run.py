@@ -8,7 +8,6 @@ staging rows) and scattered back. `check_gather` compares the result with the bi
 model (every stream beat, the CAM responses, the counters) and with a plain numpy gather and
 scatter of the same tables (every staging snapshot, the final tables).
 """
-import pickle
 import time
 from pathlib import Path
 
@@ -24,9 +23,9 @@ from hotline.hw.accelerator import HotlineAccelerator
 from hotline.model.device_model import model_fragment
 from hotline.model.planner import plan
 
-from . import tb_accelerator  # noqa: F401  (cocotb imports it by name: run_cocotb finds it)
+from . import tb_accelerator
 from .fragmenter_run import RTLMismatch, compare, expected_streams
-from .runner import CocotbFailure, run_cocotb
+from .runner import CocotbFailure
 
 def host_layout(table_sizes, row_bytes, slots, banks=2):
     """Bus windows: one per table (4 KiB aligned), then the staging banks."""
@@ -87,23 +86,14 @@ class AcceleratorSim:
         self.build_dir = Path(build_dir).resolve() / f"top_{backend}_{data_width}_{tag}"
 
     def run(self, job):
-        self.build_dir.mkdir(parents=True, exist_ok=True)
-        job_path, result_path = self.build_dir / "job.pkl", self.build_dir / "result.pkl"
-        with open(job_path, "wb") as f:
-            pickle.dump(job, f)
-        result_path.unlink(missing_ok=True)
         dut = HotlineAccelerator.from_config(self.config, self.data_width, 32, self.num_tables,
                                              self.learner)
         t0 = time.perf_counter()
         try:
-            run_cocotb(dut, "hotline_accelerator", "hotline.sim.tb_accelerator", self.build_dir,
-                       self.backend, extra_env={"HOTLINE_JOB": str(job_path.resolve()),
-                                                "HOTLINE_RESULT": str(result_path.resolve())})
+            result = tb_accelerator.run(dut, job, build_dir=self.build_dir, simulator=self.backend)
         except (CocotbFailure, SystemExit) as e:
             raise HotlineError(f"accelerator co-simulation failed ({e}); see "
                                f"{self.build_dir / 'sim.log'}") from None
-        with open(result_path, "rb") as f:
-            result = pickle.load(f)
         result["total_seconds"] = time.perf_counter() - t0
         return result
 

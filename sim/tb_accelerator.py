@@ -1,9 +1,10 @@
 """HotlineAccelerator testbench: the whole top, driven the way the host runtime drives it.
 
-The job (a pickle named by $HOTLINE_JOB) gives the host memory file (mapped by cocotbext-axi
-``AxiRam`` on ``bus``: the RTL really reads and writes the bytes the host wrote), the table
-descriptors and staging window (written through ``AxiLiteMaster`` on ``axil``), the hot keys
-(inserted through the CAM_* registers), the lookup beats per batch and stall probabilities.
+`run` runs a job on the exported top under cocotb (`run_job`) and returns the results. The
+job gives the host memory file (mapped by cocotbext-axi ``AxiRam`` on ``bus``: the RTL really
+reads and writes the bytes the host wrote), the table descriptors and staging window (written
+through ``AxiLiteMaster`` on ``axil``), the hot keys (inserted through the CAM_* registers),
+the lookup beats per batch and stall probabilities.
 
 Per batch ``b``, as a double-buffered trainer would (2 staging banks): push batch ``b + 1``'s
 lookups, wait for its gather, then "train" batch ``b`` (add ``job['delta']`` to every byte of
@@ -11,13 +12,13 @@ its staging rows, modulo 256), scatter them back (SCATTER_CMD + ``scatter_keys``
 staging bank of every batch is snapshotted right after its gather. With one bank the next batch
 is pushed only after the scatter. Results (every output stream's beats, CAM responses, the
 snapshots, the counters read through the CSRs, cycle and bus statistics, bus-window
-violations) go to $HOTLINE_RESULT; ``hotline.sim.accelerator_run`` compares them.
+violations) are what `run` returns; ``hotline.sim.accelerator_run`` compares them.
 """
+import json
 import mmap
-import os
-import pickle
 import time
 import warnings
+from pathlib import Path
 
 import cocotb
 import numpy as np
@@ -27,6 +28,7 @@ from cocotb.triggers import ReadOnly, RisingEdge
 from hotline.contract.streams import RESULT_STREAMS, batch_end, batch_key, dma_done_layout, \
     unpack
 from hotline.host.registers import ADDR, REGS, decode, encode
+from hotline.sim.runner import handoff, run_cocotb
 from hotline.sim.tb_streams import StreamSink, StreamSource
 
 warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"cocotbext\.axi")
@@ -195,10 +197,35 @@ def _train(mem, job, bank, n):
     mem[lo:lo + n * stride] = data
 
 
+def run(dut, job, *, build_dir, simulator="verilator"):
+    """Run ``job`` on the accelerator top ``dut`` (exported as ``hotline_accelerator``) under
+    cocotb; returns the result dict (see the module docstring). Raises `CocotbFailure` if the
+    run fails (a timeout waiting for a gather, scatter or batch among them).
+
+    ``job``: ``memory`` (the host memory file, read and written in place), ``tables``
+    ({table: (base, rows, row_bytes)}), ``staging`` ((base, stride, slots, banks)), ``windows``
+    ([(lo, hi)] that every burst must fall in; None: unchecked), ``hot_keys``, ``batches``
+    (lookup-beat payloads per batch), ``delta``, ``busy_in`` / ``busy_out`` (stall
+    probabilities). ``build_dir`` holds the build, ``job.json`` and ``result.json``.
+    """
+    build_dir = Path(build_dir).resolve()
+    build_dir.mkdir(parents=True, exist_ok=True)
+    job_path, result_path = build_dir / "job.json", build_dir / "result.json"
+    job_path.write_text(json.dumps({**job, "result": str(result_path)}))
+    result_path.unlink(missing_ok=True)
+    run_cocotb(dut, "hotline_accelerator", __name__, build_dir, simulator, handoff=job_path)
+    result = json.loads(result_path.read_text())
+    result["snapshots"] = [bytes.fromhex(s) for s in result["snapshots"]]
+    for name in ("responses", "moves", "violations"):
+        result[name] = [tuple(x) for x in result[name]]
+    return result
+
+
 @cocotb.test()
 async def run_job(dut):
-    with open(os.environ["HOTLINE_JOB"], "rb") as f:
-        job = pickle.load(f)
+    """Run the job of the handoff (written by `run`) and save its results."""
+    job = json.loads(handoff().read_text())
+    job["tables"] = {int(t): tuple(v) for t, v in job["tables"].items()}  # JSON keys are strings
     tb = TB(dut, job)
     await tb.reset()
     t0 = time.perf_counter()
@@ -246,7 +273,7 @@ async def run_job(dut):
     cause = decode("ERROR_CAUSE", await tb.read("ERROR_CAUSE"))
     result = {
         "streams": {n: s.got for n, s in tb.sinks.items()},
-        "responses": responses, "moves": moves, "snapshots": snapshots,
+        "responses": responses, "moves": moves, "snapshots": [s.hex() for s in snapshots],
         "counters": counters, "status": status, "error_cause": cause,
         "r_beats": tb.monitor.r_beats, "w_beats": tb.monitor.w_beats,
         "dma_active_cycles": tb.monitor.active - cycles_t0,
@@ -254,5 +281,4 @@ async def run_job(dut):
         "wall_seconds": time.perf_counter() - t0,
     }
     tb.mem.flush()
-    with open(os.environ["HOTLINE_RESULT"], "wb") as f:
-        pickle.dump(result, f)
+    Path(job["result"]).write_text(json.dumps(result))
