@@ -1,5 +1,7 @@
 """HostMemory and the Device API (model:// backend) against independent references: the naive
 fragmenter of tests/reference.py and plain numpy row copies."""
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -241,3 +243,83 @@ def test_set_table_refuses_a_table_beyond_the_devices_count():
         with pytest.raises(HotlineError, match="table 8: the device has 8 tables"):
             dev.set_table(8, w, 10, 16)
         assert sorted(dev.tables) == [7]
+
+
+# -- the device's agent ---------------------------------------------------------------------
+
+
+class GatedDevice(ModelDevice):
+    """model:// whose fragment and gather wait for ``gate`` (a threading.Event), and whose
+    ``fail_push`` makes the next push raise: shows what runs on the agent and when."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.gate, self.fail_push, self.pushes_done = threading.Event(), False, 0
+
+    def _push(self, batch_id, keys, offsets):
+        if not self.gate.wait(timeout=10):
+            raise HotlineError("the gate stayed closed: the push ran in the caller's thread")
+        if self.fail_push:
+            raise HotlineError("injected fragmenter failure")
+        result = super()._push(batch_id, keys, offsets)
+        self.pushes_done += 1
+        return result
+
+
+def test_push_returns_before_the_device_works_and_pull_waits_for_it():
+    """push_batch hands the batch to the agent and returns; the batch is fragmented only when
+    the (gated) agent runs; pull_batch then returns it, hot and cold keys as the model says."""
+    config = AcceleratorConfig.for_workload(1, 4, 8)
+    with HostMemory(1 << 16) as mem, GatedDevice("model://", config=config, memory=mem) as dev:
+        dev.load_hot_set([make_keys(0, 1)])
+        keys = make_keys([0, 1, 0, 1], [1, 2, 3, 2]).astype(np.uint32)
+        assert dev.push_batch(keys, [1, 1, 1, 1]) == 0
+        assert dev.pushes_done == 0 and dev.in_flight == 1   # returned before the work
+        dev.gate.set()
+        r = dev.pull_batch()
+        assert dev.pushes_done == 1
+        assert r.hot.tolist() == [True, False, False, False]
+        assert r.cold_keys.tolist() == keys[1:3].tolist()
+        t = dev.time
+        assert t["busy_seconds"] > 0 and 0.0 <= t["overlap"] <= 1.0
+
+
+def test_a_failed_push_is_raised_by_its_pull_and_later_batches_still_run():
+    config = AcceleratorConfig.for_workload(1, 4, 8)
+    with HostMemory(1 << 16) as mem, GatedDevice("model://", config=config, memory=mem) as dev:
+        dev.gate.set()
+        dev.fail_push = True
+        dev.push_batch(np.arange(4, dtype=np.uint32), [2, 2])
+        with pytest.raises(HotlineError, match="injected fragmenter failure"):
+            dev.pull_batch()
+        dev.fail_push = False
+        dev.push_batch(np.arange(4, dtype=np.uint32), [2, 2])
+        assert dev.pull_batch().cold_keys.tolist() == [0, 1, 2, 3]
+
+
+def test_a_scatter_not_waited_for_keeps_order_and_reports_its_errors_later():
+    """scatter(wait=False) returns None at once; the next push of that bank gathers the rows it
+    wrote (the agent keeps the calls' order); a DMA error of such a scatter is raised by the
+    next counters() / drain()."""
+    dev, mem, tables, staging, placement = make_device([30], [], batch=2, banks=1)
+    with dev:
+        keys = make_keys([0, 0], [4, 7]).astype(np.uint32)
+        dev.push_batch(keys, [1, 1])
+        r = dev.pull_batch()
+        new = np.arange(2 * ROW_BYTES, dtype=np.uint8).reshape(2, ROW_BYTES)
+        staging[r.bank, :2] = new
+        assert not (tables[0][[4, 7]] == new).all()
+        # the scatter starts 2 s late, so a gather that did not wait for it would copy the
+        # old rows
+        late, scatter = threading.Event(), dev._scatter
+        dev._scatter = lambda bank, keys: (late.wait(timeout=2), scatter(bank, keys))[1]
+        assert dev.scatter(r.bank, r.cold_keys, wait=False) is None
+        dev.push_batch(keys, [1, 1])            # the same bank: gathered after the scatter
+        r2 = dev.pull_batch()
+        np.testing.assert_array_equal(staging[r2.bank, :2], new)
+        np.testing.assert_array_equal(tables[0][[4, 7]], new)
+        dev.scatter(0, make_keys([5], [0]), wait=False)   # no descriptor for table 5
+        with pytest.raises(HotlineError, match="scatter of staging bank 0 reported 1 DMA errors"):
+            dev.counters()
+        dev.drain()                               # reported once
+    mem.close()

@@ -24,10 +24,18 @@ A session::
 Several batches may be in flight (double buffering): the device gathers batch i + 1 while the
 host trains on batch i. The host must scatter a bank before pushing the batch that reuses it
 (batch ``b`` uses bank ``b % banks``); at most ``banks`` batches may be pushed and not pulled.
+
+The device works beside its caller: every backend runs on a worker thread of its own (the
+device's *agent*), which takes the calls in the order they were made. ``push_batch`` returns at
+once; ``pull_batch`` waits only while its batch is not done; the other calls wait for
+everything before them. An error of a pushed batch is raised by the ``pull_batch`` that takes
+it. `Device.time` says how long the agent worked and how long the caller waited for it.
 """
 import abc
 import importlib
+import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -117,8 +125,43 @@ class Device(abc.ABC):
         self.staging = None
         self.placement = None
         self._next_batch = 0
-        self._in_flight = deque()
+        self._in_flight = deque()  # the agent's futures of the pushed batches, oldest first
+        self._scatters = deque()   # (bank, future) of the scatters not waited for
         self._closed = False
+        self._agent = ThreadPoolExecutor(1, thread_name_prefix="hotline-device")
+        self._busy = self._waited = 0.0
+
+    # -- the agent ----------------------------------------------------------------------
+    def _submit(self, call, *args):
+        """``call(*args)`` on the agent, after every call submitted before it: a Future."""
+        def timed():
+            t0 = time.perf_counter()
+            try:
+                return call(*args)
+            finally:
+                self._busy += time.perf_counter() - t0
+        return self._agent.submit(timed)
+
+    def _wait(self, future):
+        """The result of ``future`` (its error raised here); the wait counts in `time`."""
+        t0 = time.perf_counter()
+        try:
+            return future.result()
+        finally:
+            self._waited += time.perf_counter() - t0
+
+    def _on_agent(self, call, *args):
+        """``call(*args)`` on the agent, in order, waiting for its result."""
+        return self._wait(self._submit(call, *args))
+
+    @property
+    def time(self) -> dict:
+        """``busy_seconds``: the agent's time in the backend; ``wait_seconds``: the callers'
+        time waiting for it; ``overlap``: the share of the busy time the callers did not wait
+        for (1.0 when the device is never waited for, 0.0 when it works synchronously)."""
+        busy, waited = self._busy, self._waited
+        return {"busy_seconds": busy, "wait_seconds": waited,
+                "overlap": max(0.0, 1.0 - waited / busy) if busy else 1.0}
 
     # -- capabilities -------------------------------------------------------------------
     @property
@@ -160,7 +203,7 @@ class Device(abc.ABC):
             raise HotlineError(f"table {table}: row_bytes {row_bytes} exceed the staging stride "
                                f"{self.staging.stride}")
         d = TableDescriptor(window, rows, row_bytes)
-        self._write_table(table, d)
+        self._on_agent(self._write_table, table, d)
         self.tables[table] = d
 
     def set_staging(self, window, stride, slots, banks=2) -> None:
@@ -186,7 +229,7 @@ class Device(abc.ABC):
         if self._in_flight:
             raise HotlineError("staging cannot change while batches are in flight")
         d = StagingDescriptor(window, stride, slots, banks)
-        self._write_staging(d)
+        self._on_agent(self._write_staging, d)
         self.staging = d
 
     def _check_window(self, window):
@@ -216,7 +259,7 @@ class Device(abc.ABC):
         if len(np.unique(keys)) != len(keys):
             raise HotlineError("hot keys must be distinct")
         self.config.check_hot_set(len(keys))
-        self.placement = self._load_hot_set(keys)
+        self.placement = self._on_agent(self._load_hot_set, keys)
         return self.placement
 
     # -- batches ------------------------------------------------------------------------
@@ -248,45 +291,80 @@ class Device(abc.ABC):
         batch_id = self._next_batch
         offsets = np.zeros(n + 1, np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        result = self._push(batch_id, keys.astype(np.uint32), offsets)
+        keys = keys.astype(np.uint32)
+        # The agent also collects the batch's results, so a pull waits for this batch alone,
+        # not for the batches pushed after it.
+        pushed = self._submit(lambda: self._pull(self._push(batch_id, keys, offsets)))
         self._next_batch += 1
-        self._in_flight.append(result)
+        self._in_flight.append(pushed)
         return batch_id
 
     def pull_batch(self) -> BatchResult:
-        """The `BatchResult` of the oldest pushed batch."""
+        """The `BatchResult` of the oldest pushed batch (waits while it is not done). Raises
+        the error of a scatter not waited for that has finished with one."""
         self._check_open()
         if not self._in_flight:
             raise HotlineError("pull_batch: no batch in flight")
-        return self._pull(self._in_flight.popleft())
+        result = self._wait(self._in_flight.popleft())
+        self._check_scatters(wait=False)
+        return result
 
     @property
     def in_flight(self) -> int:
         return len(self._in_flight)
 
-    def scatter(self, bank, cold_keys) -> dict:
+    def scatter(self, bank, cold_keys, *, wait=True) -> dict | None:
         """Write staging bank ``bank``'s slots 0..len(cold_keys)-1 back to the rows of
         ``cold_keys``; returns the DMA completion ``{"rows", "errors"}``. It runs after the
         gathers of every batch pushed before it (a batch pushed next sees the rows it wrote;
-        one already pushed does not)."""
+        one already pushed does not). With ``wait=False`` it returns None at once: the bank
+        must not be written again before a batch pushed after it is pulled (or `drain`), and
+        DMA errors are raised (HotlineError) by a later `pull_batch`, `counters` or `drain`."""
         self._check_open()
         if self.staging is None:
             raise HotlineError("scatter: no staging buffer registered (set_staging)")
         if not 0 <= int(bank) < self.staging.banks:
             raise HotlineError(f"scatter: bank {bank} is not one of 0..{self.staging.banks - 1}")
         cold_keys = np.asarray(cold_keys).astype(np.uint32)
-        return self._scatter(int(bank), cold_keys)
+        if wait:
+            return self._on_agent(self._scatter, int(bank), cold_keys)
+        self._scatters.append((int(bank), self._submit(self._scatter, int(bank), cold_keys)))
+        return None
+
+    def _check_scatters(self, wait):
+        """Raise the first error of the scatters not waited for: of those finished, or (``wait``)
+        of all of them."""
+        while self._scatters and (wait or self._scatters[0][1].done()):
+            bank, future = self._scatters.popleft()
+            done = self._wait(future)
+            if done["errors"]:
+                raise HotlineError(f"{self.url}: scatter of staging bank {bank} reported "
+                                   f"{done['errors']} DMA errors")
+
+    def drain(self) -> None:
+        """Wait for every call made so far (the batches in flight stay to be pulled); raises
+        the error of a scatter not waited for."""
+        self._check_open()
+        self._on_agent(lambda: None)
+        self._check_scatters(wait=True)
 
     # -- misc ---------------------------------------------------------------------------
     def counters(self) -> dict:
         """Event counters (see `COUNTER_NAMES`)."""
         self._check_open()
-        return self._counters()
+        counters = self._on_agent(self._counters)
+        self._check_scatters(wait=True)
+        return counters
 
     def close(self) -> None:
+        """Close the device: the calls already made finish first (their errors are dropped:
+        a batch not pulled has no one to report to)."""
         if not self._closed:
             self._closed = True
-            self._close()
+            try:
+                self._on_agent(self._close)
+            finally:
+                self._agent.shutdown()
 
     def _check_open(self):
         if self._closed:

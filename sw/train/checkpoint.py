@@ -40,7 +40,7 @@ def save_checkpoint(path, trainer, state) -> None:
                        else torch.from_numpy(trainer.hot_keys.astype(np.int64)))
     obj["counters"] = trainer.device_counters()
     obj["bytes"] = [trainer.bytes_h2d, trainer.bytes_d2h]
-    obj["device_seconds"] = trainer.device_seconds
+    obj["device_seconds"], obj["device_wait_seconds"] = trainer.device_time()
     # The previous checkpoint stays in place until the new one is complete and on disk.
     try:
         write_atomic(path, lambda f: torch.save(obj, f), durable=True)
@@ -113,7 +113,7 @@ def restore(trainer, ckpt) -> None:
     trainer.counters_base = dict(ckpt["counters"])
     trainer.bytes_h2d += ckpt["bytes"][0]
     trainer.bytes_d2h += ckpt["bytes"][1]
-    trainer.device_seconds += ckpt["device_seconds"]
+    trainer.device_time_base = (ckpt["device_seconds"], ckpt.get("device_wait_seconds", 0.0))
 
 
 @dataclass

@@ -8,8 +8,6 @@ The next batch is pushed (fragmented and gathered) before the current one trains
 The host tables are `BaselineTrainer`'s; the hot rows are written back to them at the end
 (and for evaluation and checkpoints), so every mode ends with the same tables.
 """
-import time
-
 import numpy as np
 import torch
 
@@ -80,12 +78,15 @@ class HotlineTrainer(BaselineTrainer):
         self.bytes_h2d += len(p.keys) * self.lay.nbytes
 
     def load_tables(self, tables) -> None:
+        self.device.drain()
         super().load_tables(tables)
         self.bytes_h2d -= len(self.placement.keys) * self.lay.nbytes  # a reload, not traffic
         self.load_hot_rows()
 
     def sync(self, count=False) -> None:
-        """Hot rows back into the host tables (the master copy for eval and checkpoints)."""
+        """Hot rows back into the host tables (the master copy for eval and checkpoints), after
+        the device's scatters of the cold rows."""
+        self.device.drain()
         p = self.placement
         if not len(p.keys):
             return
@@ -105,17 +106,10 @@ class HotlineTrainer(BaselineTrainer):
         r0 = self.staging_row0 + bank * self.slots
         return self.host_rows[r0:r0 + self.slots]
 
-    def in_device(self, call, *args):
-        """``call(*args)``, its time added to ``device_seconds`` (time inside the accelerator)."""
-        t0 = time.perf_counter()
-        out = call(*args)
-        self.device_seconds += time.perf_counter() - t0
-        return out
-
     def push(self, j) -> None:
         s0, s1 = self.batch_range(j)
         keys, lengths = self.batch_arrays(s0, s1)
-        self.in_device(self.device.push_batch, keys, lengths)
+        self.device.push_batch(keys, lengths)
         self.queue.append(j)
         self.next_push = j + 1
 
@@ -125,7 +119,7 @@ class HotlineTrainer(BaselineTrainer):
         # Double buffering: the device fragments and gathers batch j + 1 before batch j trains.
         if prefetch and j + 1 < self.num_batches() and self.next_push == j + 1:
             self.push(j + 1)
-        r = self.in_device(self.device.pull_batch)
+        r = self.device.pull_batch()
         if self.queue.pop(0) != j:
             raise AssertionError("device batch order")
         if r.gather["errors"]:
@@ -166,7 +160,7 @@ class HotlineTrainer(BaselineTrainer):
         if len(C):
             if C.grad is not None:
                 self.update_rows(C.data, C.grad)
-            self.write_back_cold(j, r.bank, st[:U], ck, C.data.cpu().numpy(), cmap)
+            self.write_back_cold(r.bank, st[:U], ck, C.data.cpu().numpy(), cmap)
         else:
             self.prev = None
         return total / n
@@ -202,20 +196,25 @@ class HotlineTrainer(BaselineTrainer):
         lookup_row[~hot] = len(hu) + (cold_slot if cmap is None else cmap[cold_slot])
         return hu, lookup_row, src, cmap
 
-    def write_back_cold(self, j, bank, rows, ck, new, cmap) -> None:
+    def write_back_cold(self, bank, rows, ck, new, cmap) -> None:
         """The updated cold rows ``new`` into the staging ``rows`` of ``bank`` and scattered
         to the host tables by the device; kept for `refresh_stale` of the next batch."""
         self.bytes_d2h += len(new) * self.lay.nbytes
         rows[:] = new if cmap is None else new[cmap]
-        done = self.in_device(self.device.scatter, bank, ck)
-        if done["errors"]:
-            raise HotlineError(f"{self.cfg.device_url}: scatter of batch {j} reported "
-                               f"{done['errors']} DMA errors")
+        # Not waited for: the device scatters while the next batch trains (a DMA error is
+        # raised by a later pull_batch or drain); the batch that reuses the bank is pushed
+        # after it, and the device keeps the order.
+        self.device.scatter(bank, ck, wait=False)
         if cmap is None:
             order = np.argsort(ck, kind="stable")
             self.prev = (ck[order], new[order])
         else:
             self.prev = (np.unique(ck), new)
+
+    def device_time(self) -> tuple[float, float]:
+        live = self.device.time
+        base = super().device_time()
+        return base[0] + live["busy_seconds"], base[1] + live["wait_seconds"]
 
     def device_counters(self) -> dict:
         c = self.device.counters()

@@ -7,6 +7,7 @@ def build_report(trainer, data, cfg, run, notes) -> dict:
     """The JSON report of a finished (or stopped) run: ``run`` is its `Progress`."""
     losses, history, seconds, samples = run.losses, run.history, run.seconds, run.samples
     counters = trainer.device_counters()
+    busy, wait = trainer.device_time()
     out = {
         "mode": cfg.mode,
         "device_url": cfg.device_url if cfg.mode == "hotline" else None,
@@ -28,11 +29,13 @@ def build_report(trainer, data, cfg, run, notes) -> dict:
         "hot_rows_requested": cfg.hot_rows,
         "samples_per_s": samples / seconds if seconds else 0.0,
         "train_seconds": seconds,
-        # hotline: time spent inside the accelerator calls (push / pull / scatter). The model
-        # device runs in the training thread; hardware fragments and moves rows beside it.
-        "device_seconds": trainer.device_seconds,
-        "samples_per_s_without_device": (samples / (seconds - trainer.device_seconds)
-                                         if seconds > trainer.device_seconds else 0.0),
+        # hotline: the accelerator works beside the trainer (its agent thread); busy: its time
+        # in the backend, wait: the trainer's time waiting for it, overlap: the share of the
+        # busy time hidden behind training.
+        "device_busy_seconds": busy,
+        "device_wait_seconds": wait,
+        "overlap": (max(0.0, 1.0 - wait / busy) if busy else None),
+        "samples_per_s_without_device": (samples / (seconds - wait) if seconds > wait else 0.0),
         "train_logloss": history[-1]["train_logloss"] if history else None,
         "test_logloss": history[-1]["test_logloss"] if history else None,
         "test_auc": history[-1]["test_auc"] if history else None,
@@ -81,9 +84,11 @@ def summary_rows(res) -> list[tuple]:
             ("popular samples", _or_dash(res["popular_fraction"]))]
     if res["mode"] == "hotline":
         c = res["counters"]
-        rows += [("time in the device (model)", f"{res['device_seconds']:.1f} s of "
-                                                 f"{res['train_seconds']:.1f} s"),
-                 ("samples / s without it", f"{res['samples_per_s_without_device']:,.0f}"),
+        rows += [("device busy / waited for", f"{res['device_busy_seconds']:.1f} s / "
+                                               f"{res['device_wait_seconds']:.1f} s of "
+                                               f"{res['train_seconds']:.1f} s"),
+                 ("overlap (device time hidden)", _or_dash(res["overlap"])),
+                 ("samples / s without the waits", f"{res['samples_per_s_without_device']:,.0f}"),
                  ("hot rows (CAM)", res["hot_rows"]),
                  ("DMA rows gathered / scattered", f"{c['gather_rows']:,} / {c['scatter_rows']:,}"),
                  ("DMA errors", c["window_errors"] + c["axi_errors"])]

@@ -39,7 +39,13 @@ class Trainer(abc.ABC):
         self.bytes_h2d = 0
         self.bytes_d2h = 0
         self.counters_base = {}
-        self.device_seconds = 0.0  # time inside accelerator calls (hotline mode)
+        # the device's busy and waited-for seconds before a resume (hotline mode)
+        self.device_time_base = (0.0, 0.0)
+
+    def device_time(self) -> tuple[float, float]:
+        """(busy, waited-for) seconds of the accelerator over the run, resumes included: the
+        time its agent worked, and the time the trainer waited for it (`Device.time`)."""
+        return self.device_time_base
 
     # -- sizes --------------------------------------------------------------------------
     def num_batches(self) -> int:
