@@ -132,7 +132,7 @@ class Device(abc.ABC):
         self._busy = self._waited = 0.0
 
     # -- the agent ----------------------------------------------------------------------
-    def _submit(self, call, *args):
+    def _agent_submit(self, call, *args):
         """``call(*args)`` on the agent, after every call submitted before it: a Future."""
         def timed():
             t0 = time.perf_counter()
@@ -142,7 +142,7 @@ class Device(abc.ABC):
                 self._busy += time.perf_counter() - t0
         return self._agent.submit(timed)
 
-    def _wait(self, future):
+    def _agent_result(self, future):
         """The result of ``future`` (its error raised here); the wait counts in `time`."""
         t0 = time.perf_counter()
         try:
@@ -150,9 +150,9 @@ class Device(abc.ABC):
         finally:
             self._waited += time.perf_counter() - t0
 
-    def _on_agent(self, call, *args):
+    def _agent_call(self, call, *args):
         """``call(*args)`` on the agent, in order, waiting for its result."""
-        return self._wait(self._submit(call, *args))
+        return self._agent_result(self._agent_submit(call, *args))
 
     @property
     def time(self) -> dict:
@@ -203,7 +203,7 @@ class Device(abc.ABC):
             raise HotlineError(f"table {table}: row_bytes {row_bytes} exceed the staging stride "
                                f"{self.staging.stride}")
         d = TableDescriptor(window, rows, row_bytes)
-        self._on_agent(self._write_table, table, d)
+        self._agent_call(self._write_table, table, d)
         self.tables[table] = d
 
     def set_staging(self, window, stride, slots, banks=2) -> None:
@@ -229,7 +229,7 @@ class Device(abc.ABC):
         if self._in_flight:
             raise HotlineError("staging cannot change while batches are in flight")
         d = StagingDescriptor(window, stride, slots, banks)
-        self._on_agent(self._write_staging, d)
+        self._agent_call(self._write_staging, d)
         self.staging = d
 
     def _check_window(self, window):
@@ -259,7 +259,7 @@ class Device(abc.ABC):
         if len(np.unique(keys)) != len(keys):
             raise HotlineError("hot keys must be distinct")
         self.config.check_hot_set(len(keys))
-        self.placement = self._on_agent(self._load_hot_set, keys)
+        self.placement = self._agent_call(self._load_hot_set, keys)
         return self.placement
 
     # -- batches ------------------------------------------------------------------------
@@ -294,7 +294,7 @@ class Device(abc.ABC):
         keys = keys.astype(np.uint32)
         # The agent also collects the batch's results, so a pull waits for this batch alone,
         # not for the batches pushed after it.
-        pushed = self._submit(lambda: self._pull(self._push(batch_id, keys, offsets)))
+        pushed = self._agent_submit(lambda: self._pull(self._push(batch_id, keys, offsets)))
         self._next_batch += 1
         self._in_flight.append(pushed)
         return batch_id
@@ -305,7 +305,7 @@ class Device(abc.ABC):
         self._check_open()
         if not self._in_flight:
             raise HotlineError("pull_batch: no batch in flight")
-        result = self._wait(self._in_flight.popleft())
+        result = self._agent_result(self._in_flight.popleft())
         self._check_scatters(wait=False)
         return result
 
@@ -327,8 +327,9 @@ class Device(abc.ABC):
             raise HotlineError(f"scatter: bank {bank} is not one of 0..{self.staging.banks - 1}")
         cold_keys = np.asarray(cold_keys).astype(np.uint32)
         if wait:
-            return self._on_agent(self._scatter, int(bank), cold_keys)
-        self._scatters.append((int(bank), self._submit(self._scatter, int(bank), cold_keys)))
+            return self._agent_call(self._scatter, int(bank), cold_keys)
+        self._scatters.append((int(bank),
+                               self._agent_submit(self._scatter, int(bank), cold_keys)))
         return None
 
     def _check_scatters(self, wait):
@@ -336,7 +337,7 @@ class Device(abc.ABC):
         of all of them."""
         while self._scatters and (wait or self._scatters[0][1].done()):
             bank, future = self._scatters.popleft()
-            done = self._wait(future)
+            done = self._agent_result(future)
             if done["errors"]:
                 raise HotlineError(f"{self.url}: scatter of staging bank {bank} reported "
                                    f"{done['errors']} DMA errors")
@@ -345,14 +346,14 @@ class Device(abc.ABC):
         """Wait for every call made so far (the batches in flight stay to be pulled); raises
         the error of a scatter not waited for."""
         self._check_open()
-        self._on_agent(lambda: None)
+        self._agent_call(lambda: None)
         self._check_scatters(wait=True)
 
     # -- misc ---------------------------------------------------------------------------
     def counters(self) -> dict:
         """Event counters (see `COUNTER_NAMES`)."""
         self._check_open()
-        counters = self._on_agent(self._counters)
+        counters = self._agent_call(self._counters)
         self._check_scatters(wait=True)
         return counters
 
@@ -362,7 +363,7 @@ class Device(abc.ABC):
         if not self._closed:
             self._closed = True
             try:
-                self._on_agent(self._close)
+                self._agent_call(self._close)
             finally:
                 self._agent.shutdown()
 

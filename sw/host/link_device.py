@@ -244,12 +244,9 @@ class LinkDevice(Device):
 
     def _scatter(self, bank, cold_keys):
         # The engine runs whichever batch is ready first, so a scatter issued while a pushed
-        # batch's keys are still in the fragmenter would overtake its gather (which would
-        # then read the scattered rows). Device.scatter is ordered after the gathers of every
-        # batch pushed before it: wait for their done records first.
-        if self.staging is not None:
-            self._wait(lambda: sum(not self._is_scatter(v) for v in self.pending["dma_done"])
-                       >= len(self._in_flight), "the gathers before a scatter")
+        # batch's keys were still in the fragmenter would overtake its gather. It cannot be:
+        # the agent runs a scatter after the jobs before it, and a push's job ends with its
+        # gather's done record (_pull).
         self.regs.write("SCATTER_CMD", bank=bank)
         n = len(cold_keys)
         self._send_beats("SCATTER_KEYS", pack(self.layouts["scatter_keys"],
