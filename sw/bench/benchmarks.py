@@ -371,10 +371,13 @@ def bench_train(quick):
         r = train(data, cfg)
         out["modes"][mode] = {k: r[k] for k in ("samples_per_s", "train_logloss", "test_auc",
                                                 "bytes_host_to_device", "popular_fraction",
-                                                "hot_lookup_fraction") if k in r}
+                                                "hot_lookup_fraction", "device_busy_seconds",
+                                                "device_wait_seconds", "overlap") if k in r}
     base = out["modes"]["baseline"]["samples_per_s"]
+    base_bytes = out["modes"]["baseline"]["bytes_host_to_device"]
     for mode, r in out["modes"].items():
         r["ratio_vs_baseline"] = r["samples_per_s"] / base
+        r["bytes_host_to_device_vs_baseline"] = r["bytes_host_to_device"] / base_bytes
         rows.append([f"train ({mode})", out["data"][:40], f"{r['samples_per_s']:,.0f} samples/s",
                      f"{base:,.0f} samples/s baseline", r["ratio_vs_baseline"]])
     return out, rows
