@@ -111,7 +111,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="torch CPU threads (default: torch's, one per core; on shared or busy "
                         "cores 1 is often much faster; two runs with the same count, the default "
                         "included, are bit-identical)")
-    p.add_argument("--plot", metavar="PNG", help="write loss and throughput curves here")
+    p.add_argument("--plot", metavar="PNG", help="write loss and throughput curves here, and in "
+                   "hotline mode the device timeline (training, waits, device busy per step)")
     p.add_argument("--json", metavar="OUT", required=True, help="write the JSON report here")
     p.set_defaults(func=cmd_train)
     return p

@@ -125,6 +125,8 @@ class Progress:
     losses: list = field(default_factory=list)
     history: list = field(default_factory=list)
     step_seconds: list = field(default_factory=list)
+    # per step, the device's busy seconds and the trainer's seconds waiting for it
+    step_device: list = field(default_factory=list)
     seconds: float = 0.0
     samples: int = 0
     epoch_acc: dict = field(default_factory=lambda: {"loss": 0.0, "samples": 0, "seconds": 0.0})
@@ -133,13 +135,15 @@ class Progress:
     def from_checkpoint(cls, ckpt) -> "Progress":
         epoch, batch = ckpt["position"]
         return cls(epoch, batch, list(ckpt["losses"]), list(ckpt["history"]),
-                   list(ckpt["step_seconds"]), ckpt["seconds"], ckpt["samples"],
-                   dict(ckpt["epoch_acc"]))
+                   list(ckpt["step_seconds"]), [list(d) for d in ckpt.get("step_device", [])],
+                   ckpt["seconds"], ckpt["samples"], dict(ckpt["epoch_acc"]))
 
-    def add_step(self, loss, samples, seconds) -> None:
-        """Account one training step of ``samples`` samples."""
+    def add_step(self, loss, samples, seconds, device=(0.0, 0.0)) -> None:
+        """Account one training step of ``samples`` samples; ``device``: (busy, waited-for)
+        seconds of the accelerator in it."""
         self.losses.append(loss)
         self.step_seconds.append(seconds)
+        self.step_device.append(list(device))
         self.seconds += seconds
         self.samples += samples
         acc = self.epoch_acc
@@ -160,5 +164,6 @@ class Progress:
     def state(self, position) -> dict:
         """The checkpoint's progress fields, at ``position`` (epoch, next batch)."""
         return {"position": list(position), "losses": self.losses, "history": self.history,
-                "step_seconds": self.step_seconds, "seconds": self.seconds,
+                "step_seconds": self.step_seconds, "step_device": self.step_device,
+                "seconds": self.seconds,
                 "samples": self.samples, "epoch_acc": self.epoch_acc}

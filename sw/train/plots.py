@@ -1,17 +1,23 @@
-"""The PNG of `hotline train --plot`: per-step loss and throughput."""
+"""The PNG of `hotline train --plot`: per-step loss, throughput and (hotline) the device
+timeline."""
 import numpy as np
 
 from hotline.data.readers import write_atomic
 
 
 def plot_training(path, res) -> None:
-    """PNG: per-step training loss (and its running mean), throughput per step window."""
+    """PNG: per-step training loss (and its running mean), throughput per step window and, in
+    hotline mode, the timeline: per step, training time, time waiting for the device, and the
+    device's busy time beside them."""
     import matplotlib  # lazy: matplotlib takes a second to import; only --plot needs it
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # lazy: (see above)
     losses = np.asarray(res["losses"])
     secs = np.asarray(res["step_seconds"])
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    dev = np.asarray(res.get("step_device_seconds") or [], float).reshape(-1, 2)
+    timeline = res["mode"] == "hotline" and len(dev) == len(secs) > 0
+    fig, axes = plt.subplots(1, 3 if timeline else 2, figsize=(16 if timeline else 11, 4))
+    a, b = axes[:2]
     x = np.arange(1, len(losses) + 1)
     a.plot(x, losses, lw=0.6, alpha=0.5, label="step loss")
     w = max(1, len(losses) // 50)
@@ -33,6 +39,23 @@ def plot_training(path, res) -> None:
     b.set(xlabel="step", ylabel="samples / s", title=f"throughput ({res['mode']}, B={bs})")
     b.set_ylim(bottom=0)
     b.grid(True, alpha=0.3)
+    if timeline:
+        w = max(1, len(secs) // 50)
+        k = len(secs) // w
+
+        def per_step_ms(v):
+            return v[:k * w].reshape(k, w).mean(1) * 1e3
+        x = (np.arange(k) + 1) * w
+        c = axes[2]
+        step_ms = per_step_ms(secs)
+        c.stackplot(x, per_step_ms(secs - dev[:, 1]), per_step_ms(dev[:, 1]),
+                    labels=["training", "waiting for the device"], alpha=0.7)
+        c.set_ylim(0, 1.45 * step_ms.max())  # room for the legend above the steps
+        c.plot(x, per_step_ms(dev[:, 0]), color="k", lw=1, label="device busy (beside)")
+        c.set(xlabel="step", ylabel="ms per step",
+              title=f"timeline (overlap {res['overlap']:.2f})")
+        c.legend(loc="upper right", ncols=2, fontsize="small")
+        c.grid(True, alpha=0.3)
     fig.suptitle(f"{res['data']}: {res['mode']}, {res['optimizer']}, dim {res['dim']}")
     fig.tight_layout()
     write_atomic(path, lambda f: fig.savefig(f, format="png", dpi=100))

@@ -44,6 +44,8 @@ def build_report(trainer, data, cfg, run, notes) -> dict:
         "history": history,
         "losses": losses,
         "step_seconds": run.step_seconds,
+        # per step: [device busy seconds, seconds the trainer waited for the device]
+        "step_device_seconds": run.step_device,
         "counters": counters,
         "notes": notes,
     }

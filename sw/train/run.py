@@ -69,14 +69,14 @@ def _run(trainer, data, cfg, ckpt, progress, notes):
             halt = stop is not None and step + 1 >= stop
             due = bool(cfg.checkpoint) and (last or halt or (cfg.checkpoint_every > 0 and
                                                               (step + 1) % cfg.checkpoint_every == 0))
-            t0 = time.perf_counter()
+            t0, (busy0, wait0) = time.perf_counter(), trainer.device_time()
             loss = trainer.train_batch(j, prefetch=not (due or halt))
-            dt = time.perf_counter() - t0
+            dt, (busy1, wait1) = time.perf_counter() - t0, trainer.device_time()
             if not math.isfinite(loss):
                 raise HotlineError(f"the loss is {loss} at epoch {run.epoch + 1}, step {j + 1}; "
                                    f"lower --lr (now {cfg.lr})")
             s0, s1 = trainer.batch_range(j)
-            run.add_step(loss, s1 - s0, dt)
+            run.add_step(loss, s1 - s0, dt, (busy1 - busy0, wait1 - wait0))
             step += 1
             if progress is not None:
                 progress(s1 - s0, loss)
