@@ -12,6 +12,7 @@ import torch
 
 from helpers import real_file
 from hotline import cli
+from hotline.contract.errors import HotlineError
 from hotline.contract.keys import split_keys
 from hotline.data import Dataset, load_dataset
 from hotline.train.dlrm import DLRM
@@ -374,7 +375,8 @@ def test_cli_train_writes_report_and_plot(tmp_path, capsys):
      "need .* of host memory"),
     (["synth:criteo-kaggle:300", "--max-ind-range", "5000", "--mode", "device-only",
       "--batch-size", "64", "--device-memory", "100K"], "cpu device memory"),
-    (["synth:criteo-kaggle:300", "--mode", "hotline", "--batch-size", "64"], "needs --hot-rows"),
+    (["synth:criteo-kaggle:300", "--mode", "hotline", "--batch-size", "64", "--hot-bytes", "8"],
+     "holds no row"),
     (["synth:criteo-kaggle:300", "--max-ind-range", "100", "--mode", "hotline", "--batch-size",
       "64", "--hot-rows", "10", "--device-url", "bogus://x"], "unknown device scheme"),
     (["synth:criteo-kaggle:3000", "--max-ind-range", "100", "--mode", "hotline", "--batch-size",
@@ -465,3 +467,26 @@ def test_real_criteo_full_file_adagrad_epochs():
               bottom=(512, 256, 64), top=(512, 256))
     base, hot = run(data, "baseline", **kw), run(data, "hotline", **kw)
     assert_same_run(base, hot)
+
+
+def test_hot_budget_from_rows_bytes_fraction_or_device_memory(tmp_path):
+    """The hot set a run asks for, from each option, and by default 25% of the device memory;
+    the JSON states it (hot_budget) and hotline mode plans that many rows."""
+    data = generated()
+    total = int(data.table_sizes.sum())
+    row = 4 * SMALL["dim"]
+    cases = [(dict(hot_rows=100), 100, "--hot-rows 100"),
+             (dict(hot_bytes=row * 50 + 3), 50, f"--hot-bytes {row * 50 + 3}"),
+             (dict(hot_fraction=0.25), int(0.25 * total), "--hot-fraction 0.25"),
+             (dict(device_memory=512 << 10), (128 << 10) // row, "25% of the cpu")]
+    for kw, rows, source in cases:
+        r, _ = run(data, "hotline", **kw)
+        b = r["hot_budget"]
+        assert (b["rows"], b["bytes"], b["row_bytes"]) == (rows, rows * row, row), kw
+        assert source in b["source"] and r["hot_rows_requested"] == rows
+        assert r["hot_rows"] == min(rows, len(np.unique(data.keys[:data.offsets[data.n_train]])))
+    with pytest.raises(HotlineError, match="give one of --hot-rows, --hot-bytes"):
+        TrainConfig(hot_rows=5, hot_bytes=100).check()
+    base, _ = run(data, "baseline")
+    assert base["hot_budget"] is None and base["hot_lookup_fraction"] is None
+

@@ -13,7 +13,7 @@ from hotline.data.report import table, write_json
 from hotline.data.spec import open_data
 from hotline.train import MODES, OPTIMIZERS, TrainConfig, prepare_data, train
 from hotline.train.checkpoint import remove_stale_partials
-from hotline.train.config import DEFAULT_LR
+from hotline.train.config import DEFAULT_LR, HOT_MEMORY_SHARE
 from hotline.train.plots import plot_training
 from hotline.train.report import summary_rows
 
@@ -72,9 +72,17 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="read only the first N samples")
     p.add_argument("--mode", choices=MODES, required=True)
     p.add_argument("--batch-size", type=positive_int, required=True, metavar="B")
-    p.add_argument("--hot-rows", type=positive_int, metavar="K",
-                   help="hot-set size (required for hotline; with the other modes it only "
-                        "reports the hot fractions)")
+    hot = p.add_mutually_exclusive_group()
+    hot.add_argument("--hot-rows", type=positive_int, metavar="K",
+                     help="hot-set size in rows (with the other modes it only reports the hot "
+                          f"fractions). Default in hotline mode: {HOT_MEMORY_SHARE * 100:.0f}%% of the "
+                          "torch device's memory (--device-memory), at most every row seen in the profiling "
+                          "window; the JSON's hot_budget says which")
+    hot.add_argument("--hot-bytes", type=_size, metavar="SIZE",
+                     help="hot-set size as device memory (whole rows of this run: dim floats, "
+                          "plus one for adagrad)")
+    hot.add_argument("--hot-fraction", type=fraction, metavar="F",
+                     help="hot-set size as a fraction of the tables' rows (e.g. 0.1)")
     p.add_argument("--profile-fraction", type=fraction, default=1.0, metavar="F",
                    help="plan the hot set on the first ceil(F x train samples) (default 1.0)")
     p.add_argument("--device-url", default="model://", metavar="URL",

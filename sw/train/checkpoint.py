@@ -14,8 +14,9 @@ from hotline.data.report import fmt_bytes
 
 CHECKPOINT_FORMAT = "hotline-train-checkpoint/1"
 # Fields of TrainConfig that must match between a checkpoint and the run resuming it.
-RESUME_FIELDS = ("mode", "batch_size", "hot_rows", "seed", "optimizer", "lr", "dim", "bottom",
-                 "top", "test_fraction", "profile_fraction", "max_ind_range")
+RESUME_FIELDS = ("mode", "batch_size", "hot_rows", "hot_bytes", "hot_fraction", "seed",
+                 "optimizer", "lr", "dim", "bottom", "top", "test_fraction", "profile_fraction",
+                 "max_ind_range")
 
 
 def data_fingerprint(data) -> dict:

@@ -7,6 +7,9 @@ MODES = ("baseline", "hotline", "device-only")
 OPTIMIZERS = ("sgd", "adagrad")
 DEFAULT_LR = {"sgd": 0.1, "adagrad": 0.005}
 ADAGRAD_EPS = 1e-8
+# The default hot set (hotline mode, no --hot-rows / --hot-bytes / --hot-fraction): this share
+# of the torch device's memory, as FAE sizes its hot embeddings to a GPU memory budget.
+HOT_MEMORY_SHARE = 0.25
 
 
 @dataclass
@@ -15,7 +18,9 @@ class TrainConfig:
     ``batch_size``); `check` validates them and fills in the default ``lr``."""
     mode: str = "hotline"
     batch_size: int = 1024
-    hot_rows: int | None = None
+    hot_rows: int | None = None      # the hot set: at most one of these three
+    hot_bytes: int | None = None
+    hot_fraction: float | None = None  # of the tables' rows
     device_url: str = "model://"
     epochs: int = 1
     seed: int = 0
@@ -44,8 +49,17 @@ class TrainConfig:
             raise HotlineError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, not {self.optimizer!r}")
         if self.batch_size is None or self.batch_size <= 0:
             raise HotlineError(f"--batch-size must be a positive integer, not {self.batch_size}")
-        if self.mode == "hotline" and (self.hot_rows is None or self.hot_rows <= 0):
-            raise HotlineError("--mode hotline needs --hot-rows K (a positive integer)")
+        given = [f"--{k.replace('_', '-')}" for k in ("hot_rows", "hot_bytes", "hot_fraction")
+                 if getattr(self, k) is not None]
+        if len(given) > 1:
+            raise HotlineError(f"give one of --hot-rows, --hot-bytes, --hot-fraction, not "
+                               f"{' and '.join(given)}")
+        if self.hot_rows is not None and self.hot_rows <= 0:
+            raise HotlineError(f"--hot-rows must be a positive integer, not {self.hot_rows}")
+        if self.hot_bytes is not None and self.hot_bytes <= 0:
+            raise HotlineError(f"--hot-bytes must be positive, not {self.hot_bytes}")
+        if self.hot_fraction is not None and not 0.0 < self.hot_fraction <= 1.0:
+            raise HotlineError(f"--hot-fraction must be in (0, 1], not {self.hot_fraction}")
         if self.epochs <= 0:
             raise HotlineError(f"--epochs must be a positive integer, not {self.epochs}")
         if self.dim <= 0:

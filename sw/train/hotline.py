@@ -29,11 +29,13 @@ class HotlineTrainer(BaselineTrainer):
     def setup(self) -> None:
         d, cfg, lay = self.data, self.cfg, self.lay
         if self.hot_keys is None:
+            budget = self.hot_budget()
             window = profile_samples(d.n_train, cfg.profile_fraction)
-            hot = exact_hot_set(d.keys[:d.offsets[window]], cfg.hot_rows)
+            hot = exact_hot_set(d.keys[:d.offsets[window]], budget["rows"])
             if hot.clamped:
-                self.notes.append(f"--hot-rows {cfg.hot_rows} exceeds the {hot.distinct} distinct "
-                                  f"keys in the profiling window; using {hot.size}")
+                self.notes.append(f"the hot set ({budget['source']}: {budget['rows']:,} rows) "
+                                  f"exceeds the {hot.distinct:,} distinct keys in the profiling "
+                                  f"window; using {hot.size:,}")
             self.hot_keys = hot.keys
         self.acc_config = AcceleratorConfig.for_workload(
             len(self.hot_keys), cfg.batch_size,

@@ -24,13 +24,14 @@ def auc(labels, scores) -> float | None:
     return float((r[labels == 1].sum() - pos * (pos + 1) / 2) / (pos * neg))
 
 
-def planned_fractions(data, cfg) -> tuple[float, float]:
+def planned_fractions(data, cfg, hot_rows) -> tuple[float, float]:
     """hot_lookup_fraction and popular_fraction of the training split under the exact hot set
-    (what hotline mode would see, CAM refusals aside), for the modes that use no device."""
+    of ``hot_rows`` (what hotline mode would see, CAM refusals aside), for the modes that use
+    no device."""
     n = data.n_train
     keys = data.keys[:data.offsets[n]]
     window = profile_samples(n, cfg.profile_fraction)
-    hot = exact_hot_set(keys[:data.offsets[window]], cfg.hot_rows)
+    hot = exact_hot_set(keys[:data.offsets[window]], hot_rows)
     is_hot = np.isin(keys, hot.keys)
     starts = data.offsets[:n]
     nonempty = np.diff(data.offsets[:n + 1]) > 0

@@ -8,6 +8,7 @@ def build_report(trainer, data, cfg, run, notes) -> dict:
     losses, history, seconds, samples = run.losses, run.history, run.seconds, run.samples
     counters = trainer.device_counters()
     busy, wait = trainer.device_time()
+    budget = trainer.hot_budget()
     out = {
         "mode": cfg.mode,
         "device_url": cfg.device_url if cfg.mode == "hotline" else None,
@@ -26,7 +27,8 @@ def build_report(trainer, data, cfg, run, notes) -> dict:
         "dim": cfg.dim,
         "row_bytes": trainer.lay.nbytes,
         "seed": cfg.seed,
-        "hot_rows_requested": cfg.hot_rows,
+        "hot_rows_requested": budget["rows"] if budget else None,
+        "hot_budget": budget,
         "samples_per_s": samples / seconds if seconds else 0.0,
         "train_seconds": seconds,
         # hotline: the accelerator works beside the trainer (its agent thread); busy: its time
@@ -55,8 +57,8 @@ def build_report(trainer, data, cfg, run, notes) -> dict:
                    hot_lookup_fraction=c["hits"] / c["lookups"] if c["lookups"] else 0.0,
                    popular_fraction=(c["popular_samples"] / c["samples"] if c["samples"] else 0.0),
                    device=trainer.device.info())
-    elif cfg.hot_rows:
-        hot, pop = planned_fractions(data, cfg)
+    elif budget:
+        hot, pop = planned_fractions(data, cfg, budget["rows"])
         out.update(hot_rows=None, hot_lookup_fraction=hot, popular_fraction=pop)
     else:
         out.update(hot_rows=None, hot_lookup_fraction=None, popular_fraction=None)
@@ -92,6 +94,9 @@ def summary_rows(res) -> list[tuple]:
                  ("overlap (device time hidden)", _or_dash(res["overlap"])),
                  ("samples / s without the waits", f"{res['samples_per_s_without_device']:,.0f}"),
                  ("hot rows (CAM)", res["hot_rows"]),
+                 ("hot budget", f"{res['hot_budget']['rows']:,} rows, "
+                                f"{fmt_bytes(res['hot_budget']['bytes'])} "
+                                f"({res['hot_budget']['source']})"),
                  ("DMA rows gathered / scattered", f"{c['gather_rows']:,} / {c['scatter_rows']:,}"),
                  ("DMA errors", c["window_errors"] + c["axi_errors"])]
     return rows

@@ -11,7 +11,10 @@ import abc
 import numpy as np
 import torch
 
-from .config import ADAGRAD_EPS
+from hotline.contract.errors import HotlineError
+from hotline.data.report import fmt_bytes
+
+from .config import ADAGRAD_EPS, HOT_MEMORY_SHARE
 from .dlrm import DLRM, pool
 from .metrics import auc
 from .rows import RowLayout, available_ram
@@ -62,6 +65,34 @@ class Trainer(abc.ABC):
         if self.dev.type == "cuda":
             return torch.cuda.mem_get_info(self.dev)[0]
         return available_ram()
+
+    def hot_budget(self) -> dict | None:
+        """The hot set the run asks for: {"rows", "bytes", "source"}. From --hot-rows,
+        --hot-bytes (whole rows of this run's layout) or --hot-fraction (of the tables' rows);
+        without them, in hotline mode, ``HOT_MEMORY_SHARE`` of the torch device's memory
+        (None in the other modes). At most every table row."""
+        cfg, row_bytes = self.cfg, self.lay.nbytes
+        total = int(self.data.table_sizes.sum())
+        if cfg.hot_rows is not None:
+            rows, source = cfg.hot_rows, f"--hot-rows {cfg.hot_rows}"
+        elif cfg.hot_bytes is not None:
+            rows, source = cfg.hot_bytes // row_bytes, f"--hot-bytes {cfg.hot_bytes}"
+            if rows == 0:
+                raise HotlineError(f"--hot-bytes {cfg.hot_bytes} holds no row of {row_bytes} "
+                                   f"bytes")
+        elif cfg.hot_fraction is not None:
+            rows = max(1, int(cfg.hot_fraction * total))
+            source = f"--hot-fraction {cfg.hot_fraction} of {total:,} rows"
+        elif cfg.mode == "hotline":
+            limit = self.device_limit()
+            rows = max(1, int(HOT_MEMORY_SHARE * limit) // row_bytes)
+            source = (f"default: {HOT_MEMORY_SHARE:.0%} of the {self.dev.type} device's "
+                      f"{fmt_bytes(limit)}")
+        else:
+            return None
+        rows = min(rows, total)
+        return {"rows": rows, "bytes": rows * row_bytes, "row_bytes": row_bytes,
+                "source": source}
 
     def host_limit(self) -> int:
         return self.cfg.host_memory if self.cfg.host_memory is not None else available_ram()
