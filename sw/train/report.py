@@ -7,7 +7,10 @@ def build_report(trainer, data, cfg, run, notes) -> dict:
     """The JSON report of a finished (or stopped) run: ``run`` is its `Progress`."""
     losses, history, seconds, samples = run.losses, run.history, run.seconds, run.samples
     counters = trainer.device_counters()
-    busy, wait = trainer.device_time()
+    # The device over the training steps (setup, such as the hot-set load, and the drains
+    # before evaluation and checkpoints are outside them: device_other_seconds).
+    busy, wait = (float(sum(v)) for v in zip(*run.step_device)) if run.step_device else (0.0, 0.0)
+    other = trainer.device_time()[0] - busy
     budget = trainer.hot_budget()
     out = {
         "mode": cfg.mode,
@@ -31,12 +34,13 @@ def build_report(trainer, data, cfg, run, notes) -> dict:
         "hot_budget": budget,
         "samples_per_s": samples / seconds if seconds else 0.0,
         "train_seconds": seconds,
-        # hotline: the accelerator works beside the trainer (its agent thread); busy: its time
-        # in the backend, wait: the trainer's time waiting for it, overlap: the share of the
-        # busy time hidden behind training.
+        # hotline: the accelerator works beside the trainer (its agent thread); over the steps,
+        # busy: its time in the backend, wait: the trainer's time waiting for it, overlap: the
+        # share of the busy time hidden behind training.
         "device_busy_seconds": busy,
         "device_wait_seconds": wait,
         "overlap": (max(0.0, 1.0 - wait / busy) if busy else None),
+        "device_other_seconds": other,
         "samples_per_s_without_device": (samples / (seconds - wait) if seconds > wait else 0.0),
         "train_logloss": history[-1]["train_logloss"] if history else None,
         "test_logloss": history[-1]["test_logloss"] if history else None,
@@ -92,6 +96,8 @@ def summary_rows(res) -> list[tuple]:
                                                f"{res['device_wait_seconds']:.1f} s of "
                                                f"{res['train_seconds']:.1f} s"),
                  ("overlap (device time hidden)", _or_dash(res["overlap"])),
+                 ("device outside the steps", f"{res['device_other_seconds']:.1f} s (hot-set "
+                                              f"load, drains)"),
                  ("samples / s without the waits", f"{res['samples_per_s_without_device']:,.0f}"),
                  ("hot rows (CAM)", res["hot_rows"]),
                  ("hot budget", f"{res['hot_budget']['rows']:,} rows, "
