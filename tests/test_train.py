@@ -116,8 +116,10 @@ def test_hotline_equals_baseline_device_only_and_reference_on_generator(optimize
     kw = dict(optimizer=optimizer, hot_rows=300, epochs=2)
     base = run(data, "baseline", **kw)
     hot = run(data, "hotline", **kw)
+    split = run(data, "hotline", micro_batches="split", **kw)  # the GPU's two passes
     dev = run(data, "device-only", **kw)
     assert_same_run(base, hot)
+    assert_same_run(base, split)
     assert_same_run(base, dev)
     cfg = TrainConfig(mode="baseline", **SMALL, **kw).check()
     ref_losses, ref_tables = reference_train(data, cfg)

@@ -83,6 +83,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
                           "plus one for adagrad)")
     hot.add_argument("--hot-fraction", type=fraction, metavar="F",
                      help="hot-set size as a fraction of the tables' rows (e.g. 0.1)")
+    p.add_argument("--micro-batches", choices=("auto", "split", "fused"), default="auto",
+                   help="hotline mode: the popular and non-popular micro-batches as two passes "
+                        "(split: on a GPU the first hides the cold rows' copy) or as one pass "
+                        "over the batch (fused); auto: split on cuda, fused on cpu. The same "
+                        "losses either way")
     p.add_argument("--profile-fraction", type=fraction, default=1.0, metavar="F",
                    help="plan the hot set on the first ceil(F x train samples) (default 1.0)")
     p.add_argument("--device-url", default="model://", metavar="URL",

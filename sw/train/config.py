@@ -5,6 +5,7 @@ from hotline.contract.errors import HotlineError
 
 MODES = ("baseline", "hotline", "device-only")
 OPTIMIZERS = ("sgd", "adagrad")
+MICRO_BATCHES = ("auto", "split", "fused")
 DEFAULT_LR = {"sgd": 0.1, "adagrad": 0.005}
 ADAGRAD_EPS = 1e-8
 # The default hot set (hotline mode, no --hot-rows / --hot-bytes / --hot-fraction): this share
@@ -31,6 +32,7 @@ class TrainConfig:
     top: tuple = (512, 256)
     test_fraction: float = 0.1
     profile_fraction: float = 1.0
+    micro_batches: str = "auto"      # hotline: split on cuda, fused (one pass) on cpu
     max_ind_range: int | None = None
     checkpoint: str | None = None
     checkpoint_every: int = 0        # steps; 0: at the end of each epoch only
@@ -47,6 +49,9 @@ class TrainConfig:
             raise HotlineError(f"--mode must be one of {', '.join(MODES)}, not {self.mode!r}")
         if self.optimizer not in OPTIMIZERS:
             raise HotlineError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, not {self.optimizer!r}")
+        if self.micro_batches not in MICRO_BATCHES:
+            raise HotlineError(f"--micro-batches must be one of {', '.join(MICRO_BATCHES)}, "
+                               f"not {self.micro_batches!r}")
         if self.batch_size is None or self.batch_size <= 0:
             raise HotlineError(f"--batch-size must be a positive integer, not {self.batch_size}")
         given = [f"--{k.replace('_', '-')}" for k in ("hot_rows", "hot_bytes", "hot_fraction")

@@ -65,6 +65,10 @@ class HotlineTrainer(BaselineTrainer):
         # cam_entries + i).
         self.hot_table = torch.zeros(self.device.info()["hot_slots"], lay.floats, device=self.dev)
         self.load_hot_rows()
+        # popular and non-popular micro-batches as two passes (on a GPU the first hides the
+        # cold rows' copy), or one pass over the batch (--micro-batches)
+        self.split = cfg.micro_batches == "split" or (cfg.micro_batches == "auto"
+                                                      and self.dev.type == "cuda")
         self.queue = []       # batch indices pushed and not yet pulled, oldest first
         self.next_push = 0
         self.prev = None      # (sorted cold keys, their updated rows) of the last trained batch
@@ -138,18 +142,29 @@ class HotlineTrainer(BaselineTrainer):
         H = self.leaf(self.hot_table[self.index(hu)])
         self.opt.zero_grad(set_to_none=True)
         total = 0.0
+        cold = st[:U] if src is None else st[src]
+        if not self.split:
+            # One pass over the whole batch reading [H | C]: on a CPU no copy is in flight to
+            # hide, and a second pass through the MLPs costs more than it could hide.
+            C = self.leaf(torch.from_numpy(np.array(cold)).to(self.dev))
+            self.bytes_h2d += len(C) * self.lay.nbytes
+            idx, bags = self.select(lengths, np.arange(n))
+            dense, label = self.tensors(s0, s1)
+            loss = self.loss_sum(torch.cat([H, C]), lookup_row[idx], bags, dense, label)
+            (loss / n).backward()
+            total += float(loss.detach())
         # The popular micro-batch needs hot rows only: it can run while the cold rows are
-        # still being gathered / copied.
-        if len(r.popular):
+        # still being copied to the torch device.
+        elif len(r.popular):
             idx, bags = self.select(lengths, r.popular)
             dense, label = self.tensors(s0, s1, r.popular)
             loss = self.loss_sum(H, lookup_row[idx], bags, dense, label)
             (loss / n).backward()
             total += float(loss.detach())
-        cold = st[:U] if src is None else st[src]
-        C = self.leaf(torch.from_numpy(np.array(cold)).to(self.dev))
-        self.bytes_h2d += len(C) * self.lay.nbytes
-        if len(r.non_popular):
+        if self.split:
+            C = self.leaf(torch.from_numpy(np.array(cold)).to(self.dev))
+            self.bytes_h2d += len(C) * self.lay.nbytes
+        if self.split and len(r.non_popular):
             idx, bags = self.select(lengths, r.non_popular)
             dense, label = self.tensors(s0, s1, r.non_popular)
             loss = self.loss_sum(torch.cat([H, C]), lookup_row[idx], bags, dense, label)
