@@ -25,6 +25,7 @@ class HotlineTrainer(BaselineTrainer):
     """Hot rows on the torch device at their CAM slots; cold rows through the accelerator."""
 
     hot_keys = None  # rank-order hot keys; set from a checkpoint on resume
+    slot_mark = slot_pos = None  # `unique_slots`' scratch, one entry per hot slot
 
     def setup(self) -> None:
         d, cfg, lay = self.data, self.cfg, self.lay
@@ -203,7 +204,7 @@ class HotlineTrainer(BaselineTrainer):
         several slots, C is one copy per key (staging slots ``src``; slot -> row ``cmap``),
         so its gradients are summed, and the result goes into every slot it occupies."""
         hot, slot, ck = r.hot, r.slot, r.cold_keys
-        hu, hinv = np.unique(slot[hot], return_inverse=True)
+        hu, hinv = self.unique_slots(slot[hot])
         src = cmap = None
         if r.overflow and len(np.unique(ck)) < len(ck):
             _, src, cmap = np.unique(ck, return_index=True, return_inverse=True)
@@ -212,6 +213,19 @@ class HotlineTrainer(BaselineTrainer):
         cold_slot = slot[~hot].astype(np.int64)
         lookup_row[~hot] = len(hu) + (cold_slot if cmap is None else cmap[cold_slot])
         return hu, lookup_row, src, cmap
+
+    def unique_slots(self, slots) -> tuple[np.ndarray, np.ndarray]:
+        """``np.unique(slots, return_inverse=True)`` of hot slots, in O(lookups + hot slots)
+        with a mark per slot instead of a sort (a tenth of the time at B = 1024 Criteo)."""
+        if self.slot_mark is None or len(self.slot_mark) < len(self.hot_table):
+            self.slot_mark = np.zeros(len(self.hot_table), bool)
+            self.slot_pos = np.zeros(len(self.hot_table), np.int64)
+        mark, pos = self.slot_mark, self.slot_pos
+        mark[slots] = True
+        hu = np.flatnonzero(mark)
+        mark[hu] = False
+        pos[hu] = np.arange(len(hu))
+        return hu, pos[slots]
 
     def write_back_cold(self, bank, rows, ck, new, cmap) -> None:
         """The updated cold rows ``new`` into the staging ``rows`` of ``bank`` and scattered
