@@ -67,13 +67,13 @@ class HotlineAccelerator(wiring.Component):
                     learner=None, primitive=None) -> "HotlineAccelerator":
         """The top with ``config``'s fragmenter geometry, a ``data_width`` / ``addr_width``
         AXI4 master, ``num_tables`` table descriptors and ``learner`` (``AccessLearner``
-        keyword arguments; default its defaults). ``primitive``: the CAM's and the cold-key
+        keyword arguments over ``config.learner_kwargs()``). ``primitive``: the CAM's and the cold-key
         set's ``BucketTable`` primitive (None: inferred block RAM; "ecp5": DP16KD)."""
         fragmenter = config.fragmenter_kwargs()
         if primitive is not None:
             for block in ("cam", "cold"):
                 fragmenter[block] = dict(fragmenter[block], primitive=primitive)
-        return cls(fragmenter=fragmenter, learner=learner or {},
+        return cls(fragmenter=fragmenter, learner={**config.learner_kwargs(), **(learner or {})},
                    dma=dict(data_width=data_width, addr_width=addr_width, num_tables=num_tables))
 
     def __init__(self, *, fragmenter=None, learner=None, dma=None):

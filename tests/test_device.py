@@ -323,3 +323,74 @@ def test_a_scatter_not_waited_for_keeps_order_and_reports_its_errors_later():
             dev.counters()
         dev.drain()                               # reported once
     mem.close()
+
+
+# -- access learner and in-place hot-set updates -------------------------------------------------
+
+
+@pytest.mark.parametrize("source", ["generator", "criteo"])
+def test_learner_counts_exactly_the_batches_pushed_after_start(source):
+    """learner_start / learner_stop bracket pushes in call order: a batch pushed before the
+    start (still in flight) is not counted. The learned top-K covers >= 0.98 of the exact
+    top-K's lookups over the window (the learner sized by `learner_geometry`)."""
+    if source == "criteo":
+        ds = load_dataset(real_file("criteo_kaggle/train_random4584.csv.gz"), limit=3000)
+    else:
+        ds = synth_criteo(3000, seed=7)
+    keys, off = ds.keys, ds.sample_offsets
+    B, K = 500, 400
+    config = AcceleratorConfig.for_workload(K, B, int(np.diff(off[::B]).max()), learn=True,
+                                            distinct_keys=len(np.unique(keys)))
+    mem = HostMemory(1 << 12)
+    with hotline.open("model://", config=config, memory=mem) as dev:
+        dev.push_batch(keys[:off[B]], ds.lengths[:B])             # before the start: not counted
+        dev.learner_start()
+        for i in range(1, 6):
+            dev.push_batch(keys[off[i * B]:off[(i + 1) * B]], ds.lengths[i * B:(i + 1) * B])
+            dev.pull_batch()
+        dev.pull_batch()
+        got = dev.learner_stop()
+        window = keys[off[B]:off[6 * B]]
+        assert got.counted == len(window)
+        assert len(got.keys) == len(got.counts) == config.learner_entries
+        # every count is a true over-estimate bound of Space-Saving: count >= true frequency
+        # for a held key; the total counted mass equals the lookups not dropped
+        assert int(got.counts.sum()) == got.counted - got.dropped
+        uniq, freq = np.unique(window, return_counts=True)
+        true = dict(zip(uniq.tolist(), freq.tolist()))
+        held = got.counts > 0
+        assert all(c >= true[k] or got.dropped for k, c in
+                   zip(got.keys[held].tolist(), got.counts[held].tolist()))
+        exact = exact_hot_set(window, K).keys
+        cover = lambda s: np.isin(window, s).mean()
+        assert cover(got.top(K)) >= 0.98 * cover(exact)
+        with pytest.raises(HotlineError, match="not started"):
+            dev.learner_stop()
+    mem.close()
+
+
+def test_update_hot_set_deletes_leavers_inserts_newcomers_and_lookups_agree():
+    ds = synth_criteo(1200, seed=3)
+    keys, off, samples = stream(ds)
+    B = 200
+    ranked = exact_hot_set(keys, 900).keys
+    first, second = ranked[:600], np.concatenate([ranked[:300], ranked[600:900]])
+    dev, mem, tables, staging, placement = make_device(ds.table_sizes, first, batch=B)
+    with dev:
+        slot_before = dict(zip(placement.keys.tolist(), placement.slots.tolist()))
+        new = dev.update_hot_set(second)
+        assert sorted(new.keys.tolist() + new.failed.tolist()) == sorted(second.tolist())
+        assert len(np.unique(new.slots)) == len(new.slots)
+        # the first responses delete the 300 keys that left, then the newcomers are inserted
+        assert len(new.responses) == 300 + 300
+        moved = {src for _, _, moves in new.responses[300:] for src, _ in moves}
+        for k, s in zip(new.keys.tolist(), new.slots.tolist()):
+            if k in slot_before and slot_before[k] not in moved:
+                assert s == slot_before[k]           # a key that stays keeps its slot
+        for i in range(2):                           # lookups see exactly the new set
+            dev.push_batch(keys[off[i * B]:off[(i + 1) * B]], ds.lengths[i * B:(i + 1) * B])
+            r = dev.pull_batch()
+            check_batch(r, samples[i * B:(i + 1) * B], new, tables, staging)
+            dev.scatter(r.bank, r.cold_keys)
+        assert not np.isin(ranked[300:600], new.keys).any()
+    mem.close()

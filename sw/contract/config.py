@@ -60,7 +60,8 @@ class AcceleratorConfig:
     The defaults are the product configuration (`PRODUCT`): a 16384-entry CAM (2 x 8 ways,
     4-entry stash, 64 kicks) holding 14,745 hot rows; a 16384-entry cold-key set (2 x 4 ways,
     4-entry stash) numbering up to 8192 cold keys per batch, with 8 epoch bits (one clearing
-    pass every 255 batches); batches of up to 1024 samples.
+    pass every 255 batches); batches of up to 1024 samples; a 16384-entry access learner
+    (2048 buckets x 8 ways).
     `for_workload` sizes the CAM, the cold-key set and the batch for one workload instead.
     """
     cam_entries: int = 16384
@@ -73,6 +74,8 @@ class AcceleratorConfig:
     cold_max_keys: int = 8192
     cold_epoch_bits: int = 8
     max_batch_samples: int = 1024
+    learner_buckets: int = 2048
+    learner_ways: int = 8
 
     # The CAM holds the hot set at <= 90% occupancy: its first refused insert came at >= 96%
     # on every key family and real file measured (`python -m hotline.bench --only hashing`).
@@ -107,11 +110,19 @@ class AcceleratorConfig:
         return self.cam_entries + self.cam_stash
 
     @classmethod
-    def for_workload(cls, hot_rows, batch_size, max_batch_lookups) -> "AcceleratorConfig":
+    def for_workload(cls, hot_rows, batch_size, max_batch_lookups, learn=False,
+                     distinct_keys=None) -> "AcceleratorConfig":
+        """The geometry for ``hot_rows`` hot keys and batches of ``batch_size`` samples with up
+        to ``max_batch_lookups`` lookups: the CAM at <= ``CAM_LOAD``, the cold-key set at 2x the
+        lookups; with ``learn``, an access learner sized by `learner_geometry` to learn the
+        ``hot_rows`` (``distinct_keys``: of the stream it watches), else the product's."""
         max_keys = max(16, int(max_batch_lookups))
+        buckets, ways = (learner_geometry(max(1, hot_rows), distinct_keys) if learn
+                         else (cls.learner_buckets, cls.learner_ways))
         return cls(cam_entries=max(64, pow2_at_least(math.ceil(hot_rows / cls.CAM_LOAD))),
                    cold_capacity=max(64, pow2_at_least(2 * max_keys)), cold_max_keys=max_keys,
-                   max_batch_samples=max(2, pow2_at_least(batch_size)))
+                   max_batch_samples=max(2, pow2_at_least(batch_size)),
+                   learner_buckets=buckets, learner_ways=ways)
 
     def cam_kwargs(self) -> dict:
         return dict(entries=self.cam_entries, ways=self.cam_ways, stash=self.cam_stash,
@@ -120,6 +131,13 @@ class AcceleratorConfig:
     def cold_kwargs(self) -> dict:
         return dict(capacity=self.cold_capacity, ways=self.cold_ways, stash=self.cold_stash,
                     max_keys=self.cold_max_keys, epoch_bits=self.cold_epoch_bits)
+
+    def learner_kwargs(self) -> dict:
+        return dict(buckets=self.learner_buckets, ways=self.learner_ways)
+
+    @property
+    def learner_entries(self) -> int:
+        return self.learner_buckets * self.learner_ways
 
     def fragmenter_kwargs(self) -> dict:
         return dict(cam=self.cam_kwargs(), cold=self.cold_kwargs(),

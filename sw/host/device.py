@@ -45,13 +45,16 @@ from hotline.contract.errors import HotlineError
 from hotline.contract.keys import MAX_ROWS, MAX_TABLES, ROW_BITS
 from hotline.contract.regmap import DEVICE_COUNTERS
 from hotline.model.cold_key_set import ColdKeySetModel
-from hotline.model.device_model import Counters, DeviceModel, HotPlacement, place_hot_set
+from hotline.model.access_learner import AccessLearnerModel, top_k
+from hotline.model.device_model import (Counters, DeviceModel, HotPlacement, place_hot_set,
+                                        update_hot_set)
+from hotline.model.popularity_cam import PopularityCAMModel
 from hotline.model.dma_model import RowDMAModel
 
 from .host_memory import HostMemory, Window
 
 __all__ = ["open", "register_backend", "Device", "ModelDevice", "BatchResult", "HotPlacement",
-           "TableDescriptor", "StagingDescriptor", "COUNTER_NAMES"]
+           "LearnerReadout", "TableDescriptor", "StagingDescriptor", "COUNTER_NAMES"]
 
 COUNTER_NAMES = DEVICE_COUNTERS
 
@@ -80,6 +83,21 @@ class BatchResult:
     @property
     def lookups(self) -> int:
         return len(self.hot)
+
+
+@dataclass
+class LearnerReadout:
+    """The access learner's table read out (`Device.learner_stop`): each entry's key and
+    count by entry address (count 0: empty), and the lookups it counted and dropped (the
+    hazard rule) since its start."""
+    keys: np.ndarray
+    counts: np.ndarray
+    counted: int
+    dropped: int
+
+    def top(self, k) -> np.ndarray:
+        """The learned hot set: the ``k`` keys with the highest counts (ties by key)."""
+        return top_k(self.keys, self.counts, k)
 
 
 @dataclass(frozen=True)
@@ -127,6 +145,7 @@ class Device(abc.ABC):
         self._next_batch = 0
         self._in_flight = deque()  # the agent's futures of the pushed batches, oldest first
         self._scatters = deque()   # (bank, future) of the scatters not waited for
+        self._learning = None      # the future of learner_start while the learner counts
         self._closed = False
         self._agent = ThreadPoolExecutor(1, thread_name_prefix="hotline-device")
         self._busy = self._waited = 0.0
@@ -247,6 +266,20 @@ class Device(abc.ABC):
         """Clear the CAM and insert ``keys`` (rank order, hottest first); the `HotPlacement`
         says which slot each key got and which keys the CAM refused (they stay cold). More keys
         than ``config.hot_capacity`` is refused before any insert, on every backend."""
+        self.placement = self._agent_call(self._load_hot_set, self._hot_keys(keys))
+        return self.placement
+
+    def update_hot_set(self, keys) -> HotPlacement:
+        """Change the hot set to ``keys`` (rank order) in place: DELETE the held keys that
+        leave, then INSERT those that enter. A key that stays keeps its slot unless an insert
+        relocates it; the `HotPlacement` gives every key's slot now. Same checks as
+        `load_hot_set`."""
+        keys = self._hot_keys(keys)
+        held = self.placement.keys if self.placement is not None else np.zeros(0, np.uint32)
+        self.placement = self._agent_call(self._update_hot_set, held, keys)
+        return self.placement
+
+    def _hot_keys(self, keys) -> np.ndarray:
         self._check_open()
         if self._in_flight:
             raise HotlineError("the hot set cannot change while batches are in flight")
@@ -259,8 +292,25 @@ class Device(abc.ABC):
         if len(np.unique(keys)) != len(keys):
             raise HotlineError("hot keys must be distinct")
         self.config.check_hot_set(len(keys))
-        self.placement = self._agent_call(self._load_hot_set, keys)
-        return self.placement
+        return keys
+
+    # -- access learner -----------------------------------------------------------------
+    def learner_start(self) -> None:
+        """Empty the access learner and count every lookup of the batches pushed after this
+        call (a batch pushed before it is not counted). Returns at once; an error is raised
+        by `learner_stop`."""
+        self._check_open()
+        self._learning = self._agent_submit(self._learner_start)
+
+    def learner_stop(self) -> LearnerReadout:
+        """Stop counting after the batches pushed so far and read the learner out (waits for
+        them): a `LearnerReadout`, whose ``top(k)`` is the learned hot set."""
+        self._check_open()
+        if self._learning is None:
+            raise HotlineError("learner_stop: the learner was not started (learner_start)")
+        started, self._learning = self._learning, None
+        self._agent_result(started)
+        return self._agent_call(self._learner_stop)
 
     # -- batches ------------------------------------------------------------------------
     def push_batch(self, keys, lengths) -> int:
@@ -395,6 +445,16 @@ class Device(abc.ABC):
     def _pull(self, result):
         return result
 
+    def _update_hot_set(self, held, keys):
+        raise HotlineError(f"{self.url}: the {self.backend} backend cannot update the hot set "
+                           f"in place")
+
+    def _learner_start(self):
+        raise HotlineError(f"{self.url}: the {self.backend} backend has no access learner")
+
+    def _learner_stop(self):
+        raise HotlineError(f"{self.url}: the {self.backend} backend has no access learner")
+
     @abc.abstractmethod
     def _scatter(self, bank, cold_keys): ...
 
@@ -431,7 +491,9 @@ class ModelDevice(Device):
                                num_tables=self.num_tables, row_bits=ROW_BITS,
                                max_burst_beats=max_burst_beats)
         self.max_burst_beats = max_burst_beats
-        self._model = None
+        self._model = self._cam = None
+        self._learner = None    # AccessLearnerModel, made at the first learner_start
+        self._counting = False
         self._c = dict.fromkeys(COUNTER_NAMES, 0)
         self._load_hot_set(np.zeros(0, np.uint32))
 
@@ -445,12 +507,34 @@ class ModelDevice(Device):
         self.dma.set_staging(d.window.base, d.stride, d.slots, d.banks)
 
     def _load_hot_set(self, keys):
-        placement = place_hot_set(keys, self.config)
+        self._cam = PopularityCAMModel(**self.config.cam_kwargs())
+        placement = place_hot_set(keys, self.config, self._cam)
         self._model = DeviceModel(placement.keys, placement.slots, None,
                                   ColdKeySetModel(**self.config.cold_kwargs()))
         return placement
 
+    def _update_hot_set(self, held, keys):
+        placement = update_hot_set(self._cam, held, keys, self.config)
+        # lookups see what the CAM holds (a key not deleted still hits); the cold-key set is
+        # not touched by CAM commands (its epoch goes on)
+        self._model = DeviceModel(*self._cam.contents(), None, self._model.cold_set)
+        return placement
+
+    def _learner_start(self):
+        if self._learner is None:
+            self._learner = AccessLearnerModel(**self.config.learner_kwargs())
+        else:
+            self._learner.clear()
+        self._counting = True
+
+    def _learner_stop(self):
+        self._counting = False
+        keys, counts = self._learner.entries()
+        return LearnerReadout(keys, counts, self._learner.counted, self._learner.dropped)
+
     def _push(self, batch_id, keys, offsets):
+        if self._counting:
+            self._learner.update(keys)
         before = Counters(**self._model.counters.as_dict())
         run = self._model.fragment(keys, offsets, len(offsets) - 1)
         for k, v in self._model.counters.as_dict().items():

@@ -97,13 +97,29 @@ class HotPlacement:
     responses: list
 
 
-def place_hot_set(hot_keys, config: AcceleratorConfig) -> HotPlacement:
+def place_hot_set(hot_keys, config: AcceleratorConfig, cam=None) -> HotPlacement:
     """Insert ``hot_keys`` (rank order) into the CAM model exactly as the host will; more keys
-    than ``config.hot_capacity`` is an error (`AcceleratorConfig.check_hot_set`)."""
+    than ``config.hot_capacity`` is an error (`AcceleratorConfig.check_hot_set`). ``cam``: the
+    `PopularityCAMModel` to fill (default a new, empty one)."""
     hot_keys = np.asarray(hot_keys, np.uint32)
     config.check_hot_set(hot_keys.size)
-    cam = PopularityCAMModel(**config.cam_kwargs())
+    cam = PopularityCAMModel(**config.cam_kwargs()) if cam is None else cam
     responses = [cam.insert(int(k)) for k in hot_keys]
+    hit, slot = cam.lookup(hot_keys)
+    return HotPlacement(hot_keys[hit], slot[hit], hot_keys[~hit], responses)
+
+
+def update_hot_set(cam, held, hot_keys, config: AcceleratorConfig) -> HotPlacement:
+    """Change the hot set of ``cam`` (a `PopularityCAMModel` holding the keys ``held``) to
+    ``hot_keys`` (rank order) as the host does: DELETE each held key that leaves, then INSERT
+    each key that enters, in rank order. A key that stays keeps its slot unless an insert
+    relocates it. The placement covers every key of ``hot_keys``; ``responses`` are the
+    deletes' then the inserts'."""
+    hot_keys = np.asarray(hot_keys, np.uint32)
+    config.check_hot_set(hot_keys.size)
+    held = np.asarray(held, np.uint32)
+    responses = [(*cam.delete(int(k)), []) for k in held[~np.isin(held, hot_keys)]]
+    responses += [cam.insert(int(k)) for k in hot_keys[~np.isin(hot_keys, held)]]
     hit, slot = cam.lookup(hot_keys)
     return HotPlacement(hot_keys[hit], slot[hit], hot_keys[~hit], responses)
 

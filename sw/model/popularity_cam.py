@@ -161,5 +161,13 @@ class PopularityCAMModel:
         hit, slot = self.lookup(keys)
         return Placement(np.where(hit, slot, -1), np.asarray(failed, np.int64))
 
+    def contents(self) -> tuple[np.ndarray, np.ndarray]:
+        """(keys, slots) of every valid entry: the table entries, then the stash's."""
+        flat = self.valid.reshape(-1)
+        slots = np.concatenate([np.flatnonzero(flat),
+                                self.entries + np.flatnonzero(self.stash_valid)])
+        keys = np.concatenate([self.keys.reshape(-1)[flat], self.stash_keys[self.stash_valid]])
+        return keys.astype(np.uint32), slots.astype(np.int64)
+
     def occupancy(self):
         return int(self.valid.sum() + self.stash_valid.sum())
