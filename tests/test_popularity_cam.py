@@ -323,3 +323,22 @@ def test_cocotb_real_index_stream(simulator, tmp_path):
                                    tb.commands(tb.INSERT, hot[2000:3000]),
                                    tb.lookups(keys[5000:15000], 8, rng)), 0.1),
     ], tmp_path, simulator)
+
+
+@pytest.mark.parametrize("family", ["one-table", "26-tables"])
+def test_model_delete_many_equals_deletes_one_by_one(family):
+    """The vectorised bulk delete (hot-set refresh) leaves the tables and stash as one DELETE
+    per key does, with the same responses: keys in tables and in the stash, and missing keys."""
+    if family == "one-table":
+        keys = np.arange(600, dtype=np.uint64)
+    else:
+        keys = ((np.arange(600) % 26).astype(np.uint64) << 27) | (np.arange(600) // 26).astype(np.uint64)
+    a, b = (PopularityCAMModel(256, ways=2, stash=4, max_kicks=2) for _ in range(2))
+    for cam in (a, b):
+        cam.place(keys)
+    assert a.stash_valid.any()
+    gone = np.concatenate([keys[::3], np.array([1 << 30, (1 << 30) + 1], np.uint64)])
+    want = [b.delete(int(k)) for k in gone]
+    assert a.delete_many(gone) == want
+    assert (a.valid == b.valid).all() and (a.stash_valid == b.stash_valid).all()
+    assert (a.keys[a.valid] == b.keys[b.valid]).all()

@@ -178,8 +178,8 @@ def test_cold_set_overflow_still_trains_exactly(monkeypatch):
     from hotline.contract.config import AcceleratorConfig
     orig = AcceleratorConfig.for_workload.__func__
 
-    def tiny(cls, hot_rows, batch_size, max_batch_lookups):
-        c = orig(cls, hot_rows, batch_size, max_batch_lookups)
+    def tiny(cls, hot_rows, batch_size, max_batch_lookups, **kw):
+        c = orig(cls, hot_rows, batch_size, max_batch_lookups, **kw)
         return AcceleratorConfig(**{**c.as_dict(), "cold_capacity": 64})
     monkeypatch.setattr(AcceleratorConfig, "for_workload", classmethod(tiny))
     data = generated(n=320)
@@ -196,8 +196,8 @@ def test_hot_keys_in_the_cam_stash_are_trained_in_range(monkeypatch):
     from hotline.contract.config import AcceleratorConfig
     orig = AcceleratorConfig.for_workload.__func__
 
-    def stashing(cls, hot_rows, batch_size, max_batch_lookups):
-        c = orig(cls, hot_rows, batch_size, max_batch_lookups)
+    def stashing(cls, hot_rows, batch_size, max_batch_lookups, **kw):
+        c = orig(cls, hot_rows, batch_size, max_batch_lookups, **kw)
         return AcceleratorConfig(**{**c.as_dict(), "cam_ways": 2, "cam_max_kicks": 1})
     monkeypatch.setattr(AcceleratorConfig, "for_workload", classmethod(stashing))
     data = generated(n=320)

@@ -13,7 +13,8 @@ from hotline.data.report import table, write_json
 from hotline.data.spec import open_data
 from hotline.train import MODES, OPTIMIZERS, TrainConfig, prepare_data, train
 from hotline.train.checkpoint import remove_stale_partials
-from hotline.train.config import DEFAULT_LR, HOT_MEMORY_SHARE
+from hotline.train.config import DEFAULT_LR, HOT_MEMORY_SHARE, HOT_SETS
+from hotline.train.hot_set import LEARN_FRACTION, REFRESH_MARGIN
 from hotline.train.plots import plot_training
 from hotline.train.report import summary_rows
 
@@ -88,8 +89,22 @@ def add_parser(sub) -> argparse.ArgumentParser:
                         "(split: on a GPU the first hides the cold rows' copy) or as one pass "
                         "over the batch (fused); auto: split on cuda, fused on cpu. The same "
                         "losses either way")
-    p.add_argument("--profile-fraction", type=fraction, default=1.0, metavar="F",
-                   help="plan the hot set on the first ceil(F x train samples) (default 1.0)")
+    p.add_argument("--profile-fraction", type=fraction, metavar="F",
+                   help="plan (exact) or learn (learn) the hot set on the first ceil(F x train "
+                        f"samples) (default 1.0 for exact, {LEARN_FRACTION} for learn)")
+    p.add_argument("--hot-set", choices=HOT_SETS, default="exact",
+                   help="hotline mode: exact (the exact top-K of the profiling window, planned "
+                        "before training) or learn (the device's AccessLearner counts the "
+                        "profiling window while it trains with every row cold, then its top-K "
+                        "loads; the same losses either way)")
+    p.add_argument("--refresh", default="off", metavar="off|auto|every:N",
+                   help="hotline mode: re-learn the hot set while training and migrate to it: "
+                        f"every N steps, or auto when a window's hot-lookup share falls "
+                        f"{REFRESH_MARGIN * 100:g} points below the share after the last load "
+                        "(default off)")
+    p.add_argument("--learn-window", type=positive_int, metavar="SAMPLES",
+                   help="samples the learner counts before each refresh, in whole batches "
+                        "(default: the profiling window); at least one batch")
     p.add_argument("--device-url", default="model://", metavar="URL",
                    help="the accelerator for hotline mode (default model://)")
     p.add_argument("--epochs", type=positive_int, default=1)

@@ -51,8 +51,14 @@ class AccessLearnerModel:
         self.clear()
 
     def clear(self):
-        self._keys = [[0] * self.ways for _ in range(self.buckets)]
-        self._counts = [[0] * self.ways for _ in range(self.buckets)]
+        if getattr(self, "_touched", None) is None:
+            self._keys = [[0] * self.ways for _ in range(self.buckets)]
+            self._counts = [[0] * self.ways for _ in range(self.buckets)]
+        else:  # only the buckets written since the last clear (a big table, short windows)
+            for b in self._touched:
+                self._keys[b] = [0] * self.ways
+                self._counts[b] = [0] * self.ways
+        self._touched = set()
         self._history = deque(maxlen=self.window)
         self.counted = self.dropped = 0
 
@@ -61,6 +67,7 @@ class AccessLearnerModel:
         if keys.size and int(keys.max()) >> self.key_bits:
             raise ValueError(f"keys must fit in {self.key_bits} bits")
         buckets = self.hash.np(keys).tolist()
+        self._touched.update(buckets)
         ways, cap = self.ways, self._max
         table_keys, table_counts = self._keys, self._counts
         history, dropped = self._history, 0
@@ -85,9 +92,13 @@ class AccessLearnerModel:
         self.dropped = (self.dropped + dropped) % 2**32
 
     def entries(self) -> tuple[np.ndarray, np.ndarray]:
-        keys = np.array(self._keys, dtype=np.uint32).reshape(-1)
-        counts = np.array(self._counts, dtype=np.uint64).reshape(-1)
-        return keys, counts
+        keys = np.zeros((self.buckets, self.ways), np.uint32)
+        counts = np.zeros((self.buckets, self.ways), np.uint64)
+        touched = np.fromiter(self._touched, np.int64, len(self._touched))
+        if touched.size:
+            keys[touched] = [self._keys[b] for b in touched.tolist()]
+            counts[touched] = [self._counts[b] for b in touched.tolist()]
+        return keys.reshape(-1), counts.reshape(-1)
 
     def top(self, k) -> np.ndarray:
         return top_k(*self.entries(), k)

@@ -118,7 +118,7 @@ def update_hot_set(cam, held, hot_keys, config: AcceleratorConfig) -> HotPlaceme
     hot_keys = np.asarray(hot_keys, np.uint32)
     config.check_hot_set(hot_keys.size)
     held = np.asarray(held, np.uint32)
-    responses = [(*cam.delete(int(k)), []) for k in held[~np.isin(held, hot_keys)]]
+    responses = [(*r, []) for r in cam.delete_many(held[~np.isin(held, hot_keys)])]
     responses += [cam.insert(int(k)) for k in hot_keys[~np.isin(hot_keys, held)]]
     hit, slot = cam.lookup(hot_keys)
     return HotPlacement(hot_keys[hit], slot[hit], hot_keys[~hit], responses)

@@ -100,6 +100,17 @@ class PopularityCAMModel:
         self.valid[where] = False
         return CAMStatus.OK, self.slot(*where)
 
+    def delete_many(self, keys) -> list:
+        """`delete` of each of ``keys`` (distinct), vectorised: a delete moves no other key, so
+        the order does not matter. The responses, in order."""
+        keys = self._check(keys)
+        hit, slot = self.lookup(keys)
+        table = hit & (slot < self.entries)
+        self.valid.reshape(-1)[slot[table]] = False
+        self.stash_valid[slot[hit & ~table] - self.entries] = False
+        return [(CAMStatus.OK, s) if h else (CAMStatus.NOT_FOUND, 0)
+                for h, s in zip(hit.tolist(), slot.tolist())]
+
     def _free_way(self, t, b):
         free = np.flatnonzero(~self.valid[t, b])
         return int(free[0]) if free.size else None

@@ -16,7 +16,7 @@ CHECKPOINT_FORMAT = "hotline-train-checkpoint/1"
 # Fields of TrainConfig that must match between a checkpoint and the run resuming it.
 RESUME_FIELDS = ("mode", "batch_size", "hot_rows", "hot_bytes", "hot_fraction", "seed",
                  "optimizer", "lr", "dim", "bottom", "top", "test_fraction", "profile_fraction",
-                 "max_ind_range")
+                 "max_ind_range", "hot_set", "refresh", "learn_window")
 
 
 def data_fingerprint(data) -> dict:
@@ -39,6 +39,8 @@ def save_checkpoint(path, trainer, state) -> None:
     obj["tables"] = [torch.from_numpy(t) for t in trainer.tables()]
     obj["hot_keys"] = (None if getattr(trainer, "hot_keys", None) is None
                        else torch.from_numpy(trainer.hot_keys.astype(np.int64)))
+    schedule = getattr(trainer, "schedule", None)
+    obj["hot_schedule"] = schedule.state() if schedule is not None else None
     obj["counters"] = trainer.device_counters()
     obj["bytes"] = [trainer.bytes_h2d, trainer.bytes_d2h]
     obj["device_seconds"], obj["device_wait_seconds"] = trainer.device_time()

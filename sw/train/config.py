@@ -3,9 +3,12 @@ from dataclasses import dataclass
 
 from hotline.contract.errors import HotlineError
 
+from .hot_set import LEARN_FRACTION, parse_refresh
+
 MODES = ("baseline", "hotline", "device-only")
 OPTIMIZERS = ("sgd", "adagrad")
 MICRO_BATCHES = ("auto", "split", "fused")
+HOT_SETS = ("exact", "learn")
 DEFAULT_LR = {"sgd": 0.1, "adagrad": 0.005}
 ADAGRAD_EPS = 1e-8
 # The default hot set (hotline mode, no --hot-rows / --hot-bytes / --hot-fraction): this share
@@ -31,7 +34,11 @@ class TrainConfig:
     bottom: tuple = (512, 256, 64)
     top: tuple = (512, 256)
     test_fraction: float = 0.1
-    profile_fraction: float = 1.0
+    profile_fraction: float | None = None  # default 1.0 (exact) or LEARN_FRACTION (learn)
+    hot_set: str = "exact"           # hotline: planned exactly, or learned by the device
+    refresh: str = "off"             # hotline: off | auto | every:N (steps)
+    learn_window: int | None = None  # samples the learner counts per refresh (default: the
+    #                                   profiling window)
     micro_batches: str = "auto"      # hotline: split on cuda, fused (one pass) on cpu
     max_ind_range: int | None = None
     checkpoint: str | None = None
@@ -65,6 +72,18 @@ class TrainConfig:
             raise HotlineError(f"--hot-bytes must be positive, not {self.hot_bytes}")
         if self.hot_fraction is not None and not 0.0 < self.hot_fraction <= 1.0:
             raise HotlineError(f"--hot-fraction must be in (0, 1], not {self.hot_fraction}")
+        if self.hot_set not in HOT_SETS:
+            raise HotlineError(f"--hot-set must be one of {', '.join(HOT_SETS)}, not "
+                               f"{self.hot_set!r}")
+        parse_refresh(self.refresh)
+        if self.mode != "hotline" and (self.hot_set != "exact" or self.refresh != "off"):
+            raise HotlineError(f"--hot-set {self.hot_set} and --refresh {self.refresh} are for "
+                               f"--mode hotline, not {self.mode}")
+        if self.learn_window is not None and self.learn_window < self.batch_size:
+            raise HotlineError(f"--learn-window {self.learn_window} samples is shorter than one "
+                               f"batch (--batch-size {self.batch_size})")
+        if self.profile_fraction is None:
+            self.profile_fraction = LEARN_FRACTION if self.hot_set == "learn" else 1.0
         if self.epochs <= 0:
             raise HotlineError(f"--epochs must be a positive integer, not {self.epochs}")
         if self.dim <= 0:

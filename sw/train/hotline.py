@@ -18,6 +18,7 @@ from hotline.host.device import open as open_device
 from hotline.model.planner import exact_hot_set, profile_samples
 
 from .baseline import BaselineTrainer
+from .hot_set import HotSetSchedule
 from .rows import check_fits
 
 
@@ -25,12 +26,21 @@ class HotlineTrainer(BaselineTrainer):
     """Hot rows on the torch device at their CAM slots; cold rows through the accelerator."""
 
     hot_keys = None  # rank-order hot keys; set from a checkpoint on resume
+    schedule = None  # HotSetSchedule; set from a checkpoint on resume
     slot_mark = slot_pos = None  # `unique_slots`' scratch, one entry per hot slot
 
     def setup(self) -> None:
         d, cfg, lay = self.data, self.cfg, self.lay
-        if self.hot_keys is None:
-            budget = self.hot_budget()
+        budget = self.hot_budget()
+        self.hot_target = budget["rows"]
+        learns = cfg.hot_set == "learn" or cfg.refresh != "off"
+        window = self.learn_window() if learns else 0
+        if self.schedule is None:
+            self.schedule = HotSetSchedule(window or 1, cfg.refresh,
+                                           learn_first=cfg.hot_set == "learn")
+        if self.hot_keys is None and cfg.hot_set == "learn":
+            self.hot_keys = np.zeros(0, np.uint32)  # the first window trains with every row cold
+        elif self.hot_keys is None:
             window = profile_samples(d.n_train, cfg.profile_fraction)
             hot = exact_hot_set(d.keys[:d.offsets[window]], budget["rows"])
             if hot.clamped:
@@ -39,8 +49,8 @@ class HotlineTrainer(BaselineTrainer):
                                   f"window; using {hot.size:,}")
             self.hot_keys = hot.keys
         self.acc_config = AcceleratorConfig.for_workload(
-            len(self.hot_keys), cfg.batch_size,
-            max_batch_lookups(d.offsets[:d.n_train + 1], cfg.batch_size))
+            max(len(self.hot_keys), self.hot_target if learns else 0), cfg.batch_size,
+            max_batch_lookups(d.offsets[:d.n_train + 1], cfg.batch_size), learn=learns)
         self.slots = self.acc_config.cold_max_keys
         self.banks = 2
         if self.slots > Device.max_slots:
@@ -73,6 +83,19 @@ class HotlineTrainer(BaselineTrainer):
         self.queue = []       # batch indices pushed and not yet pulled, oldest first
         self.next_push = 0
         self.prev = None      # (sorted cold keys, their updated rows) of the last trained batch
+
+    def learn_window(self) -> int:
+        """The learner window in steps: --learn-window samples, or the profiling window, in
+        whole batches; at least one."""
+        cfg = self.cfg
+        samples = cfg.learn_window or profile_samples(self.data.n_train, cfg.profile_fraction)
+        if samples < cfg.batch_size:
+            what = (f"--learn-window {cfg.learn_window}" if cfg.learn_window else
+                    f"--profile-fraction {cfg.profile_fraction:g} of {self.data.n_train:,} "
+                    f"train samples")
+            raise HotlineError(f"the learner window ({what}: {samples:,} samples) is shorter "
+                               f"than one batch (--batch-size {cfg.batch_size})")
+        return min(samples, self.data.n_train) // cfg.batch_size
 
     def index(self, a) -> torch.Tensor:
         """``a`` as an int64 index tensor on the torch device."""
@@ -113,7 +136,11 @@ class HotlineTrainer(BaselineTrainer):
         r0 = self.staging_row0 + bank * self.slots
         return self.host_rows[r0:r0 + self.slots]
 
-    def push(self, j) -> None:
+    def push(self, j, step) -> None:
+        """Push batch ``j`` (global step ``step``); the learner starts counting before it when
+        the schedule says so."""
+        if self.schedule.learns(step):
+            self.device.learner_start()
         s0, s1 = self.batch_range(j)
         keys, lengths = self.batch_arrays(s0, s1)
         self.device.push_batch(keys, lengths)
@@ -121,17 +148,29 @@ class HotlineTrainer(BaselineTrainer):
         self.next_push = j + 1
 
     def train_batch(self, j, prefetch) -> float:
+        step = self.step
+        if self.schedule.loads(step):
+            self.load_learned(step)
         if self.next_push == j:
-            self.push(j)
-        # Double buffering: the device fragments and gathers batch j + 1 before batch j trains.
-        if prefetch and j + 1 < self.num_batches() and self.next_push == j + 1:
-            self.push(j + 1)
+            self.push(j, step)
+        # Double buffering: the device fragments and gathers batch j + 1 before batch j trains
+        # (not when the hot set changes before it: nothing may be in flight then).
+        if (prefetch and j + 1 < self.num_batches() and self.next_push == j + 1
+                and not self.schedule.loads(step + 1)):
+            self.push(j + 1, step + 1)
+        loss = self.train_pulled(j)
+        self.step += 1
+        return loss
+
+    def train_pulled(self, j) -> float:
+        """Pull batch ``j`` from the device and train on it."""
         r = self.device.pull_batch()
         if self.queue.pop(0) != j:
             raise AssertionError("device batch order")
         if r.gather["errors"]:
             raise HotlineError(f"{self.cfg.device_url}: gather of batch {j} reported "
                                f"{r.gather['errors']} DMA errors")
+        self.schedule.observe(self.step, int(np.count_nonzero(r.hot)), len(r.hot))
         s0, s1 = self.batch_range(j)
         n = s1 - s0
         _, lengths = self.batch_arrays(s0, s1)
@@ -182,6 +221,52 @@ class HotlineTrainer(BaselineTrainer):
         else:
             self.prev = None
         return total / n
+
+    def load_learned(self, step) -> None:
+        """Before ``step``: read the learner (it counted the schedule's window), and migrate to
+        its top-K (`migrate`). The JSON's ``hot_loads`` gets the learned set's coverage of the
+        window beside the exact top-K's."""
+        start = self.schedule.start
+        readout = self.device.learner_stop()
+        new = readout.top(self.hot_target)
+        window = np.concatenate([self.batch_arrays(*self.batch_range(g % self.num_batches()))[0]
+                                 for g in range(start, step)])
+        exact = exact_hot_set(window, self.hot_target).keys
+        learned, best = np.isin(window, new).mean(), np.isin(window, exact).mean()
+        self.migrate(new)
+        self.schedule.records.append({"step": step, "window_steps": [start, step], "keys": int(len(new)),
+                           "held": int(len(self.placement.keys)),
+                           "learned_coverage": float(learned), "exact_coverage": float(best),
+                           "coverage_ratio": float(learned / best) if best else 1.0,
+                           "learner_counted": readout.counted,
+                           "learner_dropped": readout.dropped})
+        self.schedule.loaded(step)
+
+    def migrate(self, keys) -> None:
+        """Change the hot set to ``keys`` in place (`Device.update_hot_set`), moving rows so
+        the trajectory is unchanged: rows that leave go back to host memory, rows the CAM
+        relocated move between slots, rows that enter are loaded; other slots are untouched."""
+        self.device.drain()   # every scatter done: host memory holds every cold row
+        old, slots = self.placement.keys, self.placement.slots
+        new = self.device.update_hot_set(keys)
+        leave = ~np.isin(old, new.keys)
+        if leave.any():
+            rows = self.hot_table[self.index(slots[leave])].cpu().numpy()
+            self.host_rows[self.global_rows(old[leave])] = rows
+            self.bytes_d2h += int(leave.sum()) * self.lay.nbytes
+        order = np.argsort(old)
+        pos = np.minimum(np.searchsorted(old[order], new.keys), max(0, len(old) - 1))
+        held = (old[order][pos] == new.keys) if len(old) else np.zeros(len(new.keys), bool)
+        src, dst = slots[order][pos[held]], new.slots[held]
+        moved = src != dst
+        if moved.any():   # gathered first: a source slot may be another row's destination
+            rows = self.hot_table[self.index(src[moved])]
+            self.hot_table[self.index(dst[moved])] = rows
+        if (~held).any():
+            rows = np.asarray(self.host_rows[self.global_rows(new.keys[~held])])
+            self.hot_table[self.index(new.slots[~held])] = torch.from_numpy(rows).to(self.dev)
+            self.bytes_h2d += int((~held).sum()) * self.lay.nbytes
+        self.placement, self.hot_keys, self.prev = new, np.asarray(keys, np.uint32), None
 
     def refresh_stale(self, rows, ck) -> None:
         """Batch j was gathered before batch j - 1 was scattered (it was pushed while j - 1

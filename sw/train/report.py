@@ -61,6 +61,16 @@ def build_report(trainer, data, cfg, run, notes) -> dict:
                    hot_lookup_fraction=c["hits"] / c["lookups"] if c["lookups"] else 0.0,
                    popular_fraction=(c["popular_samples"] / c["samples"] if c["samples"] else 0.0),
                    device=trainer.device.info())
+        sched = trainer.schedule
+        loads = sched.records
+        out.update(hot_set=cfg.hot_set, refresh=cfg.refresh,
+                   learn_window_steps=(sched.window if cfg.hot_set == "learn"
+                                       or cfg.refresh != "off" else None),
+                   # every learned set loaded: its step, window and coverage of the window
+                   # beside the exact top-K's
+                   hot_loads=loads,
+                   refreshes=len(loads) - (cfg.hot_set == "learn" and len(loads) > 0),
+                   step_hot_share=sched.shares)
     elif budget:
         hot, pop = planned_fractions(data, cfg, budget["rows"])
         out.update(hot_rows=None, hot_lookup_fraction=hot, popular_fraction=pop)
@@ -103,6 +113,11 @@ def summary_rows(res) -> list[tuple]:
                  ("hot budget", f"{res['hot_budget']['rows']:,} rows, "
                                 f"{fmt_bytes(res['hot_budget']['bytes'])} "
                                 f"({res['hot_budget']['source']})"),
+                 ("hot set", res["hot_set"] + (
+                     f" (learned: {res['hot_loads'][0]['coverage_ratio']:.3f} of the exact "
+                     f"top-K's coverage)" if res["hot_set"] == "learn" and res["hot_loads"]
+                     else "")),
+                 ("refresh", f"{res['refresh']}: {res['refreshes']} refreshes"),
                  ("DMA rows gathered / scattered", f"{c['gather_rows']:,} / {c['scatter_rows']:,}"),
                  ("DMA errors", c["window_errors"] + c["axi_errors"])]
     return rows

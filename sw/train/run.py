@@ -9,6 +9,7 @@ from hotline.contract.errors import HotlineError
 
 from .checkpoint import (RESUME_FIELDS, Progress, data_fingerprint, load_checkpoint,
                          remove_stale_partials, restore, save_checkpoint)
+from .hot_set import HotSetSchedule
 from .report import build_report
 
 
@@ -32,6 +33,8 @@ def train(data, cfg, progress=None, keep=False) -> dict | tuple:
     trainer = trainer_class(cfg.mode)(data, cfg, notes)
     if ckpt is not None and ckpt["hot_keys"] is not None:
         trainer.hot_keys = ckpt["hot_keys"].numpy().astype(np.uint32)
+    if ckpt is not None and ckpt.get("hot_schedule") is not None:
+        trainer.schedule = HotSetSchedule.from_state(ckpt["hot_schedule"])
     try:
         trainer.setup()
         report = _run(trainer, data, cfg, ckpt, progress, notes)
@@ -55,6 +58,9 @@ def _run(trainer, data, cfg, ckpt, progress, notes):
     fp = data_fingerprint(data)
     cfg_saved = {k: getattr(cfg, k) for k in RESUME_FIELDS}
     step = run.epoch * nb + run.batch
+    trainer.step = step
+    if getattr(trainer, "schedule", None) is not None:
+        trainer.schedule.resume_at(step)
     stop = cfg.max_steps
 
     def save(position):

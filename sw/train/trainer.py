@@ -42,6 +42,7 @@ class Trainer(abc.ABC):
         self.bytes_h2d = 0
         self.bytes_d2h = 0
         self.counters_base = {}
+        self.step = 0   # the global step (over epochs) train_batch trains next
         # the device's busy and waited-for seconds before a resume (hotline mode)
         self.device_time_base = (0.0, 0.0)
 

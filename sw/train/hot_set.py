@@ -1,0 +1,107 @@
+"""When a hotline run's hot set changes (`HotSetSchedule`): learned by the device's
+AccessLearner over the first steps (``--hot-set learn``) and refreshed when popularity drifts
+(``--refresh auto|every:N|off``). Steps are global (over epochs); a window is
+``--learn-window`` samples in whole batches.
+
+- ``learn``: the learner counts steps 0 .. W - 1 (trained with an empty hot set: every row
+  comes through the DMA, so the trajectory is baseline's); its top-K loads before step W.
+- ``every:N``: a new set loads N steps after the last load, learned over the W steps before.
+- ``auto``: the hot-lookup share of the first window after a load is the reference; when a
+  later window's share is more than ``REFRESH_MARGIN`` below it, the learner counts the next
+  window and its set loads after it.
+"""
+from hotline.contract.errors import HotlineError
+
+__all__ = ["HotSetSchedule", "parse_refresh", "REFRESH_MARGIN", "LEARN_FRACTION"]
+
+#: auto: re-learn when a window's hot-lookup share falls this far below the reference
+REFRESH_MARGIN = 0.02
+#: --hot-set learn: the default learning window, as a fraction of the train samples (FAE
+#: profiled 5%; the learner needs a few times its K in lookups)
+LEARN_FRACTION = 0.1
+
+
+def parse_refresh(text) -> tuple[str, int]:
+    """``off`` | ``auto`` | ``every:N`` (N steps) -> (kind, N); a one-line error otherwise."""
+    t = str(text).strip().lower()
+    if t in ("off", "auto"):
+        return t, 0
+    kind, _, n = t.partition(":")
+    if kind == "every" and n.isdigit() and int(n) > 0:
+        return "every", int(n)
+    raise HotlineError(f"--refresh {text!r}: expected off, auto or every:N (N steps, N > 0)")
+
+
+class HotSetSchedule:
+    """Which steps the learner counts and before which step a new hot set loads.
+
+    The trainer calls `learns(step)` before pushing batch ``step`` (learner_start), `loads`
+    before training a step (learner_stop, load; no batch may be in flight then, so it does not
+    prefetch a step that `loads`), `observe` after each step with its hit flags, and `loaded`
+    after a load. ``window``: the learner window in steps.
+    """
+
+    def __init__(self, window, refresh="off", learn_first=False):
+        self.window = int(window)
+        self.kind, self.every = parse_refresh(refresh)
+        if self.kind == "every" and self.every < self.window:
+            raise HotlineError(f"--refresh every:{self.every} is shorter than the learner "
+                               f"window ({self.window} steps of --learn-window)")
+        self.start = self.load = self.last_load = self.reference = None
+        self.acc = [0, 0]     # hits, lookups of the window being watched (auto)
+        self.shares = []      # hot-lookup share per step
+        self.records = []     # one dict per learned set loaded (the trainer's)
+        if learn_first:
+            self.start, self.load = 0, self.window
+        else:
+            self.loaded(0)
+
+    def learns(self, step) -> bool:
+        return self.start == step
+
+    def loads(self, step) -> bool:
+        return self.load == step
+
+    def loaded(self, step) -> None:
+        """A hot set loaded before ``step``: plan the next one."""
+        self.last_load, self.reference, self.acc = step, None, [0, 0]
+        self.start = self.load = None
+        if self.kind == "every":
+            self.start, self.load = step + self.every - self.window, step + self.every
+
+    def observe(self, step, hits, lookups) -> None:
+        """Step ``step`` trained; ``hits`` of its ``lookups`` were hot."""
+        self.shares.append(hits / lookups if lookups else 0.0)
+        if self.kind != "auto" or self.start is not None or self.last_load is None:
+            return
+        self.acc[0] += hits
+        self.acc[1] += lookups
+        if (step + 1 - self.last_load) % self.window:
+            return
+        share = self.acc[0] / self.acc[1] if self.acc[1] else 0.0
+        self.acc = [0, 0]
+        if self.reference is None:
+            self.reference = share
+        elif share < self.reference - REFRESH_MARGIN:
+            self.start, self.load = step + 1, step + 1 + self.window
+
+    def resume_at(self, step) -> None:
+        """Continue at ``step`` from a checkpoint: a learner window under way restarts there
+        (the counts before the checkpoint are not in it), a whole window if it was to load
+        now."""
+        if self.start is not None and self.start < step:
+            self.start = step
+            if self.load <= step:
+                self.load = step + self.window
+
+    def state(self) -> dict:
+        return {k: getattr(self, k) for k in ("window", "kind", "every", "start", "load",
+                                              "last_load", "reference", "acc", "shares",
+                                              "records")}
+
+    @classmethod
+    def from_state(cls, state) -> "HotSetSchedule":
+        s = cls.__new__(cls)
+        for k, v in state.items():
+            setattr(s, k, list(v) if isinstance(v, list) else v)
+        return s
