@@ -145,6 +145,34 @@ def test_hotline_equals_baseline_device_only_and_reference_on_generator(optimize
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])
+def test_learned_and_refreshed_hot_sets_train_exactly(optimizer):
+    """--hot-set learn (the first window with every row cold, then the learner's top-K) and
+    --refresh (the set migrates in place while training) keep baseline's trajectory, and the
+    learned set covers >= 0.98 of what the exact top-K of its window covers."""
+    data = generated()
+    kw = dict(optimizer=optimizer, hot_rows=300, epochs=2)
+    base = run(data, "baseline", **kw)
+    learn = run(data, "hotline", hot_set="learn", learn_window=128, refresh="every:4", **kw)
+    auto = run(data, "hotline", refresh="auto", learn_window=64, **kw)
+    assert_same_run(base, learn)
+    assert_same_run(base, auto)
+    r = learn[0]
+    steps = r["steps"]                  # 2 epochs x 9 steps: loads before steps 2, 6, 10, 14
+    assert [x["step"] for x in r["hot_loads"]] == list(range(2, steps, 4))
+    assert r["refreshes"] == len(r["hot_loads"]) - 1 and r["learn_window_steps"] == 2
+    share = np.asarray(r["step_hot_share"])
+    assert len(share) == steps and (share[:2] == 0).all() and (share[2:] > 0).all()
+    for x in r["hot_loads"]:
+        assert x["window_steps"] == [x["step"] - 2, x["step"]]
+        assert x["learned_coverage"] >= 0.98 * x["exact_coverage"] > 0
+    # the device's hit counter agrees with the per-step shares
+    lookups = [int(data.offsets[min(s0 + 64, data.n_train)] - data.offsets[s0])
+               for s0 in range(0, data.n_train, 64)] * 2
+    assert round(float(np.dot(share, lookups))) == r["counters"]["hits"]
+    assert r["counters"]["gather_rows"] == r["counters"]["scatter_rows"]
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])
 def test_hotline_equals_baseline_on_real_criteo(optimizer):
     ds = load_dataset(real_file("criteo_kaggle/train_random4584.csv.gz"), limit=700)
     data = prepare_data(ds, 0.1)
@@ -250,6 +278,24 @@ def test_checkpoint_resume_is_bit_identical(mode, tmp_path):
     if mode == "hotline":
         keys = ("lookups", "hits", "cold_rows", "gather_rows", "scatter_rows")
         assert {k: mid[0]["counters"][k] for k in keys} == {k: straight[0]["counters"][k] for k in keys}
+
+
+@pytest.mark.parametrize("stop", [8, 9])
+def test_checkpoint_resume_across_refreshes_is_bit_identical(stop, tmp_path):
+    """Stopped at step 8 (a learner window starts there) or 9 (inside it: the window restarts
+    at the resume) and resumed: the same losses and tables as a straight run."""
+    data = generated(n=400)
+    kw = dict(optimizer="adagrad", hot_rows=200, epochs=3, hot_set="learn", learn_window=128,
+              refresh="every:4")
+    straight = run(data, "hotline", **kw)
+    ck = tmp_path / "ck.pt"
+    part = run(data, "hotline", checkpoint=str(ck), checkpoint_every=1, max_steps=stop, **kw)
+    resumed = run(data, "hotline", resume=str(ck), **kw)
+    assert len(part[0]["losses"]) == stop and len(straight[0]["hot_loads"]) > 2
+    assert resumed[0]["losses"] == straight[0]["losses"]
+    for x, y in zip(resumed[1], straight[1]):
+        np.testing.assert_array_equal(x, y)
+    assert len(resumed[0]["step_hot_share"]) == straight[0]["steps"]
 
 
 @pytest.fixture
@@ -384,6 +430,22 @@ def test_cli_train_writes_report_and_plot(tmp_path, capsys):
       "64", "--hot-rows", "10", "--device-url", "bogus://x"], "unknown device scheme"),
     (["synth:criteo-kaggle:3000", "--max-ind-range", "100", "--mode", "hotline", "--batch-size",
       "3000", "--hot-rows", "10"], "staging slots"),
+    (["synth:criteo-kaggle:300", "--max-ind-range", "100", "--mode", "hotline", "--batch-size",
+      "64", "--refresh", "sometimes"], "--refresh 'sometimes': expected off, auto or every:N"),
+    (["synth:criteo-kaggle:300", "--max-ind-range", "100", "--mode", "hotline", "--batch-size",
+      "64", "--refresh", "every:0"], "expected off, auto or every:N"),
+    (["synth:criteo-kaggle:300", "--max-ind-range", "100", "--mode", "hotline", "--batch-size",
+      "64", "--hot-set", "learn", "--learn-window", "63"], "shorter than one batch"),
+    (["synth:criteo-kaggle:300", "--max-ind-range", "100", "--mode", "hotline", "--batch-size",
+      "64", "--hot-set", "learn", "--profile-fraction", "0.1"],
+     "learner window .--profile-fraction 0.1 of 270 train samples: 27 samples. is shorter"),
+    (["synth:criteo-kaggle:300", "--max-ind-range", "100", "--mode", "hotline", "--batch-size",
+      "64", "--refresh", "every:1", "--learn-window", "128"], "shorter than the learner window"),
+    (["synth:criteo-kaggle:300", "--max-ind-range", "100", "--mode", "baseline", "--batch-size",
+      "64", "--hot-set", "learn"], "are for --mode hotline"),
+    (["synth:criteo-kaggle:300", "--max-ind-range", "5000", "--mode", "hotline", "--batch-size",
+      "64", "--hot-bytes", "1G", "--device-memory", "1M"],
+     r"the hot set \(--hot-bytes 1073741824: 1.0 GiB\) exceeds the cpu device's memory"),
     (["BAD_NPZ", "--mode", "baseline", "--batch-size", "8"], "outside table"),
     (["NOLABEL_NPZ", "--mode", "baseline", "--batch-size", "8"], "no labels"),
     (["synth:criteo-kaggle:300", "--max-ind-range", "100", "--mode", "baseline", "--batch-size",

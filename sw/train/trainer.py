@@ -91,6 +91,10 @@ class Trainer(abc.ABC):
                       f"{fmt_bytes(limit)}")
         else:
             return None
+        if cfg.mode == "hotline" and rows * row_bytes > (limit := self.device_limit()):
+            raise HotlineError(f"the hot set ({source}: {fmt_bytes(rows * row_bytes)}) exceeds "
+                               f"the {self.dev.type} device's memory ({fmt_bytes(limit)}"
+                               f"{', --device-memory' if cfg.device_memory else ''})")
         rows = min(rows, total)
         return {"rows": rows, "bytes": rows * row_bytes, "row_bytes": row_bytes,
                 "source": source}
