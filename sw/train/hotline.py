@@ -28,6 +28,7 @@ class HotlineTrainer(BaselineTrainer):
     hot_keys = None  # rank-order hot keys; set from a checkpoint on resume
     schedule = None  # HotSetSchedule; set from a checkpoint on resume
     slot_mark = slot_pos = None  # `unique_slots`' scratch, one entry per hot slot
+    copy_stream = None           # CUDA: the stream of the cold rows' copies
 
     def setup(self) -> None:
         d, cfg, lay = self.data, self.cfg, self.lay
@@ -183,33 +184,22 @@ class HotlineTrainer(BaselineTrainer):
         self.opt.zero_grad(set_to_none=True)
         total = 0.0
         cold = st[:U] if src is None else st[src]
+        # The cold rows' copy starts first (on a GPU: pinned, on a side stream), so that the
+        # popular micro-batch, which needs hot rows only, runs while it is in flight.
+        C = self.copy_to_device(cold)
+        self.bytes_h2d += len(C) * self.lay.nbytes
         if not self.split:
             # One pass over the whole batch reading [H | C]: on a CPU no copy is in flight to
             # hide, and a second pass through the MLPs costs more than it could hide.
-            C = self.leaf(torch.from_numpy(np.array(cold)).to(self.dev))
-            self.bytes_h2d += len(C) * self.lay.nbytes
-            idx, bags = self.select(lengths, np.arange(n))
-            dense, label = self.tensors(s0, s1)
-            loss = self.loss_sum(torch.cat([H, C]), lookup_row[idx], bags, dense, label)
-            (loss / n).backward()
-            total += float(loss.detach())
-        # The popular micro-batch needs hot rows only: it can run while the cold rows are
-        # still being copied to the torch device.
-        elif len(r.popular):
-            idx, bags = self.select(lengths, r.popular)
-            dense, label = self.tensors(s0, s1, r.popular)
-            loss = self.loss_sum(H, lookup_row[idx], bags, dense, label)
-            (loss / n).backward()
-            total += float(loss.detach())
-        if self.split:
-            C = self.leaf(torch.from_numpy(np.array(cold)).to(self.dev))
-            self.bytes_h2d += len(C) * self.lay.nbytes
-        if self.split and len(r.non_popular):
-            idx, bags = self.select(lengths, r.non_popular)
-            dense, label = self.tensors(s0, s1, r.non_popular)
-            loss = self.loss_sum(torch.cat([H, C]), lookup_row[idx], bags, dense, label)
-            (loss / n).backward()
-            total += float(loss.detach())
+            C = self.leaf(self.copied(C))
+            total += self.train_part(lengths, np.arange(n), s0, s1, torch.cat([H, C]), lookup_row)
+        else:
+            if len(r.popular):
+                total += self.train_part(lengths, r.popular, s0, s1, H, lookup_row)
+            C = self.leaf(self.copied(C))
+            if len(r.non_popular):
+                total += self.train_part(lengths, r.non_popular, s0, s1, torch.cat([H, C]),
+                                         lookup_row)
         self.opt.step()
         if len(hu) and H.grad is not None:
             self.update_rows(H.data, H.grad)
@@ -221,6 +211,34 @@ class HotlineTrainer(BaselineTrainer):
         else:
             self.prev = None
         return total / n
+
+    def train_part(self, lengths, sel, s0, s1, rows, lookup_row) -> float:
+        """Forward and backward of the batch-local samples ``sel`` of batch [s0, s1) over
+        ``rows``; the gradient is scaled by the whole batch. Their summed loss."""
+        idx, bags = self.select(lengths, sel)
+        dense, label = self.tensors(s0, s1, None if len(sel) == s1 - s0 else sel)
+        loss = self.loss_sum(rows, lookup_row[idx], bags, dense, label)
+        (loss / (s1 - s0)).backward()
+        return float(loss.detach())
+
+    def copy_to_device(self, rows) -> torch.Tensor:
+        """Start copying staging ``rows`` to the torch device: on CUDA from pinned memory,
+        non-blocking, on the copy stream (`copied` waits for it); elsewhere a plain copy."""
+        t = torch.from_numpy(np.array(rows))
+        if self.dev.type != "cuda":
+            return t.to(self.dev)
+        if self.copy_stream is None:
+            self.copy_stream = torch.cuda.Stream(self.dev)
+        t = t.pin_memory()
+        with torch.cuda.stream(self.copy_stream):
+            return t.to(self.dev, non_blocking=True)
+
+    def copied(self, c) -> torch.Tensor:
+        """``c`` from `copy_to_device`, once its copy is complete for the compute stream."""
+        if self.dev.type == "cuda":
+            torch.cuda.current_stream(self.dev).wait_stream(self.copy_stream)
+            c.record_stream(torch.cuda.current_stream(self.dev))
+        return c
 
     def load_learned(self, step) -> None:
         """Before ``step``: read the learner (it counted the schedule's window), and migrate to
