@@ -1,5 +1,5 @@
 """The PNG of `hotline train --plot`: per-step loss, throughput and (hotline) the device
-timeline."""
+timeline and the hot-lookup share with the hot-set loads."""
 import numpy as np
 
 from hotline.data.readers import write_atomic
@@ -16,7 +16,12 @@ def plot_training(path, res) -> None:
     secs = np.asarray(res["step_seconds"])
     dev = np.asarray(res.get("step_device_seconds") or [], float).reshape(-1, 2)
     timeline = res["mode"] == "hotline" and len(dev) == len(secs) > 0
-    fig, axes = plt.subplots(1, 3 if timeline else 2, figsize=(16 if timeline else 11, 4))
+    share = np.asarray(res.get("step_hot_share") or [], float)
+    if timeline:
+        fig, grid = plt.subplots(2, 2, figsize=(14, 8))
+        axes = grid.ravel()
+    else:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     a, b = axes[:2]
     x = np.arange(1, len(losses) + 1)
     a.plot(x, losses, lw=0.6, alpha=0.5, label="step loss")
@@ -56,6 +61,16 @@ def plot_training(path, res) -> None:
               title=f"timeline (overlap {res['overlap']:.2f})")
         c.legend(loc="upper right", ncols=2, fontsize="small")
         c.grid(True, alpha=0.3)
+        h = axes[3]
+        h.plot(np.arange(1, len(share) + 1), share, lw=0.8, label="hot-lookup share")
+        for i, load in enumerate(res.get("hot_loads") or []):
+            h.axvline(load["step"] + 0.5, color="tab:red", ls="--", lw=0.8,
+                      label="learned set loaded" if i == 0 else None)
+        h.set(xlabel="step", ylabel="share of lookups hot", ylim=(0, 1.05),
+              title=f"hot set ({res['hot_set']}, refresh {res['refresh']}: "
+                    f"{res['refreshes']} refreshes)")
+        h.legend(loc="lower right", fontsize="small")
+        h.grid(True, alpha=0.3)
     fig.suptitle(f"{res['data']}: {res['mode']}, {res['optimizer']}, dim {res['dim']}")
     fig.tight_layout()
     write_atomic(path, lambda f: fig.savefig(f, format="png", dpi=100))
