@@ -213,6 +213,9 @@ def build_parser():
     p.add_argument("--like", default="criteo-kaggle", help="shape to imitate (criteo-kaggle)")
     p.add_argument("--samples", type=positive_int, required=True)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--drift", default="0", metavar="RATE",
+                   help="fraction of the hot rows replaced per 100,000 samples, in [0, 1), or "
+                   "'real' (the rate measured on the Criteo Kaggle log); default 0, no drift")
     p.add_argument("--out", required=True, help="output .npz")
     p.set_defaults(func=cmd_synth)
     p = dsub.add_parser("convert", help="read any supported DATA and write an index-stream .npz",
@@ -494,7 +497,8 @@ def cmd_fpga_rtlil(args):
 
 
 def cmd_synth(args):
-    ds = synth(args.like, args.samples, args.seed)
+    from hotline.data.spec import parse_drift
+    ds = synth(args.like, args.samples, args.seed, parse_drift(args.drift))
     ds.save(args.out)
     print(f"wrote {args.out}: {ds.num_samples:,} samples, {ds.num_features} tables, "
           f"{int(ds.table_sizes.sum()):,} rows in all")

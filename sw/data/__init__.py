@@ -4,6 +4,9 @@ files the commands write.
 - `hotline.data.readers`: `Dataset` and the readers of real data files (`load_dataset`);
 - `hotline.data.generator`: the calibrated Criteo-Kaggle-shaped generator (``synth:...``);
 - `hotline.data.spec`: DATA as the commands take it (`open_data`: a file or ``synth:...``);
+- `hotline.data.drift`: how fast a stream's hot set goes stale (`hot_share_decay`), and the
+  generator's drift rate fitted to the real log (`calibrate_drift`; not imported here, so
+  ``python -m hotline.data.drift`` runs it cleanly);
 - `hotline.data.report`: summary tables, JSON files (written atomically), PNG plots;
 - `hotline.data.options`: command-line options shared by `hotline` and `hotline train`.
 

@@ -10,6 +10,13 @@ bijection, so hot rows are scattered over the table as in real hashed vocabulari
 per-table distinct count and top-1% / top-10% key coverage; `table_stats` is the statistic.
 Dense features are log-normal counts fitted to the same file; labels come from a logistic
 model of the dense features and per-row effects, at Criteo's ~26% click rate.
+
+Drift (``drift`` > 0, ``synth:LIKE:SAMPLES[:SEED][:drift=RATE]``): in the tables of at least
+`DRIFT_MIN_ROWS` rows the rows move between popularity ranks over the stream (`drift_ranks`),
+so that a fraction RATE of the hot rows is replaced per `DRIFT_UNIT` = 100,000 samples; the
+popularity curve, the top value and the empty value stay as they are. `DRIFT_CRITEO_KAGGLE`
+is the rate measured on the real log (`hotline.data.drift.calibrate_drift`). Drift 0 is the
+stationary stream, bit for bit.
 """
 import csv
 import math
@@ -74,6 +81,30 @@ CRITEO_KAGGLE_DENSE = (
 
 LIKE = ("criteo-kaggle",)
 
+# Drift (`drift_ranks`): a rate is the fraction of the hot rows (any top-K with K below a
+# table's lane count) that are replaced per DRIFT_UNIT samples of the stream.
+DRIFT_UNIT = 100_000
+DRIFT_LANE = 16
+# Only tables of at least this many rows drift: in the two real Kaggle windows 39.8M samples
+# apart, each of the 14 such tables shares less of its top-5% set than the generator without
+# drift does at the same positions; of the 12 smaller category fields, C1, C5 and C8 keep
+# their whole top-5% set (C2 and C25 do not). No table's top value drifts: it is the same
+# in both windows in 23 tables (not in C2, a tie, C14 and C25).
+DRIFT_MIN_ROWS = 2000
+_DRIFT_CHUNK = 1 << 14
+DRIFT_HELP = "the fraction of the hot rows replaced per 100,000 samples"
+# The rate measured between two windows of the Criteo Kaggle train log 39.8M samples apart
+# (train_rows0-206k_sub1pct vs train_rows39.80M-39.99M_sub1pct, `hotline.data.drift.
+# calibrate_drift`; ``python -m hotline.data.drift A B`` prints it): in the 14 tables of at
+# least 2,000 rows, the share of window b's lookups that window a's top-K values cover, over
+# that of b's own top-K, is 0.888 / 0.836 / 0.802 at K = 1% / 5% / 10% of the distinct values
+# against 0.951 / 0.914 / 0.876 for the generator without drift at the same sample
+# positions; the generator matches them at survival exponents x = 0.131 / 0.129 / 0.122, so
+# a hot row keeps its rank over 39.8M samples with probability exp(-0.129) = 0.879. (The
+# mean top-K overlap, 0.631 / 0.541 / 0.494 against 0.708 / 0.684 / 0.602, fits x = 0.162 /
+# 0.257 / 0.219: the real top-K sets churn faster at their cold edge.) Per 100,000 samples:
+DRIFT_CRITEO_KAGGLE = 0.000323
+
 
 def table_stats(rows) -> tuple:
     """(distinct, top-1% coverage, top-10% coverage) of one table's lookups."""
@@ -105,10 +136,65 @@ def _bijection(card, t):
     return mult % card if card > 1 else 0, int(rng.integers(0, card))
 
 
-def draw_rows(rng, n, card, empty, head, alpha, q, t) -> np.ndarray:
+def drift_hazard(rate) -> float:
+    """The per-sample hazard of a drift ``rate`` (the fraction of the hot rows replaced per
+    `DRIFT_UNIT` samples): a row keeps its rank for ``tau`` samples with probability
+    ``exp(-hazard * tau) = (1 - rate) ** (tau / DRIFT_UNIT)``."""
+    return -math.log1p(-rate) / DRIFT_UNIT
+
+
+def _mix64(x):
+    """splitmix64's finaliser on a uint64 array (wrapping arithmetic)."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def drift_ranks(ranks, times, m, t, rate, seed) -> np.ndarray:
+    """Power-law ranks in ``[1, m]`` of table ``t``, drawn at stream positions ``times``,
+    moved to the ranks whose rows hold that popularity at those times.
+
+    The ranks ``1 + i``, ``i < m``, are dealt into ``lanes = ceil(m / DRIFT_LANE)`` lanes
+    ``{j, j + lanes, j + 2 * lanes, ...}`` (``j = i % lanes``). Lane ``j`` advances at its
+    times ``floor(hazard * speed_j * time + phase_j)``; each advance rotates the lane's rows up
+    by one place, so the lane's most popular rank takes the row ``lanes`` ranks below it (a
+    cold one in a large table) and its old row drops to the lane's coldest rank. ``phase_j``
+    is uniform and ``speed_j`` inverse-gamma(2, 1), hashed from (seed, table, lane): then a
+    rank keeps its row over ``tau`` samples with probability ``E[max(0, 1 - hazard * speed *
+    tau)] = exp(-hazard * tau)`` wherever the interval starts (up to the hash's 21-bit
+    resolution). At any time each lane is a permutation of its ranks, so the popularity
+    curve is unchanged. Vectorised: a few passes over ``ranks``, no state."""
+    lanes = -(-m // DRIFT_LANE)
+    q, j = np.divmod(ranks - 1, lanes)
+    key = _mix64(np.array([(seed * 0x9E3779B97F4A7C15 + t + 1) & (2 ** 64 - 1)], np.uint64))
+    h = _mix64(j.astype(np.uint64) * np.uint64(0xD1B54A32D192ED03) ^ key)
+    # Two 21-bit uniforms (their product's -log is Gamma(2, 1)) and a 22-bit phase.
+    u12 = (((h >> np.uint64(43)).astype(np.float64) + 0.5)
+           * (((h >> np.uint64(22)) & np.uint64(0x1FFFFF)).astype(np.float64) + 0.5))
+    phase = ((h & np.uint64(0x3FFFFF)).astype(np.float64) + 0.5) * 2.0 ** -22
+    speed = -1.0 / (np.log(u12) - 42 * math.log(2.0))  # 1 / Gamma(2, 1)
+    moves = np.floor(drift_hazard(rate) * speed * times + phase).astype(np.int64)
+    # Lane j holds the ranks 1 + j + k * lanes for k <= base - (j > rem).
+    base, rem = divmod(m - 1, lanes)
+    length = base + 1 - (j > rem)
+    return 1 + j + (q + moves) % length * lanes
+
+
+def draw_rows(rng, n, card, empty, head, alpha, q, t, drift=0.0, times=None,
+              seed=0) -> np.ndarray:
     """``n`` row ids of table ``t``: the empty value is the rank-(card-1) row, rank 0 has
-    probability ``head``, ranks 1.. follow the power law."""
+    probability ``head``, ranks 1.. follow the power law. With ``drift`` > 0, in a table of
+    at least `DRIFT_MIN_ROWS` rows, the rows of ranks 1..card-2 move between ranks over the
+    stream positions ``times`` (default 0..n-1; `drift_ranks`, keyed by ``seed``); the top
+    value and the empty value keep theirs. Drift takes no numbers from ``rng``, so the ranks
+    drawn are the same with and without it, and ``drift`` 0 is the stationary stream."""
     ranks = 1 + _powerlaw_ranks(rng, n, max(card - 2, 1), alpha, q)
+    if drift and card >= DRIFT_MIN_ROWS:
+        times = np.arange(n) if times is None else times
+        for s in range(0, n, _DRIFT_CHUNK):  # in chunks: the temporaries stay in cache
+            ranks[s:s + _DRIFT_CHUNK] = drift_ranks(ranks[s:s + _DRIFT_CHUNK],
+                                                    times[s:s + _DRIFT_CHUNK], card - 2, t,
+                                                    drift, seed)
     u = rng.random(n)
     ranks[u < head + empty] = 0
     ranks[u < empty] = card - 1
@@ -162,14 +248,35 @@ def calibrate(path) -> dict:
     return {"skew": [(round(e, 4), round(h, 4), a, q) for e, h, a, q in skew], "dense": dense_params}
 
 
-def synth_criteo(samples, seed=0, cardinalities=CRITEO_KAGGLE_CARDINALITIES) -> Dataset:
-    """A calibrated Criteo-Kaggle-shaped single-hot `Dataset` of ``samples`` samples."""
+def check_drift(rate) -> float:
+    """``rate`` as a float in [0, 1), else a one-line HotlineError."""
+    try:
+        rate = float(rate)
+    except (TypeError, ValueError):
+        raise HotlineError(f"drift {rate!r} is not a number ({DRIFT_HELP})") from None
+    if not 0.0 <= rate < 1.0:
+        raise HotlineError(f"drift must be in [0, 1), not {rate:g} ({DRIFT_HELP})")
+    return rate
+
+
+def synth_criteo(samples, seed=0, cardinalities=CRITEO_KAGGLE_CARDINALITIES, drift=0.0,
+                 times=None) -> Dataset:
+    """A calibrated Criteo-Kaggle-shaped single-hot `Dataset` of ``samples`` samples.
+
+    ``drift``: the fraction of the hot rows replaced per `DRIFT_UNIT` samples (`drift_ranks`);
+    0 gives the stationary stream. ``times``: the stream position of every sample (default
+    0, 1, ...); only drift uses them."""
     if samples <= 0:
         raise HotlineError(f"--samples must be a positive integer, not {samples}")
+    drift = check_drift(drift)
+    if times is not None:
+        times = np.asarray(times, np.int64)
+        if times.shape != (samples,):
+            raise HotlineError(f"times has shape {times.shape}, expected ({samples},)")
     rng = np.random.default_rng(seed)
     sparse = np.empty((samples, len(cardinalities)), np.int64)
     for t, (card, params) in enumerate(zip(cardinalities, CRITEO_KAGGLE_SKEW)):
-        sparse[:, t] = draw_rows(rng, samples, card, *params, t)
+        sparse[:, t] = draw_rows(rng, samples, card, *params, t, drift, times, seed)
     dense = np.empty((samples, len(CRITEO_KAGGLE_DENSE)), np.float32)
     for d, (missing, mu, sigma) in enumerate(CRITEO_KAGGLE_DENSE):
         v = np.floor(np.expm1(rng.normal(mu, sigma, samples).clip(0)))
@@ -184,11 +291,17 @@ def synth_criteo(samples, seed=0, cardinalities=CRITEO_KAGGLE_CARDINALITIES) -> 
         h = (sparse[:, t].astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)
         logit += (h.astype(np.float64) / float(1 << 24) - 0.5) * 1.2
     label = (rng.random(samples) < 1 / (1 + np.exp(-logit))).astype(np.float32)
+    name = f"synth-criteo-{samples}" + (f"-drift{drift:g}" if drift else "")
     return Dataset(np.ones(sparse.shape, np.int32), sparse.ravel(),
-                   np.asarray(cardinalities, np.int64), dense, label, f"synth-criteo-{samples}")
+                   np.asarray(cardinalities, np.int64), dense, label, name)
 
 
-def synth(like, samples, seed=0) -> Dataset:
+def synth(like, samples, seed=0, drift=0.0) -> Dataset:
     if like not in LIKE:
         raise HotlineError(f"--like {like!r} is not known (choose from {', '.join(LIKE)})")
-    return synth_criteo(samples, seed)
+    return synth_criteo(samples, seed, drift=drift)
+
+
+def drift_tables(cardinalities=CRITEO_KAGGLE_CARDINALITIES) -> list:
+    """The tables that drift: those of at least `DRIFT_MIN_ROWS` rows."""
+    return [t for t, c in enumerate(cardinalities) if c >= DRIFT_MIN_ROWS]
