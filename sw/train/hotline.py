@@ -49,9 +49,11 @@ class HotlineTrainer(BaselineTrainer):
                                   f"exceeds the {hot.distinct:,} distinct keys in the profiling "
                                   f"window; using {hot.size:,}")
             self.hot_keys = hot.keys
+        lookups = max_batch_lookups(d.offsets[:d.n_train + 1], cfg.batch_size)
+        # the learner sized for K: a window cannot show it more distinct keys than lookups
         self.acc_config = AcceleratorConfig.for_workload(
-            max(len(self.hot_keys), self.hot_target if learns else 0), cfg.batch_size,
-            max_batch_lookups(d.offsets[:d.n_train + 1], cfg.batch_size), learn=learns)
+            max(len(self.hot_keys), self.hot_target if learns else 0), cfg.batch_size, lookups,
+            learn=learns, distinct_keys=window * lookups if learns else None)
         self.slots = self.acc_config.cold_max_keys
         self.banks = 2
         if self.slots > Device.max_slots:
