@@ -17,6 +17,7 @@ from hotline.contract.keys import split_keys
 from hotline.data import Dataset, load_dataset
 from hotline.train.dlrm import DLRM
 from hotline.data.generator import synth_criteo
+from hotline.data.spec import open_data
 from hotline.train import TrainConfig, auc, prepare_data, train
 
 DEFAULT_THREADS = torch.get_num_threads()
@@ -170,6 +171,35 @@ def test_learned_and_refreshed_hot_sets_train_exactly(optimizer):
                for s0 in range(0, data.n_train, 64)] * 2
     assert round(float(np.dot(share, lookups))) == r["counters"]["hits"]
     assert r["counters"]["gather_rows"] == r["counters"]["scatter_rows"]
+
+
+def test_refresh_auto_follows_drift_where_off_decays():
+    """On the drifting generator: with --refresh off the first window's exact set decays
+    (its per-window hot share equals `hot_share_decay`'s numpy count of the same set), while
+    --refresh auto re-learns and stays within 2 points of the oracle that re-plans every window
+    exactly; the losses stay baseline's."""
+    from hotline.data.drift import hot_share_decay
+    data = prepare_data(open_data("synth:criteo-kaggle:24000:0:drift=0.9"), 0.1, 20000)
+    W, K, B = 8, 3000, 64
+    kw = dict(hot_rows=K, profile_fraction=W * B / data.n_train)
+    n = data.n_train
+    ref = hot_share_decay(data.keys[:data.offsets[n]], data.offsets[:n + 1], B, W, K)
+    base = run(data, "baseline", **kw)
+    off = run(data, "hotline", refresh="off", **kw)
+    auto = run(data, "hotline", refresh="auto", **kw)
+    assert_same_run(base, off)
+    assert_same_run(base, auto)
+
+    def windows(r):
+        share = np.asarray(r[0]["step_hot_share"])
+        return np.array([share[i:i + W].mean() for i in range(0, len(share), W)])
+    got_off, got_auto = windows(off), windows(auto)
+    full = n // (W * B)
+    np.testing.assert_allclose(got_off[:full], ref.off[:full], atol=2e-3)
+    assert ref.oracle[-10:].mean() - got_off[-10:].mean() > 0.03        # off decays
+    assert auto[0]["refreshes"] >= 2
+    assert (ref.oracle[1:] - got_auto[1:]).mean() < 0.02                  # auto keeps up
+    assert got_auto[-10:].mean() - got_off[-10:].mean() > 0.015
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])

@@ -40,9 +40,14 @@ Sections:
 - boards: each board's bitstream (`hotline fpga build`): LUT4 / FF / block RAM against the
   part and Fmax against the board clock; slow (minutes per ECP5 board), so ``--quick`` leaves
   it out unless it is named with ``--only``;
-- train: DLRM training throughput (samples/s, one torch thread) of the ``hotline`` and
-  ``device-only`` modes beside ``baseline`` on the same generated stream and seed, with the
-  host-to-device bytes and the final losses (which must agree).
+- train: DLRM training throughput (samples/s) on `make train`'s data (500k generated samples,
+  --max-ind-range 1000000, B 1024, the hot set 10% of the rows) at 1 and 2 torch threads:
+  ``hotline`` (exact hot set), ``hotline-learn`` (--hot-set learn --refresh auto) and
+  ``device-only`` beside ``baseline`` in the same run, with host-to-device bytes, overlap and
+  the final losses (which must agree) (``--quick``: 20k samples);
+- drift: the hot-lookup share per learner window on the drifting generator (drift=0.1) with
+  --refresh off and auto, beside the oracle that re-plans every window exactly
+  (``--quick``: 60k samples).
 """
 import argparse
 import csv
@@ -60,6 +65,7 @@ import numpy as np
 
 from hotline.cli.commands import fragment
 from hotline.contract.config import AcceleratorConfig, max_batch_lookups
+from hotline.data.drift import hot_share_decay
 from hotline.data.generator import synth_criteo
 from hotline.data.readers import load_dataset, real_data_files, shared_data_dir
 from hotline.data.report import table, write_json
@@ -77,7 +83,7 @@ from .hash_quality import GEOMETRIES, cam_first_refusal, cold_first_overflow, fi
 
 SECTIONS = ("fragment_model", "criteo_parse", "hashing", "fragment_rtl", "cam", "learner",
             "synthesis",
-            "dma", "gather", "boards", "train")
+            "dma", "gather", "boards", "train", "drift")
 SLOW_SECTIONS = ("boards",)  # not in --quick runs unless named with --only
 
 
@@ -357,29 +363,81 @@ def bench_gather(quick):
                 f"{r['simulated_cycles_per_second']:,.0f} cycles/s", "-", 0.0]]
 
 
-def bench_train(quick):
-    """Samples/s of each training mode on one generated stream (model:// device)."""
+TRAIN_RUNS = (("baseline", {}), ("hotline", {}),
+              ("hotline-learn", {"hot_set": "learn", "refresh": "auto"}), ("device-only", {}))
 
-    samples = 20_000 if quick else 200_000
-    data = prepare_data(open_data(f"synth:criteo-kaggle:{samples}", max_ind_range=100_000),
-                        0.1, 100_000)
-    out, rows = {"data": f"synth:criteo-kaggle:{samples} (--max-ind-range 100000)",
-                 "batch_size": 1024, "hot_rows": 16384, "threads": 1, "modes": {}}, []
-    for mode in ("baseline", "hotline", "device-only"):
-        cfg = TrainConfig(mode=mode, batch_size=1024, hot_rows=16384, epochs=1, threads=1,
-                          max_ind_range=100_000)
-        r = train(data, cfg)
-        out["modes"][mode] = {k: r[k] for k in ("samples_per_s", "train_logloss", "test_auc",
-                                                "bytes_host_to_device", "popular_fraction",
-                                                "hot_lookup_fraction", "device_busy_seconds",
-                                                "device_wait_seconds", "overlap") if k in r}
-    base = out["modes"]["baseline"]["samples_per_s"]
-    base_bytes = out["modes"]["baseline"]["bytes_host_to_device"]
-    for mode, r in out["modes"].items():
-        r["ratio_vs_baseline"] = r["samples_per_s"] / base
-        r["bytes_host_to_device_vs_baseline"] = r["bytes_host_to_device"] / base_bytes
-        rows.append([f"train ({mode})", out["data"][:40], f"{r['samples_per_s']:,.0f} samples/s",
-                     f"{base:,.0f} samples/s baseline", r["ratio_vs_baseline"]])
+
+def _train_config(mode, **kw) -> TrainConfig:
+    """`make train`'s configuration: B 1024, the hot set 10% of the rows, one epoch."""
+    return TrainConfig(mode=mode, batch_size=1024, hot_fraction=0.1, epochs=1,
+                       max_ind_range=1_000_000, **kw)
+
+
+def bench_train(quick):
+    """Samples/s of each training mode on `make train`'s data at 1 and 2 torch threads
+    (model:// device): baseline, hotline with the exact hot set, hotline learning it while
+    training (--hot-set learn --refresh auto) and device-only, with host->device bytes,
+    overlap and the final losses (which must agree)."""
+    samples = 20_000 if quick else 500_000
+    spec = f"synth:criteo-kaggle:{samples}"
+    data = prepare_data(open_data(spec, max_ind_range=1_000_000), 0.1, 1_000_000)
+    out = {"data": f"{spec} (--max-ind-range 1000000)", "batch_size": 1024,
+           "hot_fraction": 0.1, "threads": {}}
+    rows = []
+    for threads in (1, 2):
+        runs = out["threads"][str(threads)] = {}
+        for name, kw in TRAIN_RUNS:
+            r = train(data, _train_config(name.split("-learn")[0], threads=threads, **kw))
+            runs[name] = {k: r.get(k) for k in (
+                "samples_per_s", "train_logloss", "test_auc", "bytes_host_to_device",
+                "popular_fraction", "hot_lookup_fraction", "hot_rows", "device_busy_seconds",
+                "device_wait_seconds", "overlap", "device_other_seconds", "refreshes")}
+            if r.get("hot_loads"):
+                runs[name]["learned_coverage_ratio"] = r["hot_loads"][0]["coverage_ratio"]
+        base = runs["baseline"]
+        for name, r in runs.items():
+            r["ratio_vs_baseline"] = r["samples_per_s"] / base["samples_per_s"]
+            r["bytes_host_to_device_vs_baseline"] = (r["bytes_host_to_device"]
+                                                     / base["bytes_host_to_device"])
+            r["same_losses_as_baseline"] = r["train_logloss"] == base["train_logloss"]
+            rows.append([f"train ({name}, {threads} thr)", out["data"][:40],
+                         f"{r['samples_per_s']:,.0f} samples/s",
+                         f"{base['samples_per_s']:,.0f} samples/s baseline",
+                         r["ratio_vs_baseline"]])
+    return out, rows
+
+
+def bench_drift(quick):
+    """The hot-lookup share under drift (the generator's drift=0.1, 326x the rate measured on
+    Criteo Kaggle): hotline with the exact set of the first window and --refresh off, and with
+    --refresh auto, beside the oracle that re-plans every window exactly (the exact top-K of
+    the window before; `hotline.data.drift.hot_share_decay`), per learner window."""
+    samples = 60_000 if quick else 500_000
+    spec = f"synth:criteo-kaggle:{samples}:0:drift=0.1"
+    data = prepare_data(open_data(spec, max_ind_range=1_000_000), 0.1, 1_000_000)
+    out = {"data": f"{spec} (--max-ind-range 1000000)", "batch_size": 1024,
+           "hot_fraction": 0.1, "profile_fraction": 0.1, "runs": {}}
+    rows = []
+    for refresh in ("off", "auto"):
+        r = train(data, _train_config("hotline", profile_fraction=0.1, refresh=refresh,
+                                      threads=1))
+        w = r["learn_window_steps"] or max(1, int(0.1 * data.n_train) // 1024)
+        share = np.asarray(r["step_hot_share"])
+        windows = [float(share[i:i + w].mean()) for i in range(0, len(share), w)]
+        out["runs"][refresh] = {"window_steps": w, "window_hot_share": windows,
+                                "refreshes": r["refreshes"], "samples_per_s": r["samples_per_s"],
+                                "train_logloss": r["train_logloss"]}
+    w = out["runs"]["auto"]["window_steps"]
+    n_train = data.n_train
+    oracle = hot_share_decay(data.keys[:data.offsets[n_train]], data.offsets[:n_train + 1],
+                             1024, w, int(0.1 * int(data.table_sizes.sum()))).oracle
+    out["oracle_window_hot_share"] = oracle.tolist()
+    for refresh, r in out["runs"].items():
+        got = np.asarray(r["window_hot_share"][1:])
+        r["max_points_below_oracle"] = float(100 * (oracle[1:len(got) + 1] - got).max())
+        rows.append([f"drift: refresh {refresh}", out["data"][:40],
+                     f"last window {r['window_hot_share'][-1]:.3f} hot",
+                     f"{oracle[-1]:.3f} oracle", r["window_hot_share"][-1] / oracle[-1]])
     return out, rows
 
 
@@ -411,7 +469,7 @@ def main(argv=None):
                      ("cam", bench_cam),
                      ("learner", bench_learner), ("synthesis", bench_synthesis),
                      ("dma", None), ("gather", bench_gather), ("boards", bench_boards),
-                     ("train", bench_train)):
+                     ("train", bench_train), ("drift", bench_drift)):
         if name in want:
             print(f"bench: {name} ...", file=sys.stderr, flush=True)
             if name == "dma":

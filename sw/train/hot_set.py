@@ -7,8 +7,8 @@ AccessLearner over the first steps (``--hot-set learn``) and refreshed when popu
   comes through the DMA, so the trajectory is baseline's); its top-K loads before step W.
 - ``every:N``: a new set loads N steps after the last load, learned over the W steps before.
 - ``auto``: the hot-lookup share of the first window after a load is the reference; when a
-  later window's share is more than ``REFRESH_MARGIN`` below it, the learner counts the next
-  window and its set loads after it.
+  later window's share is more than ``REFRESH_MARGIN`` below it, the learner counts a window
+  from the step after next (the next one may be in flight already) and its set loads after it.
 """
 from hotline.contract.errors import HotlineError
 
@@ -83,7 +83,8 @@ class HotSetSchedule:
         if self.reference is None:
             self.reference = share
         elif share < self.reference - REFRESH_MARGIN:
-            self.start, self.load = step + 1, step + 1 + self.window
+            # step + 1 may be pushed already (prefetched while this step trained)
+            self.start, self.load = step + 2, step + 2 + self.window
 
     def resume_at(self, step) -> None:
         """Continue at ``step`` from a checkpoint: a learner window under way restarts there
