@@ -449,6 +449,10 @@ def test_cli_train_writes_report_and_plot(tmp_path, capsys):
     assert "samples / s" in capsys.readouterr().out
 
 
+HOT300 = ["synth:criteo-kaggle:300", "--max-ind-range", "100", "--mode", "hotline",
+          "--batch-size", "64"]
+
+
 @pytest.mark.parametrize("args, message", [
     (["synth:criteo-kaggle:300", "--mode", "baseline", "--batch-size", "64", "--host-memory", "1M"],
      "need .* of host memory"),
@@ -460,17 +464,12 @@ def test_cli_train_writes_report_and_plot(tmp_path, capsys):
       "64", "--hot-rows", "10", "--device-url", "bogus://x"], "unknown device scheme"),
     (["synth:criteo-kaggle:3000", "--max-ind-range", "100", "--mode", "hotline", "--batch-size",
       "3000", "--hot-rows", "10"], "staging slots"),
-    (["synth:criteo-kaggle:300", "--max-ind-range", "100", "--mode", "hotline", "--batch-size",
-      "64", "--refresh", "sometimes"], "--refresh 'sometimes': expected off, auto or every:N"),
-    (["synth:criteo-kaggle:300", "--max-ind-range", "100", "--mode", "hotline", "--batch-size",
-      "64", "--refresh", "every:0"], "expected off, auto or every:N"),
-    (["synth:criteo-kaggle:300", "--max-ind-range", "100", "--mode", "hotline", "--batch-size",
-      "64", "--hot-set", "learn", "--learn-window", "63"], "shorter than one batch"),
-    (["synth:criteo-kaggle:300", "--max-ind-range", "100", "--mode", "hotline", "--batch-size",
-      "64", "--hot-set", "learn", "--profile-fraction", "0.1"],
+    ([*HOT300, "--refresh", "sometimes"], "--refresh 'sometimes': expected off, auto or every:N"),
+    ([*HOT300, "--refresh", "every:0"], "expected off, auto or every:N"),
+    ([*HOT300, "--hot-set", "learn", "--learn-window", "63"], "shorter than one batch"),
+    ([*HOT300, "--hot-set", "learn", "--profile-fraction", "0.1"],
      "learner window .--profile-fraction 0.1 of 270 train samples: 27 samples. is shorter"),
-    (["synth:criteo-kaggle:300", "--max-ind-range", "100", "--mode", "hotline", "--batch-size",
-      "64", "--refresh", "every:1", "--learn-window", "128"], "shorter than the learner window"),
+    ([*HOT300, "--refresh", "every:1", "--learn-window", "128"], "shorter than the learner window"),
     (["synth:criteo-kaggle:300", "--max-ind-range", "100", "--mode", "baseline", "--batch-size",
       "64", "--hot-set", "learn"], "are for --mode hotline"),
     (["synth:criteo-kaggle:300", "--max-ind-range", "5000", "--mode", "hotline", "--batch-size",

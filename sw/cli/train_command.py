@@ -51,6 +51,8 @@ EXAMPLE = """example:
       --batch-size 1024 --hot-rows 16384 --epochs 1 --json build/train.json --plot build/train.png
   hotline train ../shared/data/criteo_kaggle/train_random4584.csv.gz --mode baseline \\
       --batch-size 128 --hot-rows 2600 --optimizer adagrad --json build/base.json
+  hotline train synth:criteo-kaggle:100000:0:drift=0.5 --max-ind-range 200000 --mode hotline \\
+      --batch-size 1024 --hot-fraction 0.1 --hot-set learn --refresh auto --json build/learn.json
 
 modes: baseline (tables in host memory, the CPU gathers and ships each batch's rows),
 hotline (hot rows on the torch device, cold rows gathered/scattered by the accelerator at
