@@ -166,6 +166,13 @@ def test_learned_and_refreshed_hot_sets_train_exactly(optimizer):
     for x in r["hot_loads"]:
         assert x["window_steps"] == [x["step"] - 2, x["step"]]
         assert x["learned_coverage"] >= 0.98 * x["exact_coverage"] > 0
+    # the learner is sized for K with the window's lookups as its distinct-key bound
+    from hotline.contract.config import learner_geometry, max_batch_lookups
+    most = max_batch_lookups(data.offsets[:data.n_train + 1], 64)
+    for rep, window in ((r, 2), (auto[0], 1)):
+        dev = rep["device"]
+        assert (dev["accelerator_learner_buckets"], dev["accelerator_learner_ways"]) == \
+            learner_geometry(300, window * most)
     # the device's hit counter agrees with the per-step shares
     lookups = [int(data.offsets[min(s0 + 64, data.n_train)] - data.offsets[s0])
                for s0 in range(0, data.n_train, 64)] * 2

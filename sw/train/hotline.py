@@ -42,8 +42,8 @@ class HotlineTrainer(BaselineTrainer):
         if self.hot_keys is None and cfg.hot_set == "learn":
             self.hot_keys = np.zeros(0, np.uint32)  # the first window trains with every row cold
         elif self.hot_keys is None:
-            window = profile_samples(d.n_train, cfg.profile_fraction)
-            hot = exact_hot_set(d.keys[:d.offsets[window]], budget["rows"])
+            profiled = profile_samples(d.n_train, cfg.profile_fraction)
+            hot = exact_hot_set(d.keys[:d.offsets[profiled]], budget["rows"])
             if hot.clamped:
                 self.notes.append(f"the hot set ({budget['source']}: {budget['rows']:,} rows) "
                                   f"exceeds the {hot.distinct:,} distinct keys in the profiling "
