@@ -11,6 +11,10 @@ Requests: a NAK, a corrupt response or silence for ``timeout`` seconds resends t
 did not take the request) fetches ``RESULTS`` and sends the request again under a new ``seq``
 until ``timeout``; ``ERROR`` raises `LinkError`. Stream beats go out in frames of at most
 ``max_request`` bytes.
+
+The hot set goes through the CAM command registers with the slot bookkeeping kept in the
+object (``load_hot_set`` starts it, ``update_hot_set`` continues it); the access learner
+through CONTROL / CONFIG.learner_tap and its readout registers (docs/device-api.md).
 """
 import abc
 import time
@@ -23,7 +27,7 @@ from hotline.contract.streams import RESULT_STREAMS, batch_end, lookup_beats, pa
     unpack
 from hotline.model.device_model import HotPlacement
 
-from .device import COUNTER_NAMES, BatchResult, Device
+from .device import COUNTER_NAMES, BatchResult, Device, LearnerReadout
 from .link import FrameError, FrameReader, LinkError
 from .registers import ID_VALUE, RegisterFile, decode
 
@@ -33,6 +37,9 @@ class LinkDevice(Device):
     per request and per wait for a batch or scatter; ``retries``: resends of a frame answered
     NAK, corrupt or lost. The stream payload layouts come from ``config``
     (`hotline.contract.streams.stream_layouts`)."""
+
+    #: reads of a status bit (CAM_RESP.valid, STATUS.learner_*) before giving up
+    POLLS = 1000
 
     def __init__(self, url, config, memory, timeout, retries):
         super().__init__(url, config, memory)
@@ -45,6 +52,11 @@ class LinkDevice(Device):
         self.link_stats = {"resends": 0, "busy": 0}
         self.regs = RegisterFile(self._read32, self._write32)
         self.layouts = stream_layouts(self.config)
+        self._config = {"gather_enable": 0, "learner_tap": 0}   # CONFIG as last written
+        # The hot set's slot bookkeeping (load_hot_set, update_hot_set): each held key's hot
+        # slot and each used slot's key; None until the CAM is cleared in this session.
+        self._slot_of = self._at = None
+        self._learner_lookups = 0   # LOOKUPS at learner_start
 
     # -- transport ------------------------------------------------------------------------
     @abc.abstractmethod
@@ -169,37 +181,96 @@ class LinkDevice(Device):
         r.write("STAGING_STRIDE", d.stride)
         r.write("STAGING_SLOTS", d.slots)
         r.write("STAGING_BANKS", banks=d.banks)
-        r.write("CONFIG", gather_enable=1)
+        self._set_config(gather_enable=1)
 
     def _load_hot_set(self, keys):
-        r = self.regs
-        r.write("CAM_CMD", op="clear")
-        self._cam_response()
-        slot_of, at, responses = {}, {}, []
-        for key in keys.tolist():
-            r.write("CAM_KEY", key)
-            r.write("CAM_CMD", op="insert")
-            resp = self._cam_response()
-            moves = []
-            for _ in range(resp["moves"]):
-                mv = decode("CAM_MOVE", r.read("CAM_MOVE"))
-                moves.append((mv["src"], mv["dst"]))
-                moved = at.pop(mv["src"])
-                slot_of[moved], at[mv["dst"]] = mv["dst"], moved
-            if resp["status"] == CAMStatus.OK:
-                slot_of[key], at[resp["slot"]] = resp["slot"], key
-            responses.append((resp["status"], resp["slot"], moves))
+        self._clear_cam()
+        return self._hot_placement(keys, [self._cam_command("insert", k) for k in keys.tolist()])
+
+    def _update_hot_set(self, held, keys):
+        if self._slot_of is None:
+            self._clear_cam()   # nothing loaded in this session: start from an empty CAM
+        leave, enter = held[~np.isin(held, keys)], keys[~np.isin(keys, held)]
+        responses = [self._cam_command("delete", k) for k in leave.tolist()]
+        responses += [self._cam_command("insert", k) for k in enter.tolist()]
+        return self._hot_placement(keys, responses)
+
+    def _clear_cam(self):
+        self.regs.write("CAM_CMD", op="clear")
+        self._poll("CAM_RESP", "valid", "the CAM gave no response to a command")
+        self._slot_of, self._at = {}, {}
+
+    def _cam_command(self, op, key):
+        """Run CAM command ``op`` on ``key`` and follow it in the slot bookkeeping (the
+        relocations it caused, the key's own slot); its response (status, slot, moves)."""
+        r, slot_of, at = self.regs, self._slot_of, self._at
+        r.write("CAM_KEY", key)
+        r.write("CAM_CMD", op=op)
+        resp = self._poll("CAM_RESP", "valid", "the CAM gave no response to a command")
+        moves = []
+        for _ in range(resp["moves"]):
+            mv = decode("CAM_MOVE", r.read("CAM_MOVE"))
+            moves.append((mv["src"], mv["dst"]))
+            moved = at.pop(mv["src"])
+            slot_of[moved], at[mv["dst"]] = mv["dst"], moved
+        status = CAMStatus(resp["status"])
+        if status == CAMStatus.OK and op == "insert":
+            slot_of[key], at[resp["slot"]] = resp["slot"], key
+        elif status == CAMStatus.OK and op == "delete":
+            slot_of.pop(key, None)
+            at.pop(resp["slot"], None)
+        return status, resp["slot"], moves
+
+    def _hot_placement(self, keys, responses):
+        """The `HotPlacement` of hot set ``keys`` from the slot bookkeeping."""
+        slot_of = self._slot_of
         held = np.array([k for k in keys.tolist() if k in slot_of], np.uint32)
         failed = np.array([k for k in keys.tolist() if k not in slot_of], np.uint32)
         return HotPlacement(held, np.array([slot_of[k] for k in held.tolist()], np.int64),
                             failed, responses)
 
-    def _cam_response(self):
-        for _ in range(1000):
-            resp = decode("CAM_RESP", self.regs.read("CAM_RESP"))
-            if resp["valid"]:
-                return resp
-        raise LinkError(f"{self.url}: the CAM gave no response to a command")
+    def _poll(self, name, field, what):
+        """Read register ``name`` until its bit ``field`` is set: its fields (`LinkError`
+        after ``POLLS`` reads)."""
+        for _ in range(self.POLLS):
+            value = self.regs.fields(name)
+            if value[field]:
+                return value
+        raise LinkError(f"{self.url}: {what}")
+
+    # -- access learner: CONTROL starts, stops and clears it, LEARNER_ADDR reads an entry --
+    def _learner_start(self):
+        r = self.regs
+        self._set_config(learner_tap=1)
+        r.write("CONTROL", learner_stop=1, learner_clear=1)
+        # Then start: counting begins once the clear (one cycle per bucket) is over, which
+        # STATUS.learner_active shows; no lookup is sent before.
+        r.write("CONTROL", learner_start=1)
+        self._poll("STATUS", "learner_active", "the access learner did not start")
+        self._learner_lookups = r.read("LOOKUPS")
+
+    def _learner_stop(self):
+        r = self.regs
+        r.write("CONTROL", learner_stop=1)
+        self._set_config(learner_tap=0)
+        # The learner has no counter of the lookups it counted: every lookup of the batches
+        # pushed while it counted is one (the fragmenter's LOOKUPS since the start, mod 2^32
+        # like the learner's own counters). Its pipeline drained 8 cycles after the last of
+        # them, long before these reads: the table is final.
+        counted = (r.read("LOOKUPS") - self._learner_lookups) % 2**32
+        dropped = r.read("LEARNER_DROPPED")
+        entries = r.read("LEARNER_ENTRIES")
+        keys, counts = np.zeros(entries, np.uint32), np.zeros(entries, np.uint64)
+        for addr in range(entries):
+            r.write("LEARNER_ADDR", addr)
+            self._poll("STATUS", "learner_valid", f"learner entry {addr} was not read out")
+            keys[addr], counts[addr] = r.read("LEARNER_KEY"), r.read("LEARNER_COUNT")
+        return LearnerReadout(keys, counts, counted, dropped)
+
+    def _set_config(self, **bits):
+        """Write CONFIG with ``bits`` changed and the other modes kept."""
+        self._config.update(bits)
+        self.regs.write("CONFIG", **self._config)
 
     def _push(self, batch_id, keys, offsets):
         n = len(offsets) - 1
