@@ -101,8 +101,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
                         "loads; the same losses either way)")
     p.add_argument("--refresh", default="off", metavar="off|auto|every:N",
                    help="hotline mode: re-learn the hot set while training and migrate to it: "
-                        f"every N steps, or auto when a window's hot-lookup share falls "
-                        f"{REFRESH_MARGIN * 100:g} points below the share after the last load "
+                        "every N steps (learned over the window before), or auto: the learner "
+                        "counts every window, and its set loads when a window's hot-lookup share "
+                        f"falls {REFRESH_MARGIN * 100:g} point below the share after the last load "
                         "(default off)")
     p.add_argument("--learn-window", type=positive_int, metavar="SAMPLES",
                    help="samples the learner counts before each refresh, in whole batches "

@@ -37,8 +37,10 @@ class HotlineTrainer(BaselineTrainer):
         learns = cfg.hot_set == "learn" or cfg.refresh != "off"
         window = self.learn_window() if learns else 0
         if self.schedule is None:
+            profiled = profile_samples(d.n_train, cfg.profile_fraction) // cfg.batch_size
             self.schedule = HotSetSchedule(window or 1, cfg.refresh,
-                                           learn_first=cfg.hot_set == "learn")
+                                           learn_first=cfg.hot_set == "learn",
+                                           profiled=0 if cfg.hot_set == "learn" else profiled)
         if self.hot_keys is None and cfg.hot_set == "learn":
             self.hot_keys = np.zeros(0, np.uint32)  # the first window trains with every row cold
         elif self.hot_keys is None:
