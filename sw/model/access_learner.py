@@ -7,7 +7,7 @@ Hazard rule: a key is dropped (no update) when one of the ``window`` keys counte
 it, dropped or not, has the same bucket and a different key; ``clear`` forgets that history.
 Entry address = bucket * ways + way, as in the hardware readout.
 """
-from collections import deque
+import functools
 
 import numpy as np
 
@@ -51,54 +51,68 @@ class AccessLearnerModel:
         self.clear()
 
     def clear(self):
-        if getattr(self, "_touched", None) is None:
-            self._keys = [[0] * self.ways for _ in range(self.buckets)]
-            self._counts = [[0] * self.ways for _ in range(self.buckets)]
-        else:  # only the buckets written since the last clear (a big table, short windows)
-            for b in self._touched:
-                self._keys[b] = [0] * self.ways
-                self._counts[b] = [0] * self.ways
-        self._touched = set()
-        self._history = deque(maxlen=self.window)
+        self._keys = np.zeros((self.buckets, self.ways), np.uint64)
+        self._counts = np.zeros((self.buckets, self.ways), np.uint64)
+        # the hazard history: the last ``window`` (bucket, key) pairs counted, as a ring
+        self._history = np.zeros((2, self.window), np.uint64)
+        self._ring = np.zeros(2, np.int64)   # entries held, next write position
         self.counted = self.dropped = 0
 
     def update(self, keys):
         keys = np.asarray(keys, dtype=np.uint64)
         if keys.size and int(keys.max()) >> self.key_bits:
             raise ValueError(f"keys must fit in {self.key_bits} bits")
-        buckets = self.hash.np(keys).tolist()
-        self._touched.update(buckets)
-        ways, cap = self.ways, self._max
-        table_keys, table_counts = self._keys, self._counts
-        history, dropped = self._history, 0
-        # A sequential loop: each replacement depends on every earlier lookup in its bucket.
-        for key, b in zip(keys.tolist(), buckets):
-            hazard = any(hb == b and hk != key for hb, hk in history)
-            if self.window:
-                history.append((b, key))
-            if hazard:
-                dropped += 1
-                continue
-            bk, bc = table_keys[b], table_counts[b]
-            for way in range(ways):
-                if bc[way] and bk[way] == key:
-                    break
-            else:
-                way = bc.index(min(bc))
-                bk[way] = key
-            if bc[way] < cap:
-                bc[way] += 1
+        buckets = self.hash.np(keys).astype(np.int64)
+        dropped = _count_kernel()(keys, buckets, self._keys, self._counts, self._history,
+                                  self._ring, np.uint64(self._max))
         self.counted = (self.counted + keys.size) % 2**32
-        self.dropped = (self.dropped + dropped) % 2**32
+        self.dropped = (self.dropped + int(dropped)) % 2**32
 
     def entries(self) -> tuple[np.ndarray, np.ndarray]:
-        keys = np.zeros((self.buckets, self.ways), np.uint32)
-        counts = np.zeros((self.buckets, self.ways), np.uint64)
-        touched = np.fromiter(self._touched, np.int64, len(self._touched))
-        if touched.size:
-            keys[touched] = [self._keys[b] for b in touched.tolist()]
-            counts[touched] = [self._counts[b] for b in touched.tolist()]
-        return keys.reshape(-1), counts.reshape(-1)
+        return self._keys.reshape(-1).astype(np.uint32), self._counts.reshape(-1).copy()
 
     def top(self, k) -> np.ndarray:
         return top_k(*self.entries(), k)
+
+
+def _count(keys, buckets, table_keys, table_counts, history, ring, cap):
+    """Count ``keys`` (bucket ``buckets``) into the tables in order; the number dropped.
+    Sequential: each replacement depends on every earlier lookup in its bucket."""
+    window, ways = history.shape[1], table_keys.shape[1]
+    dropped = 0
+    for i in range(keys.shape[0]):
+        key, b = keys[i], buckets[i]
+        hazard = False
+        for j in range(ring[0]):
+            if history[0, j] == b and history[1, j] != key:
+                hazard = True
+                break
+        if window:
+            history[0, ring[1]], history[1, ring[1]] = b, key
+            ring[1] = (ring[1] + 1) % window
+            ring[0] = min(ring[0] + 1, window)
+        if hazard:
+            dropped += 1
+            continue
+        way = -1
+        for w in range(ways):
+            if table_counts[b, w] != 0 and table_keys[b, w] == key:
+                way = w
+                break
+        if way < 0:
+            way = 0                      # the minimum count, the lowest way on ties
+            for w in range(1, ways):
+                if table_counts[b, w] < table_counts[b, way]:
+                    way = w
+            table_keys[b, way] = key
+        if table_counts[b, way] < cap:
+            table_counts[b, way] += 1
+    return dropped
+
+
+@functools.cache
+def _count_kernel():
+    """`_count` compiled by numba (50-100x the interpreter; imported on first use, so the CLI
+    does not pay for it)."""
+    import numba  # lazy: numba takes a second to import; only counting needs it
+    return numba.njit(cache=True, nogil=True)(_count)
