@@ -209,6 +209,30 @@ def test_refresh_auto_follows_drift_where_off_decays():
     assert got_auto[-10:].mean() - got_off[-10:].mean() > 0.015
 
 
+CRITEO_FILES = ["train_head1999.csv.gz", "test_head1999.csv.gz", "train_random4584.csv.gz",
+                "train_random45840_7cat.arff.gz", "train_rows0-206k_sub1pct.csv.gz",
+                "train_rows39.80M-39.99M_sub1pct.csv.gz"]
+
+
+@pytest.mark.parametrize("name", CRITEO_FILES)
+def test_learned_hot_set_on_every_real_criteo_file(name):
+    """--hot-set learn on each real Criteo file (its first 2,000 samples; the learner counts
+    the first 512, then every 8 steps the 8 before; K = 10% of the rows): each learned set
+    covers >= 0.98 of what the exact top-K of its window covers, and training stays
+    baseline's (SGD; adagrad on one)."""
+    ds = load_dataset(real_file(f"criteo_kaggle/{name}"), limit=2000)
+    data = prepare_data(ds, 0.1)
+    optimizer = "adagrad" if name.startswith("train_random4584") else "sgd"
+    kw = dict(optimizer=optimizer, hot_fraction=0.1)
+    base = run(data, "baseline", **kw)
+    learn = run(data, "hotline", hot_set="learn", learn_window=512, refresh="every:8", **kw)
+    assert_same_run(base, learn)
+    loads = learn[0]["hot_loads"]
+    assert len(loads) == 3 and loads[0]["window_steps"] == [0, 8]
+    for x in loads:
+        assert x["coverage_ratio"] >= 0.98, x
+
+
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])
 def test_hotline_equals_baseline_on_real_criteo(optimizer):
     ds = load_dataset(real_file("criteo_kaggle/train_random4584.csv.gz"), limit=700)

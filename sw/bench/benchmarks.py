@@ -67,7 +67,7 @@ from hotline.cli.commands import fragment
 from hotline.contract.config import AcceleratorConfig, max_batch_lookups
 from hotline.data.drift import hot_share_decay
 from hotline.data.generator import synth_criteo
-from hotline.data.readers import load_dataset, real_data_files, shared_data_dir
+from hotline.data.readers import load_dataset, real_data_files, shared_data_dir, write_atomic
 from hotline.data.report import table, write_json
 from hotline.data.spec import open_data
 from hotline.fpga.boards import BOARDS
@@ -432,6 +432,7 @@ def bench_drift(quick):
     oracle = hot_share_decay(data.keys[:data.offsets[n_train]], data.offsets[:n_train + 1],
                              1024, w, int(0.1 * int(data.table_sizes.sum()))).oracle
     out["oracle_window_hot_share"] = oracle.tolist()
+    out["plot"] = _plot_drift(out, Path("build/bench/drift.png"))
     for refresh, r in out["runs"].items():
         got = np.asarray(r["window_hot_share"][1:])
         r["max_points_below_oracle"] = float(100 * (oracle[1:len(got) + 1] - got).max())
@@ -439,6 +440,26 @@ def bench_drift(quick):
                      f"last window {r['window_hot_share'][-1]:.3f} hot",
                      f"{oracle[-1]:.3f} oracle", r["window_hot_share"][-1] / oracle[-1]])
     return out, rows
+
+
+def _plot_drift(res, path) -> str:
+    """PNG of `bench_drift`: the hot-lookup share per window, refresh off / auto / oracle."""
+    import matplotlib  # lazy: only this section plots
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # lazy: (see above)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(res["oracle_window_hot_share"], "k--", label="oracle (exact top-K of the window before)")
+    for refresh, r in res["runs"].items():
+        ax.plot(r["window_hot_share"], marker="o", label=f"--refresh {refresh} "
+                                                         f"({r['refreshes']} refreshes)")
+    ax.set(xlabel=f"window ({res['runs']['auto']['window_steps']} steps)",
+           ylabel="hot-lookup share", title=res["data"])
+    ax.legend()
+    ax.grid(True, alpha=0.3)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, lambda f: fig.savefig(f, format="png", dpi=100))
+    plt.close(fig)
+    return str(path)
 
 
 def main(argv=None):
