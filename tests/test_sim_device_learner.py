@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import hotline
-from helpers import real_file
+from helpers import param, real_file
 from hotline.contract.cam import CAMStatus
 from hotline.contract.config import AcceleratorConfig
 from hotline.data import open_data
@@ -101,13 +101,20 @@ def assert_same(got, want):
             assert g == w, name
 
 
-@pytest.mark.parametrize("source", ["criteo", "generator"])
-def test_learner_and_hot_set_updates_match_model(source, tmp_path, simulator_or_skip):
+@pytest.fixture(scope="module")
+def build_dir(tmp_path_factory):
+    """One Verilator build for both streams (same configuration)."""
+    return tmp_path_factory.mktemp("simdev-learner")
+
+
+# the generator in the default tier (no data needed); the real stream (same RTL path) slow
+@pytest.mark.parametrize("source", [param("criteo", slow=True), "generator"])
+def test_learner_and_hot_set_updates_match_model(source, tmp_path, build_dir, simulator_or_skip):
     simulator_or_skip("verilator")
     ds = stream(source)
     config = dataclasses.replace(AcceleratorConfig.for_workload(K, B, 26 * B), **LEARNER)
     want, _ = run("model://", ds, config, tmp_path)
-    got, seconds = run("sim://verilator", ds, config, tmp_path, build_dir=tmp_path / "build")
+    got, seconds = run("sim://verilator", ds, config, tmp_path, build_dir=build_dir)
     assert_same(got, want)
     # the sequence did what it claims on the reference
     learned = want["learned"]
