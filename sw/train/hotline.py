@@ -104,7 +104,7 @@ class HotlineTrainer(BaselineTrainer):
 
     def index(self, a) -> torch.Tensor:
         """``a`` as an int64 index tensor on the torch device."""
-        return torch.from_numpy(a.astype(np.int64)).to(self.dev)
+        return torch.from_numpy(np.asarray(a, np.int64)).to(self.dev)
 
     def load_hot_rows(self) -> None:
         p = self.placement
@@ -184,7 +184,8 @@ class HotlineTrainer(BaselineTrainer):
         U = len(ck)
         self.refresh_stale(st[:U], ck)
         hu, lookup_row, src, cmap = self.lookup_rows(r)
-        H = self.leaf(self.hot_table[self.index(hu)])
+        hot_idx = self.index(hu)
+        H = self.leaf(self.hot_table.index_select(0, hot_idx))
         self.opt.zero_grad(set_to_none=True)
         total = 0.0
         cold = st[:U] if src is None else st[src]
@@ -207,7 +208,7 @@ class HotlineTrainer(BaselineTrainer):
         self.opt.step()
         if len(hu) and H.grad is not None:
             self.update_rows(H.data, H.grad)
-            self.hot_table[self.index(hu)] = H.data
+            self.hot_table.index_copy_(0, hot_idx, H.data)
         if len(C):
             if C.grad is not None:
                 self.update_rows(C.data, C.grad)
