@@ -94,6 +94,25 @@ def test_train_over_sim_gives_model_losses(tmp_path, simulator_or_skip):
     assert reports[0]["counters"] == reports[1]["counters"]
 
 
+@pytest.mark.slow
+def test_learn_and_refresh_over_sim_give_model_results(tmp_path, simulator_or_skip):
+    """hotline train --hot-set learn --refresh every:3 over sim://verilator: the RTL learner's
+    sets (readout over the link) and the in-place updates give the same loads, per-step hot
+    shares, losses and counters as model://."""
+    simulator_or_skip("verilator")
+    from hotline.train import TrainConfig, prepare_data, train
+
+    ds = open_data(str(real_file("criteo_kaggle/train_random4584.csv.gz")), limit=600)
+    data = prepare_data(ds, 0.1)
+    reports = [train(data, TrainConfig(mode="hotline", batch_size=64, hot_rows=300, dim=8,
+                                       bottom=(16,), top=(16,), threads=1, device_url=url,
+                                       hot_set="learn", learn_window=128, refresh="every:3"))
+               for url in ("model://", "sim://verilator")]
+    assert len(reports[0]["hot_loads"]) == 3
+    for key in ("losses", "counters", "hot_loads", "step_hot_share"):
+        assert reports[0][key] == reports[1][key], key
+
+
 @pytest.mark.rtl
 def test_sim_refuses_a_hot_set_beyond_capacity(tmp_path):
     """sim:// refuses more hot keys than ``config.hot_capacity`` in one line, as model://

@@ -104,7 +104,7 @@ def place_hot_set(hot_keys, config: AcceleratorConfig, cam=None) -> HotPlacement
     hot_keys = np.asarray(hot_keys, np.uint32)
     config.check_hot_set(hot_keys.size)
     cam = PopularityCAMModel(**config.cam_kwargs()) if cam is None else cam
-    responses = [cam.insert(int(k)) for k in hot_keys]
+    responses = cam.insert_many(hot_keys)
     hit, slot = cam.lookup(hot_keys)
     return HotPlacement(hot_keys[hit], slot[hit], hot_keys[~hit], responses)
 
@@ -119,7 +119,7 @@ def update_hot_set(cam, held, hot_keys, config: AcceleratorConfig) -> HotPlaceme
     config.check_hot_set(hot_keys.size)
     held = np.asarray(held, np.uint32)
     responses = [(*r, []) for r in cam.delete_many(held[~np.isin(held, hot_keys)])]
-    responses += [cam.insert(int(k)) for k in hot_keys[~np.isin(hot_keys, held)]]
+    responses += cam.insert_many(hot_keys[~np.isin(hot_keys, held)])
     hit, slot = cam.lookup(hot_keys)
     return HotPlacement(hot_keys[hit], slot[hit], hot_keys[~hit], responses)
 
