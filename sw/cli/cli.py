@@ -18,7 +18,7 @@ from hotline.data.generator import calibrate, synth, table_stats
 from hotline.data.options import EPILOG_DATA, check_out, fraction, positive_int, say
 from hotline.data.readers import FORMATS, real_data_files, write_atomic
 from hotline.data.report import plot_stream, table, write_json
-from hotline.data.spec import SYNTH_PREFIX, open_data
+from hotline.data.spec import SYNTH_PREFIX, open_data, parse_drift
 from hotline.fpga.boards import BOARDS, buildable
 from hotline.host.simulators import simulator_available
 
@@ -497,7 +497,6 @@ def cmd_fpga_rtlil(args):
 
 
 def cmd_synth(args):
-    from hotline.data.spec import parse_drift
     ds = synth(args.like, args.samples, args.seed, parse_drift(args.drift))
     ds.save(args.out)
     print(f"wrote {args.out}: {ds.num_samples:,} samples, {ds.num_features} tables, "
