@@ -43,9 +43,12 @@ class BoardSpec:
 
 # The product's ways, stash and kicks; 12 epoch bits (one clearing pass every 4095 batches),
 # as the ECP5 boards were built and measured.
+# The learner's geometry is in the configuration (model:// opened with it reads out the same
+# entries); ``learner`` adds what only the RTL has (16-bit counts).
 _ECP5_CONFIG = replace(PRODUCT, cam_entries=2048, cold_capacity=2048, cold_max_keys=1024,
-                       max_batch_samples=256, cold_epoch_bits=12)
-_ECP5_LEARNER = dict(buckets=256, ways=4, count_bits=16)
+                       max_batch_samples=256, cold_epoch_bits=12, learner_buckets=256,
+                       learner_ways=4)
+_ECP5_LEARNER = dict(count_bits=16)
 
 BOARDS = {b.name: b for b in (
     BoardSpec("ulx3s-85f", ("amaranth_boards.ulx3s", "ULX3S_85F_Platform"), "ecp5-85f",
@@ -56,8 +59,8 @@ BOARDS = {b.name: b for b in (
     BoardSpec("icebreaker", ("amaranth_boards.icebreaker", "ICEBreakerPlatform"), "ice40-up5k",
               12_000_000, 1_000_000,
               replace(PRODUCT, cam_entries=256, cold_capacity=256, cold_max_keys=128,
-                      max_batch_samples=64),
-              dict(buckets=16, ways=4, count_bits=16), num_tables=8,
+                      max_batch_samples=64, learner_buckets=16, learner_ways=4),
+              dict(count_bits=16), num_tables=8,
               window_bytes=4096, max_request=512, result_depth=128,
               does_not_fit="even this smallest configuration needs 17.3k LUT4 and 103 block RAMs "
                            "(the UP5K has 5,280 and 30): the row DMA and the fragmenter alone "
