@@ -15,6 +15,7 @@ from hotline.contract.config import AcceleratorConfig, max_batch_lookups
 from hotline.contract.errors import HotlineError
 from hotline.host.device import Device
 from hotline.host.device import open as open_device
+from hotline.model.device_model import HotIndex
 from hotline.model.planner import exact_hot_set, profile_samples
 
 from .baseline import BaselineTrainer
@@ -36,15 +37,15 @@ class HotlineTrainer(BaselineTrainer):
         self.hot_target = budget["rows"]
         learns = cfg.hot_set == "learn" or cfg.refresh != "off"
         window = self.learn_window() if learns else 0
+        profiled = profile_samples(d.n_train, cfg.profile_fraction)
         if self.schedule is None:
-            profiled = profile_samples(d.n_train, cfg.profile_fraction) // cfg.batch_size
             self.schedule = HotSetSchedule(window or 1, cfg.refresh,
                                            learn_first=cfg.hot_set == "learn",
-                                           profiled=0 if cfg.hot_set == "learn" else profiled)
+                                           profiled=0 if cfg.hot_set == "learn"
+                                           else profiled // cfg.batch_size)
         if self.hot_keys is None and cfg.hot_set == "learn":
             self.hot_keys = np.zeros(0, np.uint32)  # the first window trains with every row cold
         elif self.hot_keys is None:
-            profiled = profile_samples(d.n_train, cfg.profile_fraction)
             hot = exact_hot_set(d.keys[:d.offsets[profiled]], budget["rows"])
             if hot.clamped:
                 self.notes.append(f"the hot set ({budget['source']}: {budget['rows']:,} rows) "
@@ -257,12 +258,11 @@ class HotlineTrainer(BaselineTrainer):
         exact = exact_hot_set(window, self.hot_target).keys
         learned, best = np.isin(window, new).mean(), np.isin(window, exact).mean()
         self.migrate(new)
-        self.schedule.records.append({"step": step, "window_steps": [start, step], "keys": int(len(new)),
-                           "held": int(len(self.placement.keys)),
-                           "learned_coverage": float(learned), "exact_coverage": float(best),
-                           "coverage_ratio": float(learned / best) if best else 1.0,
-                           "learner_counted": readout.counted,
-                           "learner_dropped": readout.dropped})
+        self.schedule.records.append({
+            "step": step, "window_steps": [start, step], "keys": int(len(new)),
+            "held": int(len(self.placement.keys)), "learned_coverage": float(learned),
+            "exact_coverage": float(best), "coverage_ratio": float(learned / best) if best else 1.0,
+            "learner_counted": readout.counted, "learner_dropped": readout.dropped})
         self.schedule.loaded(step)
 
     def migrate(self, keys) -> None:
@@ -277,10 +277,9 @@ class HotlineTrainer(BaselineTrainer):
             rows = self.hot_table[self.index(slots[leave])].cpu().numpy()
             self.host_rows[self.global_rows(old[leave])] = rows
             self.bytes_d2h += int(leave.sum()) * self.lay.nbytes
-        order = np.argsort(old)
-        pos = np.minimum(np.searchsorted(old[order], new.keys), max(0, len(old) - 1))
-        held = (old[order][pos] == new.keys) if len(old) else np.zeros(len(new.keys), bool)
-        src, dst = slots[order][pos[held]], new.slots[held]
+        was = HotIndex(old, slots).lookup(new.keys)   # each key's slot before; -1: it enters
+        held = was >= 0
+        src, dst = was[held].astype(np.int64), new.slots[held]
         moved = src != dst
         if moved.any():   # gathered first: a source slot may be another row's destination
             rows = self.hot_table[self.index(src[moved])]
