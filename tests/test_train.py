@@ -143,6 +143,12 @@ def test_hotline_equals_baseline_device_only_and_reference_on_generator(optimize
     assert r["device_other_seconds"] > 0
     assert r["device_busy_seconds"] > 0 and 0.0 <= r["overlap"] <= 1.0
     assert base[0]["overlap"] is None and base[0]["device_busy_seconds"] == 0
+    # the host row work of baseline's steps, and the Amdahl bound it puts on hotline
+    b = base[0]
+    assert 0 < b["host_rows_seconds"] < b["train_seconds"]
+    assert b["speedup_bound"] == pytest.approx(
+        b["train_seconds"] / (b["train_seconds"] - b["host_rows_seconds"]))
+    assert r["speedup_bound"] is None and r["host_rows_seconds"] == 0
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])

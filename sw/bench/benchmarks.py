@@ -391,7 +391,8 @@ def bench_train(quick):
             runs[name] = {k: r.get(k) for k in (
                 "samples_per_s", "train_logloss", "test_auc", "bytes_host_to_device",
                 "popular_fraction", "hot_lookup_fraction", "hot_rows", "device_busy_seconds",
-                "device_wait_seconds", "overlap", "device_other_seconds", "refreshes")}
+                "device_wait_seconds", "overlap", "device_other_seconds", "refreshes",
+                "train_seconds", "host_rows_seconds", "speedup_bound")}
             if r.get("hot_loads"):
                 runs[name]["learned_coverage_ratio"] = r["hot_loads"][0]["coverage_ratio"]
         base = runs["baseline"]
@@ -404,6 +405,10 @@ def bench_train(quick):
                          f"{r['samples_per_s']:,.0f} samples/s",
                          f"{base['samples_per_s']:,.0f} samples/s baseline",
                          r["ratio_vs_baseline"]])
+        # Amdahl: hotline can at most remove baseline's host row work from its steps
+        rows.append([f"train (hotline bound, {threads} thr)", out["data"][:40],
+                     f"{base['host_rows_seconds']:.1f} s host row work",
+                     f"{base['train_seconds']:.1f} s baseline steps", base["speedup_bound"]])
     return out, rows
 
 

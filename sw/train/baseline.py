@@ -6,6 +6,7 @@ optimizer step the updated rows go back (Intel-optimised hybrid DLRM style).
 the rows are stored differs.
 """
 import math
+import time
 
 import numpy as np
 import torch
@@ -28,10 +29,12 @@ class UniqueRowsTrainer(Trainer):
         return self.row_base[t] + (keys & np.uint32(MAX_ROWS - 1)).astype(np.int64)
 
     def train_batch(self, j, prefetch) -> float:
+        t0 = time.perf_counter()
         s0, s1 = self.batch_range(j)
         keys, lengths = self.batch_arrays(s0, s1)
         uniq, inv = np.unique(self.global_rows(keys), return_inverse=True)
         rows = self.leaf(self.gather(uniq))
+        t1 = time.perf_counter()
         dense, label = self.tensors(s0, s1)
         self.opt.zero_grad(set_to_none=True)
         bags = None if self.data.single_hot else self.select(lengths, np.arange(s1 - s0))[1]
@@ -39,7 +42,10 @@ class UniqueRowsTrainer(Trainer):
         (loss / (s1 - s0)).backward()
         self.opt.step()
         self.update_rows(rows.data, rows.grad)
+        t2 = time.perf_counter()
         self.put(uniq, rows.data)
+        # what an accelerator takes off the host: finding, gathering and putting back rows
+        self.host_rows_seconds += t1 - t0 + time.perf_counter() - t2
         return float(loss.detach()) / (s1 - s0)
 
     def eval_rows(self, keys) -> tuple[torch.Tensor, np.ndarray]:

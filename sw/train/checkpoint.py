@@ -43,6 +43,7 @@ def save_checkpoint(path, trainer, state) -> None:
     obj["hot_schedule"] = schedule.state() if schedule is not None else None
     obj["counters"] = trainer.device_counters()
     obj["bytes"] = [trainer.bytes_h2d, trainer.bytes_d2h]
+    obj["host_rows_seconds"] = trainer.host_rows_seconds
     obj["device_seconds"], obj["device_wait_seconds"] = trainer.device_time()
     # The previous checkpoint stays in place until the new one is complete and on disk.
     try:
@@ -116,6 +117,7 @@ def restore(trainer, ckpt) -> None:
     trainer.counters_base = dict(ckpt["counters"])
     trainer.bytes_h2d += ckpt["bytes"][0]
     trainer.bytes_d2h += ckpt["bytes"][1]
+    trainer.host_rows_seconds += ckpt.get("host_rows_seconds", 0.0)
     trainer.device_time_base = (ckpt["device_seconds"], ckpt.get("device_wait_seconds", 0.0))
 
 

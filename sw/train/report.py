@@ -42,6 +42,12 @@ def build_report(trainer, data, cfg, run, notes) -> dict:
         "overlap": (max(0.0, 1.0 - wait / busy) if busy else None),
         "device_other_seconds": other,
         "samples_per_s_without_device": (samples / (seconds - wait) if seconds > wait else 0.0),
+        # baseline, device-only: the steps' host work on rows (unique, gather, put back), and
+        # the speedup an accelerator doing all of it for free would give (Amdahl)
+        "host_rows_seconds": trainer.host_rows_seconds,
+        "speedup_bound": (seconds / (seconds - trainer.host_rows_seconds)
+                          if cfg.mode != "hotline" and seconds > trainer.host_rows_seconds
+                          else None),
         "train_logloss": history[-1]["train_logloss"] if history else None,
         "test_logloss": history[-1]["test_logloss"] if history else None,
         "test_auc": history[-1]["test_auc"] if history else None,
@@ -120,4 +126,8 @@ def summary_rows(res) -> list[tuple]:
                  ("refresh", f"{res['refresh']}: {res['refreshes']} refreshes"),
                  ("DMA rows gathered / scattered", f"{c['gather_rows']:,} / {c['scatter_rows']:,}"),
                  ("DMA errors", c["window_errors"] + c["axi_errors"])]
+    elif res["speedup_bound"] is not None:
+        rows.append(("host row work (Amdahl bound)",
+                     f"{res['host_rows_seconds']:.1f} s of {res['train_seconds']:.1f} s "
+                     f"(an accelerator gives <= {res['speedup_bound']:.2f}x)"))
     return rows

@@ -41,6 +41,7 @@ class Trainer(abc.ABC):
         self.F = data.num_tables
         self.bytes_h2d = 0
         self.bytes_d2h = 0
+        self.host_rows_seconds = 0.0  # baseline, device-only: the steps' host row work
         self.counters_base = {}
         self.step = 0   # the global step (over epochs) train_batch trains next
         # the device's busy and waited-for seconds before a resume (hotline mode)
