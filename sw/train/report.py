@@ -1,4 +1,7 @@
 """The JSON report of a run (docs/cli.md, "hotline train") and its summary table rows."""
+import resource
+import sys
+
 from .metrics import planned_fractions
 from hotline.data.report import fmt_bytes
 
@@ -53,6 +56,7 @@ def build_report(trainer, data, cfg, run, notes) -> dict:
         "test_auc": history[-1]["test_auc"] if history else None,
         "bytes_host_to_device": trainer.bytes_h2d,
         "bytes_device_to_host": trainer.bytes_d2h,
+        "peak_rss_bytes": peak_rss_bytes(),
         "history": history,
         "losses": losses,
         "step_seconds": run.step_seconds,
@@ -87,6 +91,12 @@ def build_report(trainer, data, cfg, run, notes) -> dict:
 
 def _or_dash(v):
     return v if v is not None else "-"
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size (`resource.getrusage`; KiB on Linux)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)
 
 
 def summary_rows(res) -> list[tuple]:
