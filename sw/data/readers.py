@@ -32,6 +32,8 @@ import numpy as np
 from hotline.contract.errors import HotlineError
 from hotline.contract.keys import KEY_BITS, MAX_ROWS, MAX_TABLES, ROW_BITS, make_keys
 
+from .criteo_fast import Refused, criteo_batches
+
 FORMATS = ("criteo-csv", "criteo-tsv", "arff", "npz", "user-items", "recbole", "alimama")
 DEFAULT_CHUNK = 1 << 16
 
@@ -422,11 +424,13 @@ def detect_format(path) -> str:
                        f"RecBole .inter, Alimama CSV or 'user item ...' lists)")
 
 
-def iter_chunks(path, fmt=None, max_ind_range=None, chunk_samples=DEFAULT_CHUNK, limit=None):
+def iter_chunks(path, fmt=None, max_ind_range=None, chunk_samples=DEFAULT_CHUNK, limit=None,
+                engine="fast"):
     """Yield `Dataset` chunks of ``path`` in order, sharing one vocabulary per table.
 
     ``limit`` stops after that many samples. Every chunk's ``table_sizes`` is the vocabulary
-    size so far (the last chunk's is final).
+    size so far (the last chunk's is final). ``engine="legacy"`` reads Criteo CSV/TSV with the
+    reference parser instead of the fast reader (same output; for comparisons).
     """
     fmt = fmt or detect_format(path)
     if fmt not in FORMATS:
@@ -442,7 +446,9 @@ def iter_chunks(path, fmt=None, max_ind_range=None, chunk_samples=DEFAULT_CHUNK,
               "alimama": _alimama_chunks}[fmt]
     seen = 0
     name = Path(path).name
-    for ds in reader(path, fmt, max_ind_range, chunk_samples):
+    chunks = (_criteo_chunks(path, fmt, max_ind_range, chunk_samples, engine)
+              if reader is _criteo_chunks else reader(path, fmt, max_ind_range, chunk_samples))
+    for ds in chunks:
         if limit is not None and seen + ds.num_samples >= limit:
             yield ds.head(limit - seen)
             return
@@ -461,7 +467,42 @@ def load_dataset(path, fmt=None, max_ind_range=None, limit=None,
     return ds.validate(str(path))
 
 
-def _criteo_chunks(path, fmt, max_ind_range, chunk):
+def _criteo_chunks(path, fmt, max_ind_range, chunk, engine="fast"):
+    """Criteo CSV/TSV through the fast reader (`criteo_fast`); ARFF, ``engine="legacy"``,
+    and whatever the fast reader refuses through the reference parser (`_legacy_chunks`),
+    which then skips the samples the fast reader yielded."""
+    if fmt == "arff" or engine == "legacy":
+        yield from _legacy_chunks(path, fmt, max_ind_range, chunk)
+        return
+    with _open_text(path) as f:
+        first = _read_lines(f, path, 1)
+    if not first:
+        raise HotlineError(f"{path}: empty file")
+    layout, skip = _criteo_layout(path, first[0].rstrip("\r\n"))
+    if layout is None:
+        raise HotlineError(f"{path}:1: looks like ARFF; use --format arff")
+    try:
+        for sparse, dense, label, sizes in criteo_batches(path, layout, skip, max_ind_range, chunk):
+            yield Dataset(np.ones(sparse.shape, np.int32), sparse.ravel(), sizes, dense, label)
+    except Refused as r:
+        skip_samples = r.samples
+        for ds in _legacy_chunks(path, fmt, max_ind_range, chunk):
+            if skip_samples < ds.num_samples:
+                yield _tail(ds, skip_samples)
+            skip_samples = max(0, skip_samples - ds.num_samples)
+
+
+def _tail(ds, n):
+    """``ds`` without its first ``n`` samples."""
+    if n == 0:
+        return ds
+    start = int(ds.lengths[:n].sum())
+    return Dataset(ds.lengths[n:], ds.indices[start:], ds.table_sizes,
+                   None if ds.dense is None else ds.dense[n:],
+                   None if ds.label is None else ds.label[n:], ds.name)
+
+
+def _legacy_chunks(path, fmt, max_ind_range, chunk):
     with _open_text(path) as f:
         if fmt == "arff":
             layout, lineno = _arff_layout(path, f)
