@@ -17,8 +17,9 @@ from hotline.contract.errors import HotlineError
 from hotline.data.generator import calibrate, synth, table_stats
 from hotline.data.options import EPILOG_DATA, check_out, fraction, positive_int, say
 from hotline.data.readers import FORMATS, real_data_files, write_atomic
+from hotline.data.shards import DEFAULT_SHARD_SAMPLES, MIN_SHARD_SAMPLES, write_shards
 from hotline.data.report import plot_stream, table, write_json
-from hotline.data.spec import SYNTH_PREFIX, open_data, parse_drift
+from hotline.data.spec import SYNTH_PREFIX, open_chunks, open_data, parse_drift
 from hotline.fpga.boards import BOARDS, buildable
 from hotline.host.simulators import simulator_available
 
@@ -218,10 +219,18 @@ def build_parser():
                    "'real' (the rate measured on the Criteo Kaggle log); default 0, no drift")
     p.add_argument("--out", required=True, help="output .npz")
     p.set_defaults(func=cmd_synth)
-    p = dsub.add_parser("convert", help="read any supported DATA and write an index-stream .npz",
-                        epilog=EPILOG_DATA, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = dsub.add_parser(
+        "convert", help="read any supported DATA and write an index-stream .npz, or shards",
+        epilog=EPILOG_DATA + CONVERT_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     _data_args(p)
-    p.add_argument("--out", required=True, help="output .npz")
+    p.add_argument("more", nargs="*", metavar="DATA",
+                   help="more inputs, appended in order (--shards with --max-ind-range only)")
+    out = p.add_mutually_exclusive_group(required=True)
+    out.add_argument("--out", help="output .npz (the whole stream in memory)")
+    out.add_argument("--shards", metavar="DIR", help="output shard directory (bounded memory)")
+    p.add_argument("--shard-samples", type=positive_int, default=DEFAULT_SHARD_SAMPLES,
+                   metavar="N", help=f"samples per shard (default {DEFAULT_SHARD_SAMPLES}, at "
+                   f"least {MIN_SHARD_SAMPLES})")
     p.set_defaults(func=cmd_convert)
     p = dsub.add_parser("stats", help="per-table distinct keys and top-1%%/top-10%% coverage",
                         epilog=EPILOG_DATA, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -248,7 +257,7 @@ def _load(args):
 # the caller's directory, and named as typed in error messages (``bad.csv:3: ...``), so they
 # are left as given.
 OUTPUT_FILES = ("json", "plot", "checkpoint", "out")
-OUTPUT_DIRS = ("build_dir",)
+OUTPUT_DIRS = ("build_dir", "shards")
 DIRECTORY_OUT = {"sim"}  # commands whose --out is a directory
 
 
@@ -504,12 +513,55 @@ def cmd_synth(args):
     return 0
 
 
+CONVERT_EPILOG = """
+
+With --shards DIR the stream is written in bounded memory (one shard, plus the
+vocabularies) as fixed-size shards of .npy arrays and an index.json (docs/cli.md,
+"data convert"); `hotline train DIR` streams it. Several inputs are one stream, which
+needs --max-ind-range (each file would number its values on its own otherwise).
+
+examples:
+  hotline data convert ../shared/data/criteo_kaggle/train_random4584.csv.gz --shards build/criteo-shards
+  hotline data convert day_0.gz day_1.gz --max-ind-range 10000000 --shards build/criteo1tb"""
+
+
 def cmd_convert(args):
+    if args.shards:
+        sources = [args.data, *args.more]
+        if len(sources) > 1 and args.max_ind_range is None:
+            raise HotlineError("several inputs need --max-ind-range (each file would number "
+                               "its categorical values on its own)")
+        chunks = (c for src in sources for c in open_chunks(src, args.fmt, args.max_ind_range))
+        with tqdm(desc="convert", unit="sample", unit_scale=True, disable=None, leave=False) as bar:
+            index = write_shards(_limited(_counted(chunks, bar), args.limit), args.shards,
+                                 args.shard_samples, Path(args.data).name)
+        print(f"wrote {args.shards}: {index['samples']:,} samples in {len(index['shards'])} "
+              f"shards, {index['tables']} tables, {index['lookups']:,} lookups")
+        return 0
+    if args.more:
+        raise HotlineError("several inputs need --shards")
     ds = _load(args)
     ds.save(args.out)
     print(f"wrote {args.out}: {ds.num_samples:,} samples, {ds.num_features} tables, "
           f"{ds.num_lookups:,} lookups")
     return 0
+
+
+def _counted(chunks, bar):
+    for c in chunks:
+        bar.update(c.num_samples)
+        yield c
+
+
+def _limited(chunks, limit):
+    """The chunks cut after ``limit`` samples (all of them if None)."""
+    seen = 0
+    for c in chunks:
+        if limit is not None and seen + c.num_samples >= limit:
+            yield c.head(limit - seen)
+            return
+        seen += c.num_samples
+        yield c
 
 
 def cmd_stats(args):

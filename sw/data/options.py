@@ -13,7 +13,8 @@ from hotline.contract.errors import HotlineError
 __all__ = ["EPILOG_DATA", "positive_int", "fraction", "say", "check_out"]
 
 EPILOG_DATA = """DATA is a Criteo Kaggle CSV, raw Criteo TSV, Weka ARFF, index-stream .npz,
-RecBole .inter, Alimama DMR CSV or 'user item item ...' list (optionally .gz), or
+RecBole .inter, Alimama DMR CSV or 'user item item ...' list (optionally .gz), a shard
+directory written by 'hotline data convert --shards' (or its index.json), or
 synth:criteo-kaggle:SAMPLES[:SEED][:drift=RATE] for the built-in calibrated generator
 (drift: the fraction of the hot rows replaced per 100,000 samples, or 'real')."""
 

@@ -110,6 +110,13 @@ class Dataset:
                        None if self.dense is None else self.dense[:n],
                        None if self.label is None else self.label[:n], self.name)
 
+    def drop(self, n):
+        """Without the first ``n`` samples."""
+        start = int(self.lengths[:n].sum())
+        return Dataset(self.lengths[n:], self.indices[start:], self.table_sizes,
+                       None if self.dense is None else self.dense[n:],
+                       None if self.label is None else self.label[n:], self.name)
+
     def validate(self, where=None):
         """Raise HotlineError if shapes, table sizes or row ids break the contract."""
         where = where or self.name
@@ -488,18 +495,8 @@ def _criteo_chunks(path, fmt, max_ind_range, chunk, engine="fast"):
         skip_samples = r.samples
         for ds in _legacy_chunks(path, fmt, max_ind_range, chunk):
             if skip_samples < ds.num_samples:
-                yield _tail(ds, skip_samples)
+                yield ds.drop(skip_samples)
             skip_samples = max(0, skip_samples - ds.num_samples)
-
-
-def _tail(ds, n):
-    """``ds`` without its first ``n`` samples."""
-    if n == 0:
-        return ds
-    start = int(ds.lengths[:n].sum())
-    return Dataset(ds.lengths[n:], ds.indices[start:], ds.table_sizes,
-                   None if ds.dense is None else ds.dense[n:],
-                   None if ds.label is None else ds.label[n:], ds.name)
 
 
 def _legacy_chunks(path, fmt, max_ind_range, chunk):

@@ -1,11 +1,13 @@
-"""DATA as the commands take it: a data file (any format `hotline.data.readers` reads) or
+"""DATA as the commands take it: a data file (any format `hotline.data.readers` reads), a
+shard directory or its ``index.json`` (`hotline.data.shards`), or
 ``synth:LIKE:SAMPLES[:SEED][:drift=RATE]``, the built-in calibrated generator."""
 from hotline.contract.errors import HotlineError
 
 from .generator import DRIFT_CRITEO_KAGGLE, DRIFT_HELP, check_drift, synth
-from .readers import Dataset, load_dataset
+from .readers import Dataset, iter_chunks, load_dataset
+from .shards import ShardedDataset, is_shard_index
 
-__all__ = ["SYNTH_PREFIX", "open_data", "parse_drift", "parse_synth"]
+__all__ = ["SYNTH_PREFIX", "open_chunks", "open_data", "parse_drift", "parse_synth"]
 
 SYNTH_PREFIX = "synth:"
 SYNTH_FORM = "synth:LIKE:SAMPLES[:SEED][:drift=RATE]"
@@ -60,11 +62,28 @@ def parse_synth(spec) -> tuple:
     return like, samples, seed, drift or 0.0
 
 
-def open_data(spec, fmt=None, max_ind_range=None, limit=None) -> Dataset:
+def open_data(spec, fmt=None, max_ind_range=None, limit=None) -> Dataset | ShardedDataset:
     """A `Dataset` from a file path or ``synth:LIKE:SAMPLES[:SEED][:drift=RATE]`` (the
-    built-in generator)."""
+    built-in generator); a `ShardedDataset` (read shard by shard) from a shard directory or
+    its index. Shards hold row ids already: ``max_ind_range`` does not apply to them (training
+    folds the tables itself)."""
     spec = str(spec)
     if spec.startswith(SYNTH_PREFIX):
         ds = synth(*parse_synth(spec))
         return ds if limit is None else ds.head(limit)
+    if is_shard_index(spec):
+        if fmt is not None:
+            raise HotlineError(f"{spec}: a shard index; --format does not apply")
+        ds = ShardedDataset(spec)
+        return ds if limit is None else ds.head(limit)
     return load_dataset(spec, fmt, max_ind_range, limit)
+
+
+def open_chunks(spec, fmt=None, max_ind_range=None):
+    """DATA as `Dataset` chunks in order (`readers.iter_chunks`; a shard stream shard by
+    shard; the generator in one chunk), for converting in bounded memory."""
+    spec = str(spec)
+    if spec.startswith(SYNTH_PREFIX) or is_shard_index(spec):
+        ds = open_data(spec, fmt, max_ind_range)
+        return ds.iter_shards() if isinstance(ds, ShardedDataset) else iter([ds])
+    return iter_chunks(spec, fmt, max_ind_range)

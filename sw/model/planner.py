@@ -28,9 +28,18 @@ def profile_samples(num_samples, fraction) -> int:
 
 
 def key_counts(keys) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct keys ascending as uint32, access counts as int64)."""
-    uniq, counts = np.unique(np.asarray(keys, np.uint32), return_counts=True)
-    return uniq, counts.astype(np.int64)
+    """(distinct keys ascending as uint32, access counts as int64). ``keys`` with a
+    ``chunks()`` method (a sharded stream's `KeyRange`) is counted chunk by chunk, in memory
+    bounded by its distinct keys."""
+    if not hasattr(keys, "chunks"):
+        uniq, counts = np.unique(np.asarray(keys, np.uint32), return_counts=True)
+        return uniq, counts.astype(np.int64)
+    uniq, counts = np.zeros(0, np.uint32), np.zeros(0, np.int64)
+    for chunk in keys.chunks():
+        u, c = key_counts(chunk)
+        uniq, inverse = np.unique(np.r_[uniq, u], return_inverse=True)
+        counts = np.bincount(inverse, np.r_[counts, c], len(uniq)).astype(np.int64)
+    return uniq, counts
 
 
 def rank_by_count(uniq, counts) -> np.ndarray:

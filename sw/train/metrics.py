@@ -24,18 +24,22 @@ def auc(labels, scores) -> float | None:
     return float((r[labels == 1].sum() - pos * (pos + 1) / 2) / (pos * neg))
 
 
-def planned_fractions(data, cfg, hot_rows) -> tuple[float, float]:
+def planned_fractions(data, cfg, hot_rows, chunk=1 << 14) -> tuple[float, float]:
     """hot_lookup_fraction and popular_fraction of the training split under the exact hot set
     of ``hot_rows`` (what hotline mode would see, CAM refusals aside), for the modes that use
-    no device."""
+    no device. Reads ``chunk`` samples at a time (a sharded stream stays bounded)."""
     n = data.n_train
-    keys = data.keys[:data.offsets[n]]
     window = profile_samples(n, cfg.profile_fraction)
-    hot = exact_hot_set(keys[:data.offsets[window]], hot_rows)
-    is_hot = np.isin(keys, hot.keys)
-    starts = data.offsets[:n]
-    nonempty = np.diff(data.offsets[:n + 1]) > 0
-    popular = np.ones(n, bool)
-    if nonempty.any():
-        popular[nonempty] = np.logical_and.reduceat(is_hot, starts[nonempty])
-    return float(is_hot.mean()) if len(keys) else 0.0, float(popular.mean())
+    hot = exact_hot_set(data.keys[:data.offsets[window]], hot_rows)
+    hits = popular = 0
+    for s0 in range(0, n, chunk):
+        s1 = min(n, s0 + chunk)
+        offsets = np.asarray(data.offsets[s0:s1 + 1])
+        is_hot = np.isin(data.keys[offsets[0]:offsets[-1]], hot.keys)
+        hits += int(is_hot.sum())
+        nonempty = np.diff(offsets) > 0
+        popular += int((~nonempty).sum())
+        if nonempty.any():
+            popular += int(np.logical_and.reduceat(is_hot, offsets[:-1][nonempty] - offsets[0]).sum())
+    lookups = int(data.offsets[n])
+    return hits / lookups if lookups else 0.0, popular / n
