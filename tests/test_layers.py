@@ -65,6 +65,8 @@ def layer_of(module: str) -> str | None:
         return None
     if len(parts) == 1:
         return "host"
+    if parts[1] == "__main__":   # ``python -m hotline`` (torchrun -m hotline): the command line
+        return "cli"
     if parts[1] in ("hw", "sim", "fpga") or parts[1] in SUBPACKAGES:
         return parts[1]
     return f"<unplaced hotline.{parts[1]}>"

@@ -2,6 +2,8 @@
 which runs `hotline.train.train` with a progress bar, writes the JSON report (and the plot)
 and prints the summary. The training itself is `hotline.train`'s; it never imports the CLI."""
 import argparse
+import os
+import sys
 from dataclasses import fields
 
 from tqdm import tqdm
@@ -13,7 +15,7 @@ from hotline.data.report import table, write_json
 from hotline.data.spec import open_data
 from hotline.train import MODES, OPTIMIZERS, TrainConfig, prepare_data, train
 from hotline.train.checkpoint import remove_stale_partials
-from hotline.train.config import DEFAULT_LR, HOT_MEMORY_SHARE, HOT_SETS
+from hotline.train.config import DEFAULT_LR, HOT_MEMORY_SHARE, HOT_SETS, world_size
 from hotline.train.hot_set import LEARN_FRACTION, REFRESH_MARGIN
 from hotline.train.plots import plot_training
 from hotline.train.report import summary_rows
@@ -142,6 +144,14 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="torch CPU threads (default: torch's, one per core; on shared or busy "
                         "cores 1 is often much faster; two runs with the same count, the default "
                         "included, are bit-identical)")
+    p.add_argument("--nproc", type=positive_int, default=1, metavar="N",
+                   help="data-parallel ranks on this node, started through torch's elastic "
+                        "launcher (gloo on CPU, NCCL with CUDA): each trains a contiguous "
+                        "1/N of every batch, the same losses as one process; rank 0 writes the "
+                        "outputs. Under torchrun, leave it out: WORLD_SIZE says the ranks")
+    p.add_argument("--dist-timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="how long a collective waits for the other ranks before the run ends "
+                        "with an error naming the rank (default 300)")
     p.add_argument("--plot", metavar="PNG", help="write loss and throughput curves here, and in "
                    "hotline mode the device timeline (training, waits, device busy per step)")
     p.add_argument("--json", metavar="OUT", required=True, help="write the JSON report here")
@@ -150,17 +160,53 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def cmd_train(args) -> int:
-    """Run `hotline train` (its output paths were checked by `hotline.cli.main`)."""
+    """Run `hotline train` (its output paths were checked by `hotline.cli.main`): in this
+    process, as one rank of a torchrun launch, or on --nproc ranks it launches."""
     cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)}).check()
     if cfg.mode == "hotline":
         scheme = cfg.device_url.partition("://")
         if not scheme[1]:
             raise HotlineError(f"--device-url {cfg.device_url!r} has no scheme (e.g. model://)")
+    if world_size() > 1 and cfg.nproc > 1:
+        raise HotlineError(f"--nproc {cfg.nproc} under a launcher that started {world_size()} "
+                           f"ranks (WORLD_SIZE); leave --nproc out")
     # before any work: a stale partial checkpoint in the way is an error
     for n in remove_stale_partials(cfg):
         say(f"hotline: note: {n}")
+    # lazy: torch.distributed imports torch (seconds); the CLI's checks before a run need none
+    from hotline.train.dist import init_from_env, launch, shutdown
+    if cfg.nproc > 1:
+        return launch(rank_main, (args,), cfg.nproc, cfg.dist_timeout)
+    ranks = init_from_env(cfg.dist_timeout)
+    try:
+        return _train(args, cfg, lead=ranks is None or ranks.rank == 0)
+    finally:
+        shutdown()
+
+
+def rank_main(args) -> int:
+    """One rank of `launch` (a new process): `cmd_train`'s run; an error is left for the
+    launcher to report (`record_error`), not printed."""
+    from hotline.train.dist import init_from_env, record_error, shutdown  # lazy: (see cmd_train)
+    cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)}).check()
+    try:
+        ranks = init_from_env(cfg.dist_timeout)
+        try:
+            return _train(args, cfg, lead=ranks.rank == 0)
+        finally:
+            shutdown()
+    except HotlineError as e:
+        msg = str(e)
+        record_error(msg if msg.startswith("rank ") else f"rank {os.environ['RANK']}: {msg}")
+        sys.exit(2)
+
+
+def _train(args, cfg, lead) -> int:
     ds = open_data(args.data, args.fmt, args.max_ind_range, args.max_samples)
     data = prepare_data(ds, cfg.test_fraction, cfg.max_ind_range)
+    if not lead:  # no bar: tqdm's lock is a semaphore a killed rank would leak
+        train(data, cfg)
+        return 0
     with tqdm(total=data.n_train * cfg.epochs, desc=f"train ({cfg.mode})", unit="sample",
               unit_scale=True, disable=None, leave=False) as bar:
         def progress(n, loss):

@@ -11,6 +11,7 @@ import time
 import numpy as np
 import torch
 
+from hotline.contract.errors import HotlineError
 from hotline.contract.keys import MAX_ROWS, ROW_BITS
 from hotline.host.host_memory import HostMemory, Window
 
@@ -31,22 +32,37 @@ class UniqueRowsTrainer(Trainer):
     def train_batch(self, j, prefetch) -> float:
         t0 = time.perf_counter()
         s0, s1 = self.batch_range(j)
-        keys, lengths = self.batch_arrays(s0, s1)
+        a, b = self.my_range(s0, s1)
+        keys, lengths = self.batch_arrays(a, b)
         uniq, inv = np.unique(self.global_rows(keys), return_inverse=True)
         rows = self.leaf(self.gather(uniq))
         t1 = time.perf_counter()
-        dense, label = self.tensors(s0, s1)
+        dense, label = self.tensors(a, b)
         self.opt.zero_grad(set_to_none=True)
-        bags = None if self.data.single_hot else self.select(lengths, np.arange(s1 - s0))[1]
+        bags = None if self.data.single_hot else self.select(lengths, np.arange(b - a))[1]
         loss = self.loss_sum(rows, inv, bags, dense, label)
         (loss / (s1 - s0)).backward()
-        self.opt.step()
-        self.update_rows(rows.data, rows.grad)
-        t2 = time.perf_counter()
-        self.put(uniq, rows.data)
+        self.dense_step()
+        if self.ranks is None:
+            self.update_rows(rows.data, rows.grad)
+            t2 = time.perf_counter()
+            self.put(uniq, rows.data)
+        else:
+            t2 = time.perf_counter()
+            self.update_shared_rows(uniq, rows.grad if rows.grad is not None
+                                    else torch.zeros_like(rows))
         # what an accelerator takes off the host: finding, gathering and putting back rows
         self.host_rows_seconds += t1 - t0 + time.perf_counter() - t2
-        return float(loss.detach()) / (s1 - s0)
+        # the loss's all-reduce also ends the step: every rank's row writes are done
+        return self.global_loss(loss.detach(), s1 - s0)
+
+    def update_shared_rows(self, uniq, grad) -> None:
+        """Data-parallel: each row any rank touched gets one update, with the gradient
+        summed over the ranks: by its owner in host memory (`Ranks.owner_sum`)."""
+        ids, g = self.ranks.owner_sum(uniq, grad.cpu())
+        rows = torch.from_numpy(np.asarray(self.host_rows[ids]))
+        self.update_rows(rows, g)
+        self.put(ids, rows)
 
     def eval_rows(self, keys) -> tuple[torch.Tensor, np.ndarray]:
         uniq, inv = np.unique(self.global_rows(keys), return_inverse=True)
@@ -65,15 +81,26 @@ class BaselineTrainer(UniqueRowsTrainer):
         need = sum(-(-int(r) * lay.nbytes // self.align) * self.align for r in d.table_sizes)
         need += -(-staging_bytes // self.align) * self.align
         check_fits("host memory", need, self.host_limit(), d)
-        self.memory = HostMemory(need)
+        # data-parallel: rank 0's memory file, mapped by every rank of the node
+        self.memory = HostMemory(need) if self.lead else None
+        if self.ranks is not None:
+            if self.ranks.nodes > 1:
+                raise HotlineError(f"--mode baseline over {self.ranks.nodes} nodes: the host "
+                                   f"tables live in one node's memory file (device-only "
+                                   f"replicates them and runs on several nodes)")
+            path = self.ranks.broadcast(str(self.memory.path) if self.lead else None)
+            self.memory = self.memory or HostMemory(need, path)
         self.windows = [self.memory.alloc(int(r) * lay.nbytes, self.align, name=f"table{t}")
                         for t, r in enumerate(d.table_sizes)]
         nrows = self.memory.size // lay.nbytes
         self.host_rows = self.memory.view(Window(0, nrows * lay.nbytes, "rows"), np.float32,
                                           (nrows, lay.floats))
         self.row_base = np.array([w.base // lay.nbytes for w in self.windows], np.int64)
-        for t in range(d.num_tables):
-            init_table(self.cfg.seed, t, int(d.table_sizes[t]), lay, self.table_view(t))
+        if self.lead:
+            for t in range(d.num_tables):
+                init_table(self.cfg.seed, t, int(d.table_sizes[t]), lay, self.table_view(t))
+        if self.ranks is not None:
+            self.ranks.barrier()
 
     def table_view(self, t) -> np.ndarray:
         r = int(self.data.table_sizes[t])
@@ -92,8 +119,11 @@ class BaselineTrainer(UniqueRowsTrainer):
         return [np.array(self.table_view(t)) for t in range(self.data.num_tables)]
 
     def load_tables(self, tables) -> None:
-        for t, a in enumerate(tables):
-            self.table_view(t)[:] = a
+        if self.lead:
+            for t, a in enumerate(tables):
+                self.table_view(t)[:] = a
+        if self.ranks is not None:
+            self.ranks.barrier()
 
     def close(self) -> None:
         self.host_rows = None

@@ -28,9 +28,9 @@ def data_fingerprint(data) -> dict:
             "table_sizes": [int(x) for x in data.table_sizes], "crc32": h}
 
 
-def save_checkpoint(path, trainer, state) -> None:
+def save_checkpoint(path, trainer, state, totals) -> None:
     """Write ``state`` (the run's progress) with the trainer's model, optimizer, tables, hot
-    keys and counters to ``path``, atomically and durably."""
+    keys, counters and run ``totals`` (`Trainer.totals`) to ``path``, atomically and durably."""
     import torch  # lazy: torch takes seconds to import; the CLI's checks before a run need none
     obj = dict(state)
     obj["format"] = CHECKPOINT_FORMAT
@@ -42,8 +42,8 @@ def save_checkpoint(path, trainer, state) -> None:
     schedule = getattr(trainer, "schedule", None)
     obj["hot_schedule"] = schedule.state() if schedule is not None else None
     obj["counters"] = trainer.device_counters()
-    obj["bytes"] = [trainer.bytes_h2d, trainer.bytes_d2h]
-    obj["host_rows_seconds"] = trainer.host_rows_seconds
+    obj["bytes"] = [totals["bytes_h2d"], totals["bytes_d2h"]]
+    obj["host_rows_seconds"] = totals["host_rows_seconds"]
     obj["device_seconds"], obj["device_wait_seconds"] = trainer.device_time()
     # The previous checkpoint stays in place until the new one is complete and on disk.
     try:
@@ -115,10 +115,12 @@ def restore(trainer, ckpt) -> None:
     trainer.opt.load_state_dict(ckpt["optimizer"])
     trainer.load_tables([t.numpy() for t in ckpt["tables"]])
     trainer.counters_base = dict(ckpt["counters"])
-    trainer.bytes_h2d += ckpt["bytes"][0]
-    trainer.bytes_d2h += ckpt["bytes"][1]
-    trainer.host_rows_seconds += ckpt.get("host_rows_seconds", 0.0)
-    trainer.device_time_base = (ckpt["device_seconds"], ckpt.get("device_wait_seconds", 0.0))
+    if trainer.lead:  # run totals: the report sums them over the ranks
+        trainer.bytes_h2d += ckpt["bytes"][0]
+        trainer.bytes_d2h += ckpt["bytes"][1]
+        trainer.host_rows_seconds += ckpt.get("host_rows_seconds", 0.0)
+        trainer.device_time_base = (ckpt["device_seconds"],
+                                    ckpt.get("device_wait_seconds", 0.0))
 
 
 @dataclass

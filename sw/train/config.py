@@ -1,4 +1,5 @@
 """The run configuration of `hotline.train.train`: modes, optimizers, `TrainConfig` and its check."""
+import os
 from dataclasses import dataclass
 
 from hotline.contract.errors import HotlineError
@@ -49,6 +50,8 @@ class TrainConfig:
     device_memory: int | None = None  # bytes; default: free device memory (RAM for cpu)
     torch_device: str | None = None  # default: cuda if available else cpu
     threads: int | None = None       # torch intra-op threads (default: torch's choice)
+    nproc: int = 1                   # data-parallel ranks started on this node (`dist.launch`)
+    dist_timeout: float = 300.0      # seconds a collective waits for the other ranks
 
     def check(self) -> "TrainConfig":
         """Validate (one-line `HotlineError`), set the default ``lr``; returns self."""
@@ -94,5 +97,22 @@ class TrainConfig:
             self.lr = DEFAULT_LR[self.optimizer]
         if not self.lr > 0:
             raise HotlineError(f"--lr must be positive, not {self.lr}")
+        if self.nproc < 1:
+            raise HotlineError(f"--nproc must be a positive integer, not {self.nproc}")
+        if not self.dist_timeout > 0:
+            raise HotlineError(f"--dist-timeout must be positive, not {self.dist_timeout}")
+        if self.mode == "hotline" and max(self.nproc, world_size()) > 1:
+            raise HotlineError("several ranks train --mode baseline or device-only; hotline "
+                               "mode runs one rank for now (docs/distributed.md)")
         self.bottom, self.top = tuple(self.bottom), tuple(self.top)
         return self
+
+
+def lead_rank() -> bool:
+    """Whether this process is rank 0 of a launch (or not launched): it writes shared files."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def world_size() -> int:
+    """The ranks a launcher (torchrun) started, from the environment; 1 without one."""
+    return int(os.environ.get("WORLD_SIZE", "1"))

@@ -24,6 +24,14 @@ class DeviceOnlyTrainer(UniqueRowsTrainer):
     def gather(self, uniq, count=True) -> torch.Tensor:
         return self.table[torch.from_numpy(uniq).to(self.dev)]
 
+    def update_shared_rows(self, uniq, grad) -> None:
+        """Data-parallel: every rank holds every table, so each row any rank touched gets the
+        gradient summed over the ranks on every rank (`Ranks.all_sum`)."""
+        ids, g = self.ranks.all_sum(uniq, grad.cpu())
+        rows = self.gather(ids, count=False)
+        self.update_rows(rows, g.to(self.dev))
+        self.put(ids, rows)
+
     def put(self, uniq, rows) -> None:
         self.table[torch.from_numpy(uniq).to(self.dev)] = rows
 

@@ -2,6 +2,8 @@
 import resource
 import sys
 
+import numpy as np
+
 from .metrics import planned_fractions
 from hotline.data.report import fmt_bytes
 
@@ -10,6 +12,15 @@ def build_report(trainer, data, cfg, run, notes) -> dict:
     """The JSON report of a finished (or stopped) run: ``run`` is its `Progress`."""
     losses, history, seconds, samples = run.losses, run.history, run.seconds, run.samples
     counters = trainer.device_counters()
+    totals = trainer.totals()
+    world, coll = 1, np.zeros(4)
+    if trainer.ranks is not None:
+        r = trainer.ranks
+        world = r.world
+        # per rank, averaged over the ranks: time in the steps' collectives (waits for slower
+        # ranks included), payload bytes sent by kind
+        coll = r.sum([trainer.step_collective_seconds, r.bytes["dense"], r.bytes["hot"],
+                      r.bytes["cold"]]) / world
     # The device over the training steps (setup, such as the hot-set load, and the drains
     # before evaluation and checkpoints are outside them: device_other_seconds).
     busy, wait = (float(sum(v)) for v in zip(*run.step_device)) if run.step_device else (0.0, 0.0)
@@ -35,6 +46,11 @@ def build_report(trainer, data, cfg, run, notes) -> dict:
         "seed": cfg.seed,
         "hot_rows_requested": budget["rows"] if budget else None,
         "hot_budget": budget,
+        "world_size": world,
+        "collective_seconds": float(coll[0]),
+        "collective_share": float(coll[0] / seconds) if seconds else 0.0,
+        "collective_bytes_per_step": {k: float(v / max(1, len(losses)))
+                                      for k, v in zip(("dense", "hot", "cold"), coll[1:])},
         "samples_per_s": samples / seconds if seconds else 0.0,
         "train_seconds": seconds,
         # hotline: the accelerator works beside the trainer (its agent thread); over the steps,
@@ -47,15 +63,16 @@ def build_report(trainer, data, cfg, run, notes) -> dict:
         "samples_per_s_without_device": (samples / (seconds - wait) if seconds > wait else 0.0),
         # baseline, device-only: the steps' host work on rows (unique, gather, put back), and
         # the speedup an accelerator doing all of it for free would give (Amdahl)
-        "host_rows_seconds": trainer.host_rows_seconds,
-        "speedup_bound": (seconds / (seconds - trainer.host_rows_seconds)
-                          if cfg.mode != "hotline" and seconds > trainer.host_rows_seconds
+        # (data-parallel: summed over the ranks, so the bound is per rank on average)
+        "host_rows_seconds": totals["host_rows_seconds"],
+        "speedup_bound": (seconds / (seconds - totals["host_rows_seconds"] / world)
+                          if cfg.mode != "hotline" and seconds > totals["host_rows_seconds"] / world
                           else None),
         "train_logloss": history[-1]["train_logloss"] if history else None,
         "test_logloss": history[-1]["test_logloss"] if history else None,
         "test_auc": history[-1]["test_auc"] if history else None,
-        "bytes_host_to_device": trainer.bytes_h2d,
-        "bytes_device_to_host": trainer.bytes_d2h,
+        "bytes_host_to_device": totals["bytes_h2d"],
+        "bytes_device_to_host": totals["bytes_d2h"],
         "peak_rss_bytes": peak_rss_bytes(),
         "history": history,
         "losses": losses,
@@ -116,6 +133,13 @@ def summary_rows(res) -> list[tuple]:
             ("bytes host -> device", fmt_bytes(res["bytes_host_to_device"])),
             ("hot-lookup fraction", _or_dash(res["hot_lookup_fraction"])),
             ("popular samples", _or_dash(res["popular_fraction"]))]
+    if res["world_size"] > 1:
+        b = res["collective_bytes_per_step"]
+        rows += [("ranks (data-parallel)", res["world_size"]),
+                 ("collectives per rank", f"{res['collective_seconds']:.1f} s "
+                                          f"({res['collective_share']:.0%} of the steps)"),
+                 ("sent per step per rank", f"dense {fmt_bytes(b['dense'])}, hot "
+                                            f"{fmt_bytes(b['hot'])}, cold {fmt_bytes(b['cold'])}")]
     if res["mode"] == "hotline":
         c = res["counters"]
         rows += [("device busy / waited for", f"{res['device_busy_seconds']:.1f} s / "

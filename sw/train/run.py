@@ -9,6 +9,7 @@ from hotline.contract.errors import HotlineError
 
 from .checkpoint import (RESUME_FIELDS, Progress, data_fingerprint, load_checkpoint,
                          remove_stale_partials, restore, save_checkpoint)
+from .config import lead_rank
 from .hot_set import HotSetSchedule
 from .report import build_report
 
@@ -28,7 +29,7 @@ def train(data, cfg, progress=None, keep=False) -> dict | tuple:
     report; with ``keep``, (report, trainer) and the caller closes the trainer (tests read its
     tables). ``progress(samples, loss)`` is called after every step."""
     cfg.check()
-    notes = remove_stale_partials(cfg)
+    notes = remove_stale_partials(cfg) if lead_rank() else []
     ckpt = load_checkpoint(cfg.resume, cfg, data) if cfg.resume else None
     trainer = trainer_class(cfg.mode)(data, cfg, notes)
     if ckpt is not None and ckpt["hot_keys"] is not None:
@@ -64,8 +65,10 @@ def _run(trainer, data, cfg, ckpt, progress, notes):
     stop = cfg.max_steps
 
     def save(position):
-        save_checkpoint(cfg.checkpoint, trainer,
-                        {"config": cfg_saved, "data": fp, **run.state(position)})
+        totals = trainer.totals()
+        if trainer.lead:
+            save_checkpoint(cfg.checkpoint, trainer,
+                            {"config": cfg_saved, "data": fp, **run.state(position)}, totals)
 
     stopped = False
     while run.epoch < cfg.epochs and not stopped:
@@ -76,8 +79,10 @@ def _run(trainer, data, cfg, ckpt, progress, notes):
             due = bool(cfg.checkpoint) and (last or halt or (cfg.checkpoint_every > 0 and
                                                               (step + 1) % cfg.checkpoint_every == 0))
             t0, (busy0, wait0) = time.perf_counter(), trainer.device_time()
+            c0 = trainer.collective_seconds()
             loss = trainer.train_batch(j, prefetch=not (due or halt))
             dt, (busy1, wait1) = time.perf_counter() - t0, trainer.device_time()
+            trainer.step_collective_seconds += trainer.collective_seconds() - c0
             if not math.isfinite(loss):
                 raise HotlineError(f"the loss is {loss} at epoch {run.epoch + 1}, step {j + 1}; "
                                    f"lower --lr (now {cfg.lr})")

@@ -15,6 +15,7 @@ from hotline.contract.errors import HotlineError
 from hotline.data.report import fmt_bytes
 
 from .config import ADAGRAD_EPS, HOT_MEMORY_SHARE
+from .dist import Ranks
 from .dlrm import DLRM, pool
 from .metrics import auc
 from .rows import RowLayout, available_ram
@@ -39,6 +40,11 @@ class Trainer(abc.ABC):
         else:
             self.opt = torch.optim.Adagrad(params, lr=cfg.lr, eps=ADAGRAD_EPS)
         self.F = data.num_tables
+        # data-parallel: this process's place among the ranks (None: one process)
+        self.ranks = Ranks.current()
+        if self.ranks is not None:
+            self.ranks.broadcast_params(self.model)
+        self.step_collective_seconds = 0.0  # of this process's steps (the report's)
         self.bytes_h2d = 0
         self.bytes_d2h = 0
         self.host_rows_seconds = 0.0  # baseline, device-only: the steps' host row work
@@ -46,6 +52,18 @@ class Trainer(abc.ABC):
         self.step = 0   # the global step (over epochs) train_batch trains next
         # the device's busy and waited-for seconds before a resume (hotline mode)
         self.device_time_base = (0.0, 0.0)
+
+    def collective_seconds(self) -> float:
+        """Seconds this rank has spent in collectives (0 in one process)."""
+        return 0.0 if self.ranks is None else self.ranks.seconds
+
+    def totals(self) -> dict:
+        """The run's traffic and host row work, summed over the ranks (data-parallel: a
+        collective, every rank calls it)."""
+        v = [self.bytes_h2d, self.bytes_d2h, self.host_rows_seconds]
+        if self.ranks is not None:
+            v = self.ranks.sum(v)
+        return {"bytes_h2d": int(v[0]), "bytes_d2h": int(v[1]), "host_rows_seconds": float(v[2])}
 
     def device_time(self) -> tuple[float, float]:
         """(busy, waited-for) seconds of the accelerator over the run, resumes included: the
@@ -60,6 +78,15 @@ class Trainer(abc.ABC):
         """Samples [s0, s1) of batch ``j``."""
         s0 = j * self.cfg.batch_size
         return s0, min(s0 + self.cfg.batch_size, self.data.n_train)
+
+    def my_range(self, s0, s1) -> tuple[int, int]:
+        """This rank's shard of samples [s0, s1) (all of them in one process)."""
+        return (s0, s1) if self.ranks is None else self.ranks.shard(s0, s1)
+
+    @property
+    def lead(self) -> bool:
+        """Whether this process is rank 0 (or the only one): it writes shared state."""
+        return self.ranks is None or self.ranks.rank == 0
 
     def device_limit(self) -> int:
         if self.cfg.device_memory is not None:
@@ -148,6 +175,17 @@ class Trainer(abc.ABC):
         return torch.nn.functional.binary_cross_entropy_with_logits(
             self.logits(rows, lookup_row, bags, dense), label, reduction="sum")
 
+    def dense_step(self) -> None:
+        """The dense optimizer step, on the gradients summed over the ranks."""
+        if self.ranks is not None:
+            self.ranks.all_reduce_grads(self.model.parameters())
+        self.opt.step()
+
+    def global_loss(self, loss_sum, n) -> float:
+        """The mean loss of a global batch of ``n`` samples from this rank's summed loss."""
+        total = float(loss_sum) if self.ranks is None else float(self.ranks.sum([loss_sum])[0])
+        return total / n
+
     def update_rows(self, rows, grad) -> None:
         """The sparse optimizer step on gathered rows (in place): SGD, or row-wise Adagrad
         with the accumulator in the row's state float."""
@@ -202,7 +240,7 @@ class Trainer(abc.ABC):
     def evaluate(self) -> tuple[float | None, float | None]:
         """(logloss, AUC) on the held-out split (None, None if there is none)."""
         d = self.data
-        if d.n_test == 0:
+        if d.n_test == 0 or not self.lead:  # rank 0 evaluates for every rank
             return None, None
         self.sync()
         scores, total = [], 0.0

@@ -1,0 +1,223 @@
+"""Data-parallel training over torch.distributed (docs/distributed.md).
+
+A run of N ranks (`launch`, or ``torchrun ... -m hotline train``) splits every global batch of
+B samples into N contiguous shards (`Ranks.shard`); each rank trains its shard, and:
+
+- the dense MLPs' gradients are summed over the ranks in one flat all-reduce
+  (`Ranks.all_reduce_grads`), so every rank takes the same optimizer step;
+- embedding rows in host memory (one shared file per node) are updated once, by their owner
+  rank (``row % N``), with the gradient summed over the ranks (`Ranks.owner_sum`: counts, ids
+  and gradients through ``all_to_all_single``, which gloo has);
+- replicated rows (the hot table, device-only tables) get the summed gradient of every row
+  any rank touched, on every rank (`Ranks.all_sum`: an all-gather of the touched rows), so the
+  replicas stay identical.
+
+Rank 0 writes the JSON, the plot and the checkpoints; a checkpoint holds no rank state, so a
+run saved with N ranks resumes with M. A collective that fails (a rank died, or timed out
+after ``--dist-timeout``) ends the rank with one line naming it.
+"""
+import datetime
+import logging
+import os
+import tempfile
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+from hotline.contract.errors import HotlineError
+
+DEFAULT_TIMEOUT = 300.0  # seconds a collective may wait for the other ranks
+
+
+class Ranks:
+    """This process's place in an initialised process group, and the collectives of a
+    data-parallel step. ``bytes``: payload bytes this rank sent, by kind (dense, hot, cold);
+    ``seconds``: time in collectives."""
+
+    def __init__(self):
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        # nodes of the launch (torchrun sets LOCAL_WORLD_SIZE, the ranks of each node)
+        self.nodes = self.world // int(os.environ.get("LOCAL_WORLD_SIZE", self.world))
+        self.bytes = {"dense": 0, "hot": 0, "cold": 0}
+        self.seconds = 0.0
+
+    @classmethod
+    def current(cls) -> "Ranks | None":
+        """The process group's ranks, or None outside a run of several ranks."""
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            return cls()
+        return None
+
+    def shard(self, s0, s1) -> tuple[int, int]:
+        """This rank's contiguous part of samples [s0, s1): the first (n % N) ranks get one
+        more; a rank may get none."""
+        n = s1 - s0
+        q, r = divmod(n, self.world)
+        a = s0 + self.rank * q + min(self.rank, r)
+        return a, a + q + (self.rank < r)
+
+    def _timed(self, call, *args, **kw):
+        t0 = time.perf_counter()
+        try:
+            return call(*args, **kw)
+        except (RuntimeError, dist.DistError) as e:
+            raise HotlineError(f"rank {self.rank}: a collective failed ({_first_line(e)}); "
+                               f"another rank died or timed out") from None
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def barrier(self) -> None:
+        self._timed(dist.barrier)
+
+    def sum(self, values) -> np.ndarray:
+        """Element-wise sum over the ranks of a float64 vector."""
+        t = torch.as_tensor(np.asarray(values, np.float64))
+        self._timed(dist.all_reduce, t)
+        return t.numpy()
+
+    def broadcast(self, obj, src=0):
+        """``obj`` of rank ``src`` on every rank (small objects only)."""
+        box = [obj]
+        self._timed(dist.broadcast_object_list, box, src)
+        return box[0]
+
+    def broadcast_params(self, module) -> None:
+        """Rank 0's parameters on every rank (the same seed makes them equal already; this
+        makes it a fact, as DDP does)."""
+        for p in module.parameters():
+            self._timed(dist.broadcast, p.data, 0)
+
+    def all_reduce_grads(self, params) -> None:
+        """Sum the gradients of ``params`` over the ranks, in one flat bucket (a parameter
+        with no gradient on a rank counts as zero)."""
+        params = list(params)
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                          for p in params])
+        self.bytes["dense"] += flat.numel() * flat.element_size()
+        self._timed(dist.all_reduce, flat)
+        i = 0
+        for p in params:
+            n = p.numel()
+            p.grad = flat[i:i + n].view_as(p).clone()
+            i += n
+
+    def owner_sum(self, ids, grads) -> tuple[np.ndarray, torch.Tensor]:
+        """Rows ``ids`` (int64, unique) with gradients ``grads`` [U, W] from every rank, summed
+        by the rows' owners (``id % N``): (the ids this rank owns that any rank touched, sorted,
+        their summed gradients). Contributions add in rank order."""
+        owner = ids % self.world
+        order = np.argsort(owner, kind="stable")
+        send_counts = np.bincount(owner, minlength=self.world)
+        recv_counts = self._exchange_counts(send_counts)
+        ids_in = self._all_to_all(torch.from_numpy(ids[order]), send_counts, recv_counts)
+        g = grads[torch.from_numpy(order)] if len(ids) else grads
+        grads_in = self._all_to_all(g.contiguous(), send_counts, recv_counts)
+        self.bytes["cold"] += len(ids) * (8 + grads.shape[1] * grads.element_size())
+        return _sum_by_id(ids_in.numpy(), grads_in)
+
+    def all_sum(self, ids, grads) -> tuple[np.ndarray, torch.Tensor]:
+        """Rows ``ids`` (int64, unique) with gradients ``grads`` [U, W] from every rank: (every
+        id any rank touched, sorted, its gradient summed over the ranks), on every rank.
+        Contributions add in rank order."""
+        counts = self.sum(np.eye(self.world)[self.rank] * len(ids)).astype(np.int64)
+        m = int(counts.max())
+        pad_ids = torch.full((m,), -1, dtype=torch.int64)
+        pad_ids[:len(ids)] = torch.from_numpy(ids)
+        pad_g = torch.zeros((m, grads.shape[1]), dtype=grads.dtype)
+        pad_g[:len(ids)] = grads
+        all_ids = [torch.empty_like(pad_ids) for _ in range(self.world)]
+        all_g = [torch.empty_like(pad_g) for _ in range(self.world)]
+        self._timed(dist.all_gather, all_ids, pad_ids)
+        self._timed(dist.all_gather, all_g, pad_g)
+        self.bytes["hot"] += m * (8 + grads.shape[1] * grads.element_size())
+        ids_in = np.concatenate([a[:c].numpy() for a, c in zip(all_ids, counts)])
+        return _sum_by_id(ids_in, torch.cat([g[:c] for g, c in zip(all_g, counts)]))
+
+    def _exchange_counts(self, send_counts) -> np.ndarray:
+        recv = torch.empty(self.world, dtype=torch.int64)
+        self._timed(dist.all_to_all_single, recv, torch.from_numpy(send_counts.astype(np.int64)))
+        return recv.numpy()
+
+    def _all_to_all(self, t, send_counts, recv_counts) -> torch.Tensor:
+        out = torch.empty((int(recv_counts.sum()), *t.shape[1:]), dtype=t.dtype)
+        self._timed(dist.all_to_all_single, out, t, recv_counts.tolist(), send_counts.tolist())
+        return out
+
+
+def _sum_by_id(ids, grads) -> tuple[np.ndarray, torch.Tensor]:
+    """(sorted unique ids, gradients summed per id in input order)."""
+    uniq, inv = np.unique(ids, return_inverse=True)
+    out = torch.zeros((len(uniq), grads.shape[1]), dtype=grads.dtype)
+    out.index_add_(0, torch.from_numpy(inv.astype(np.int64)), grads)
+    return uniq, out
+
+
+def _first_line(e) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+
+
+def init_from_env(timeout=DEFAULT_TIMEOUT) -> Ranks | None:
+    """Join the process group a launcher (`launch`, torchrun) described in the environment
+    (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT): gloo on CPU, NCCL with CUDA. None when
+    there is no launcher or one rank."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    try:
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout))
+    except (RuntimeError, ValueError, dist.DistError) as e:
+        raise HotlineError(f"rank {os.environ.get('RANK', '?')}: cannot join the process group "
+                           f"({_first_line(e)})") from None
+    return Ranks()
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def launch(entry, args, nproc, timeout=DEFAULT_TIMEOUT):
+    """Run ``entry(*args)`` on ``nproc`` local ranks through torch's elastic launcher (what
+    torchrun uses): a rendezvous on a free local port, no restarts. Returns rank 0's result.
+    A rank that fails ends the others; the error names the first rank that failed and its
+    message (``entry`` writes it to ``$HOTLINE_ERROR_DIR/rank<R>``)."""
+    for name in ("torch.distributed.elastic", "torch.multiprocessing"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    with tempfile.TemporaryDirectory(prefix="hotline-ranks-") as errors:
+        os.environ["HOTLINE_ERROR_DIR"] = errors
+        cfg = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id="hotline",
+                           rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=0,
+                           monitor_interval=0.1, start_method="spawn",
+                           rdzv_configs={"timeout": int(timeout)})
+        try:
+            return elastic_launch(cfg, entry)(*args)[0]
+        except ChildFailedError as e:
+            raise HotlineError(_failure(e, errors)) from None
+        finally:
+            os.environ.pop("HOTLINE_ERROR_DIR", None)
+
+
+def _failure(e, errors) -> str:
+    """One line on the first rank that failed."""
+    rank, f = min(e.failures.items(), key=lambda kv: kv[1].timestamp)
+    path = os.path.join(errors, f"rank{rank}")
+    if os.path.exists(path):
+        with open(path) as fh:
+            return fh.read().strip()
+    if f.exitcode < 0:
+        return f"rank {rank} died (signal {f.signal_name()})"
+    return f"rank {rank} exited with code {f.exitcode}"
+
+
+def record_error(message) -> None:
+    """Leave ``message`` for `launch` (a rank's one-line error)."""
+    d = os.environ.get("HOTLINE_ERROR_DIR")
+    if d:
+        with open(os.path.join(d, f"rank{os.environ.get('RANK', '0')}"), "w") as fh:
+            fh.write(message)

@@ -1,0 +1,178 @@
+"""Data-parallel training (`hotline train --nproc N`, torchrun): the same losses and tables as
+one process and as the independent dense reference, uneven and empty shards, resume with
+another rank count, a killed rank, and the errors. Runs the CLI as users do (subprocesses)."""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from hotline.data.spec import open_data
+from hotline.train import TrainConfig, prepare_data
+from test_train import assert_same_run, reference_train, tables_of
+
+HOTLINE = [sys.executable, "-m", "hotline"]
+SMALL = ["--dim", "8", "--bottom", "16", "--top", "16", "--threads", "1"]
+SPEC, FOLD = "synth:criteo-kaggle:640:1", 400
+
+
+def hotline_train(tmp_path, name, *args, spec=SPEC, check=True, launcher=HOTLINE):
+    """Run ``hotline train`` (``launcher`` + train); (JSON report, final tables) from its
+    report and checkpoint."""
+    out, ckpt = tmp_path / f"{name}.json", tmp_path / f"{name}.pt"
+    cmd = [*launcher, "train", spec, "--max-ind-range", str(FOLD), *SMALL, *args,
+           "--json", str(out)]
+    if "--checkpoint" in args:
+        ckpt = Path(args[args.index("--checkpoint") + 1])
+    else:
+        cmd += ["--checkpoint", str(ckpt)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if check:
+        assert p.returncode == 0, p.stderr[-3000:]
+    else:
+        return p
+    rep = json.loads(out.read_text())
+    tables = [t.numpy() for t in torch.load(ckpt, weights_only=False)["tables"]]
+    return rep, tables
+
+
+def reference(optimizer, batch, epochs, test_fraction=0.1, samples=None):
+    data = prepare_data(open_data(SPEC, max_ind_range=FOLD, limit=samples), test_fraction, FOLD)
+    cfg = TrainConfig(mode="baseline", dim=8, bottom=(16,), top=(16,), batch_size=batch,
+                      optimizer=optimizer, epochs=epochs).check()
+    losses, tables = reference_train(data, cfg)
+    return cfg, losses, tables
+
+
+@pytest.mark.parametrize("mode,optimizer,nproc", [("baseline", "sgd", 2),
+                                                  ("baseline", "adagrad", 4),
+                                                  ("device-only", "sgd", 2)])
+def test_ranks_train_like_one_process_and_the_reference(tmp_path, mode, optimizer, nproc):
+    args = ["--mode", mode, "--optimizer", optimizer, "--batch-size", "64", "--epochs", "2"]
+    one = hotline_train(tmp_path, "one", *args)
+    many = hotline_train(tmp_path, "many", *args, "--nproc", str(nproc))
+    assert many[0]["world_size"] == nproc and one[0]["world_size"] == 1
+    assert_same_run(one, many)
+    cfg, losses, tables = reference(optimizer, 64, 2)
+    assert_same_run(({"losses": losses}, tables), (many[0], tables_of(many[1], cfg)))
+    assert many[0]["test_auc"] == pytest.approx(one[0]["test_auc"], abs=1e-4)
+    # what moved: every rank sent its dense gradients each step, and rows to their owners
+    # (baseline) or to every rank (device-only's replicated tables)
+    b = many[0]["collective_bytes_per_step"]
+    n_params = sum(p.numel() for p in torch.nn.Sequential(
+        torch.nn.Linear(13, 16), torch.nn.Linear(16, 8),
+        torch.nn.Linear(8 + 27 * 26 // 2, 16), torch.nn.Linear(16, 1)).parameters())
+    assert b["dense"] == 4 * n_params
+    assert b["cold" if mode == "baseline" else "hot"] > 0
+    assert 0 < many[0]["collective_share"] < 1
+
+
+def test_uneven_and_empty_shards(tmp_path):
+    """B = 50 over 4 ranks (13, 13, 12, 12), and a last batch of one sample: three ranks train
+    nothing in it and still take part in every collective."""
+    args = ["--mode", "baseline", "--batch-size", "50", "--test-fraction", "0",
+            "--max-samples", "551"]
+    one = hotline_train(tmp_path, "one", *args)
+    many = hotline_train(tmp_path, "many", *args, "--nproc", "4")
+    assert many[0]["steps"] == 12
+    assert_same_run(one, many)
+
+
+def test_resume_with_another_rank_count(tmp_path):
+    """A checkpoint holds no rank state: saved by 2 ranks, resumed by 1 and by 3."""
+    args = ["--mode", "baseline", "--optimizer", "adagrad", "--batch-size", "64", "--epochs", "2"]
+    whole = hotline_train(tmp_path, "whole", *args)
+    ckpt = tmp_path / "half.pt"
+    hotline_train(tmp_path, "half", *args, "--nproc", "2", "--max-steps", "7",
+                  "--checkpoint", str(ckpt))
+    for nproc in (1, 3):
+        shutil.copy(ckpt, tmp_path / f"r{nproc}.pt")
+        rest = hotline_train(tmp_path, f"rest{nproc}", *args, "--nproc", str(nproc),
+                             "--resume", str(tmp_path / f"r{nproc}.pt"),
+                             "--checkpoint", str(tmp_path / f"r{nproc}.pt"))
+        assert len(rest[0]["losses"]) == len(whole[0]["losses"])
+        assert_same_run(whole, rest)
+        # the run totals are the run's, whatever the rank counts of its parts
+        assert rest[0]["bytes_device_to_host"] > 0
+
+
+def test_torchrun_module_form(tmp_path):
+    """`torchrun ... -m hotline train ...` (how several nodes run it) = one process."""
+    torchrun = Path(sys.executable).with_name("torchrun")
+    args = ["--mode", "baseline", "--batch-size", "64"]
+    one = hotline_train(tmp_path, "one", *args)
+    many = hotline_train(tmp_path, "many", *args, launcher=[
+        str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "hotline"])
+    assert many[0]["world_size"] == 2
+    assert_same_run(one, many)
+
+
+def _children(pid) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_killed_rank_ends_every_rank_with_one_line(tmp_path):
+    out = tmp_path / "r.json"
+    p = subprocess.Popen([*HOTLINE, "train", "synth:criteo-kaggle:400000", "--max-ind-range",
+                          "100000", "--mode", "baseline", "--batch-size", "256", "--threads", "1",
+                          "--nproc", "2", "--dist-timeout", "30", "--json", str(out)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        ranks = []
+        while time.time() < deadline and len(ranks) < 2:
+            time.sleep(0.5)
+            ranks = [c for c in _children(p.pid) if _alive(c)
+                     and b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()]
+        assert len(ranks) >= 2, "the ranks did not start"
+        time.sleep(8)  # into training
+        os.kill(ranks[-1], signal.SIGKILL)
+        t0 = time.time()
+        _, err = p.communicate(timeout=60)
+        assert time.time() - t0 < 45
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and re.fullmatch(r"hotline: error: rank \d+.*", lines[0]), err
+    assert not out.exists()
+    deadline = time.time() + 10  # the launcher's SIGTERM takes effect
+    while [c for c in ranks if _alive(c)] and time.time() < deadline:
+        time.sleep(0.2)
+    assert not [c for c in ranks if _alive(c)], "a rank outlived the run"
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--mode", "hotline", "--nproc", "2"], "hotline mode runs one rank"),
+    (["--mode", "baseline", "--nproc", "2", "--dist-timeout", "0"], "--dist-timeout must be positive"),
+])
+def test_bad_distributed_options_one_line_exit_2(tmp_path, args, message):
+    p = hotline_train(tmp_path, "bad", "--batch-size", "64", *args, check=False)
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [f"hotline: error: {p.stderr.split('error: ')[1].strip()}"]
+    assert message in p.stderr
+    assert not (tmp_path / "bad.json").exists()
