@@ -206,8 +206,8 @@ class ShardedDataset:
                 raise HotlineError(f"{f}: corrupt shard (CRC mismatch with {INDEX})")
             arrays[field] = a
         lengths = arrays.get("lengths")
-        if lengths is None:
-            lengths = np.ones((n, F), np.int32)
+        if lengths is None:  # single-hot: a read-only view, no memory per sample
+            lengths = np.broadcast_to(np.ones(1, np.int32), (n, F))
         expect = {"indices": (info["lookups"],), "lengths": (n, F),
                   "dense": (n, self.dense_features), "label": (n,)}
         for field, a in arrays.items():

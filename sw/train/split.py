@@ -1,5 +1,8 @@
 """A `Dataset` made ready for training: tables folded, dense features log-scaled, labels
 checked, the last ``test_fraction`` of the samples held out (`prepare_data` -> `TrainData`)."""
+import ctypes
+import ctypes.util
+import functools
 import math
 import zlib
 from dataclasses import dataclass
@@ -97,6 +100,17 @@ def _dense_label(ds, where=None) -> tuple[np.ndarray, np.ndarray]:
     return dense, label
 
 
+@functools.cache
+def _fix_mmap_threshold() -> None:
+    """Keep glibc's mmap threshold at its default 128 KiB. Otherwise it rises to the size of
+    the first freed shard array, later shards come from the heap, and the freed ones stay
+    resident (measured: +40 MB of RSS over 25 shards of 16k samples)."""
+    libc = ctypes.util.find_library("c")
+    mallopt = getattr(ctypes.CDLL(libc), "mallopt", None) if libc else None
+    if mallopt is not None:
+        mallopt(-3, 128 * 1024)  # M_MMAP_THRESHOLD
+
+
 @dataclass
 class _Shard:
     """One shard prepared for training (`_dense_label`, keys of the folded row ids)."""
@@ -119,6 +133,7 @@ class ShardedTrainData:
     materialises it) beyond. `crc32` streams."""
 
     def __init__(self, ds, table_sizes, modulo, n_train, cache_shards=2):
+        _fix_mmap_threshold()
         self.source, self.modulo = ds, modulo
         self.name, self.table_sizes, self.n_train = ds.name, table_sizes, n_train
         self.n_test = ds.num_samples - n_train
