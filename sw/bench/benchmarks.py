@@ -7,6 +7,8 @@ Sections:
   ``np.unique`` over the same keys (the cheapest pass that touches every key once);
 - criteo_parse: the Criteo CSV reader in MB/s of uncompressed text, beside Python's csv
   module reading the same file;
+- convert: ``hotline data convert --shards`` of the same text, fast reader against the
+  reference parser, MB/s of uncompressed text (target 50);
 - fragment_rtl: the Fragmenter RTL on Verilator over the generated stream and every real
   file (B = 1024), in lookups per cycle against the ideal 1.0, every beat checked against the
   model; and the simulators' speed (simulated cycles/s) on one short stream, Verilator beside
@@ -67,7 +69,8 @@ from hotline.cli.commands import fragment
 from hotline.contract.config import AcceleratorConfig, max_batch_lookups
 from hotline.data.drift import hot_share_decay
 from hotline.data.generator import synth_criteo
-from hotline.data.readers import load_dataset, real_data_files, shared_data_dir, write_atomic
+from hotline.data.readers import iter_chunks, load_dataset, real_data_files, shared_data_dir, write_atomic
+from hotline.data.shards import write_shards
 from hotline.data.report import table, write_json
 from hotline.data.spec import open_data
 from hotline.fpga.boards import BOARDS
@@ -81,7 +84,7 @@ from .hash_quality import GEOMETRIES, cam_first_refusal, cold_first_overflow, fi
 
 
 
-SECTIONS = ("fragment_model", "criteo_parse", "hashing", "fragment_rtl", "cam", "learner",
+SECTIONS = ("fragment_model", "criteo_parse", "convert", "hashing", "fragment_rtl", "cam", "learner",
             "synthesis",
             "dma", "gather", "boards", "train", "drift")
 SLOW_SECTIONS = ("boards",)  # not in --quick runs unless named with --only
@@ -153,6 +156,26 @@ def bench_criteo_parse(quick, repeat=3):
             "seconds": t_ours, "mb_per_s": mb / t_ours,
             "reference": "csv.reader row iteration (no conversion)",
             "reference_mb_per_s": mb / t_ref, "ratio_vs_reference": t_ref / t_ours}
+
+
+def bench_convert(quick, repeat=3):
+    """`hotline data convert --shards` of the Criteo text (`_criteo_csv_bytes`) with the fast
+    reader and with the reference parser, in MB/s of uncompressed text."""
+    raw, source = _criteo_csv_bytes(quick)
+    mb = len(raw) / 1e6
+    out = {"data": source, "megabytes": mb}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "bench_criteo.csv"
+        path.write_bytes(raw)
+        for engine in ("fast", "legacy"):
+            t, index = _best_of(lambda: write_shards(iter_chunks(path, engine=engine),
+                                                     Path(tmp) / engine), repeat)
+            out[engine] = {"seconds": t, "mb_per_s": mb / t, "samples": index["samples"],
+                           "shards": len(index["shards"])}
+    out["ratio_vs_legacy"] = out["legacy"]["seconds"] / out["fast"]["seconds"]
+    out["target_mb_per_s"] = 50.0
+    out["meets_target"] = out["fast"]["mb_per_s"] >= 50.0
+    return out
 
 
 def bench_fragment_rtl(quick):
@@ -491,6 +514,10 @@ def main(argv=None):
         r = results["criteo_parse"] = bench_criteo_parse(args.quick)
         rows.append(["Criteo CSV parse", r["data"][:40], f"{r['mb_per_s']:.1f} MB/s",
                      f"{r['reference_mb_per_s']:.1f} MB/s csv.reader", r["ratio_vs_reference"]])
+    if "convert" in want:
+        r = results["convert"] = bench_convert(args.quick)
+        rows.append(["data convert --shards", r["data"][:40], f"{r['fast']['mb_per_s']:.1f} MB/s",
+                     f"{r['legacy']['mb_per_s']:.1f} MB/s reference parser", r["ratio_vs_legacy"]])
     for name, fn in (("hashing", bench_hashing), ("fragment_rtl", bench_fragment_rtl),
                      ("cam", bench_cam),
                      ("learner", bench_learner), ("synthesis", bench_synthesis),

@@ -482,12 +482,7 @@ def _criteo_chunks(path, fmt, max_ind_range, chunk, engine="fast"):
         yield from _legacy_chunks(path, fmt, max_ind_range, chunk)
         return
     with _open_text(path) as f:
-        first = _read_lines(f, path, 1)
-    if not first:
-        raise HotlineError(f"{path}: empty file")
-    layout, skip = _criteo_layout(path, first[0].rstrip("\r\n"))
-    if layout is None:
-        raise HotlineError(f"{path}:1: looks like ARFF; use --format arff")
+        layout, skip = _text_layout(path, f)
     try:
         for sparse, dense, label, sizes in criteo_batches(path, layout, skip, max_ind_range, chunk):
             yield Dataset(np.ones(sparse.shape, np.int32), sparse.ravel(), sizes, dense, label)
@@ -499,17 +494,23 @@ def _criteo_chunks(path, fmt, max_ind_range, chunk, engine="fast"):
             skip_samples = max(0, skip_samples - ds.num_samples)
 
 
+def _text_layout(path, f):
+    """(layout, header lines) of the Criteo CSV/TSV open as ``f``, from its first line."""
+    first = _read_lines(f, path, 1)
+    if not first:
+        raise HotlineError(f"{path}: empty file")
+    layout, skip = _criteo_layout(path, first[0].rstrip("\r\n"))
+    if layout is None:
+        raise HotlineError(f"{path}:1: looks like ARFF; use --format arff")
+    return layout, skip
+
+
 def _legacy_chunks(path, fmt, max_ind_range, chunk):
     with _open_text(path) as f:
         if fmt == "arff":
             layout, lineno = _arff_layout(path, f)
         else:
-            first = _read_lines(f, path, 1)
-            if not first:
-                raise HotlineError(f"{path}: empty file")
-            layout, skip = _criteo_layout(path, first[0].rstrip("\r\n"))
-            if layout is None:
-                raise HotlineError(f"{path}:1: looks like ARFF; use --format arff")
+            layout, skip = _text_layout(path, f)
             f.seek(0)
             if skip:
                 f.readline()
