@@ -17,6 +17,7 @@ import torch
 
 from hotline.data.spec import open_data
 from hotline.train import TrainConfig, prepare_data
+from hotline.train.baseline import BaselineTrainer
 from test_train import assert_same_run, reference_train, tables_of
 
 HOTLINE = [sys.executable, "-m", "hotline"]
@@ -52,11 +53,17 @@ def reference(optimizer, batch, epochs, test_fraction=0.1, samples=None):
     return cfg, losses, tables
 
 
-@pytest.mark.parametrize("mode,optimizer,nproc", [("baseline", "sgd", 2),
-                                                  ("baseline", "adagrad", 4),
-                                                  ("device-only", "sgd", 2)])
-def test_ranks_train_like_one_process_and_the_reference(tmp_path, mode, optimizer, nproc):
-    args = ["--mode", mode, "--optimizer", optimizer, "--batch-size", "64", "--epochs", "2"]
+@pytest.mark.parametrize("mode,optimizer,nproc,extra", [
+    ("baseline", "sgd", 2, []),
+    ("baseline", "adagrad", 4, []),
+    ("device-only", "sgd", 2, []),
+    ("hotline", "sgd", 2, ["--hot-rows", "300"]),
+    ("hotline", "adagrad", 3, ["--hot-rows", "300", "--hot-set", "learn", "--refresh", "every:3",
+                               "--learn-window", "128"]),
+])
+def test_ranks_train_like_one_process_and_the_reference(tmp_path, mode, optimizer, nproc, extra):
+    args = ["--mode", mode, "--optimizer", optimizer, "--batch-size", "64", "--epochs", "2",
+            *extra]
     one = hotline_train(tmp_path, "one", *args)
     many = hotline_train(tmp_path, "many", *args, "--nproc", str(nproc))
     assert many[0]["world_size"] == nproc and one[0]["world_size"] == 1
@@ -73,6 +80,19 @@ def test_ranks_train_like_one_process_and_the_reference(tmp_path, mode, optimize
     assert b["dense"] == 4 * n_params
     assert b["cold" if mode == "baseline" else "hot"] > 0
     assert 0 < many[0]["collective_share"] < 1
+    if mode == "hotline":
+        # every rank's device did its part of the cold traffic, inside the windows; the hot
+        # share is the whole batch's
+        c, c1 = many[0]["counters"], one[0]["counters"]
+        assert c["lookups"] == c1["lookups"] and c1["hits"] > 0
+        if "learn" in extra:  # the ranks' merged learners: the same set up to their hash luck
+            assert c["hits"] == pytest.approx(c1["hits"], rel=0.01)
+        else:
+            assert c["hits"] == c1["hits"]
+        assert c["gather_rows"] >= c1["gather_rows"] > 0 and c["scatter_rows"] > 0
+        assert c["window_errors"] == c["axi_errors"] == 0
+        assert many[0]["refreshes"] == one[0]["refreshes"]
+        assert b["cold"] > 0
 
 
 def test_uneven_and_empty_shards(tmp_path):
@@ -113,6 +133,75 @@ def test_torchrun_module_form(tmp_path):
         str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "hotline"])
     assert many[0]["world_size"] == 2
     assert_same_run(one, many)
+
+
+def emulated_ranks(data, cfg, world):
+    """Data-parallel training emulated in one process, written out independently: each
+    global batch in ``world`` contiguous shards, each shard's forward and backward alone
+    (dense gradients accumulate in rank order, as the all-reduce sums them), each touched
+    row's gradients summed in rank order and applied once. Same summation order as the
+    ranks, so the same bits (one process sums in another order, and drifts from it)."""
+    class Emulated(BaselineTrainer):
+        def train_batch(self, j, prefetch):
+            s0, s1 = self.batch_range(j)
+            n, total, ids, grads = s1 - s0, 0.0, [], []
+            self.opt.zero_grad(set_to_none=True)
+            for r in range(world):
+                a = s0 + r * (n // world) + min(r, n % world)
+                b = a + n // world + (r < n % world)
+                keys, lengths = self.batch_arrays(a, b)
+                uniq, inv = np.unique(self.global_rows(keys), return_inverse=True)
+                rows = self.leaf(self.gather(uniq))
+                dense, label = self.tensors(a, b)
+                bags = None if self.data.single_hot else self.select(lengths, np.arange(b - a))[1]
+                loss = self.loss_sum(rows, inv, bags, dense, label)
+                (loss / n).backward()
+                total += float(loss.detach())
+                ids.append(uniq)
+                grads.append(rows.grad if rows.grad is not None else torch.zeros_like(rows))
+            self.opt.step()
+            u, inv = np.unique(np.concatenate(ids), return_inverse=True)
+            g = torch.zeros(len(u), grads[0].shape[1]).index_add_(
+                0, torch.from_numpy(inv), torch.cat(grads))
+            rows = torch.from_numpy(np.asarray(self.host_rows[u]))
+            self.update_rows(rows, g)
+            self.put(u, rows)
+            return total / n
+
+    from hotline.train import run as run_module
+    real = run_module.trainer_class
+    run_module.trainer_class = lambda mode: Emulated
+    try:
+        rep, trainer = run_module.train(data, cfg, keep=True)
+    finally:
+        run_module.trainer_class = real
+    try:
+        return rep, trainer.tables()
+    finally:
+        trainer.close()
+
+
+@pytest.mark.parametrize("mode,extra", [
+    ("baseline", []),
+    ("hotline", ["--hot-rows", "300", "--hot-set", "learn", "--refresh", "every:12",
+                 "--learn-window", "3000"]),
+])
+def test_ranks_sum_in_rank_order_bit_for_bit(tmp_path, mode, extra):
+    """A longer run on the drifting generator with Adagrad, where one process and two ranks
+    drift apart (float sums in another order): the ranks equal their emulation exactly."""
+    spec = "synth:criteo-kaggle:30000:0:drift=0.5"
+    args = ["--mode", mode, "--optimizer", "adagrad", "--batch-size", "500", "--bottom",
+            "64-32", "--top", "64", *extra]
+    ranks = hotline_train(tmp_path, "ranks", *args, "--nproc", "2", spec=spec)
+    data = prepare_data(open_data(spec, max_ind_range=FOLD), 0.1, FOLD)
+    cfg = TrainConfig(mode="baseline", optimizer="adagrad", batch_size=500, dim=8,
+                      bottom=(64, 32), top=(64,), threads=1)
+    emulated = emulated_ranks(data, cfg, 2)
+    np.testing.assert_array_equal(ranks[0]["losses"], emulated[0]["losses"])
+    for x, y in zip(ranks[1], emulated[1]):
+        np.testing.assert_array_equal(x, y)
+    if mode == "hotline":
+        assert ranks[0]["refreshes"] >= 3
 
 
 def _children(pid) -> list[int]:
@@ -166,12 +255,16 @@ def test_a_killed_rank_ends_every_rank_with_one_line(tmp_path):
     assert not [c for c in ranks if _alive(c)], "a rank outlived the run"
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--mode", "hotline", "--nproc", "2"], "hotline mode runs one rank"),
-    (["--mode", "baseline", "--nproc", "2", "--dist-timeout", "0"], "--dist-timeout must be positive"),
+@pytest.mark.parametrize("args,env,message", [
+    (["--nproc", "2", "--dist-timeout", "0"], {}, "--dist-timeout must be positive"),
+    (["--nproc", "0"], {}, "--nproc"),
+    (["--nproc", "2"], {"WORLD_SIZE": "2"}, "leave --nproc out"),
 ])
-def test_bad_distributed_options_one_line_exit_2(tmp_path, args, message):
-    p = hotline_train(tmp_path, "bad", "--batch-size", "64", *args, check=False)
+def test_bad_distributed_options_one_line_exit_2(tmp_path, args, env, message, monkeypatch):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    p = hotline_train(tmp_path, "bad", "--mode", "baseline", "--batch-size", "64", *args,
+                      check=False)
     assert p.returncode == 2
     assert p.stderr.strip().splitlines() == [f"hotline: error: {p.stderr.split('error: ')[1].strip()}"]
     assert message in p.stderr

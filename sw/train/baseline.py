@@ -75,9 +75,6 @@ class BaselineTrainer(UniqueRowsTrainer):
     def setup(self, staging_bytes=0) -> None:
         """Host memory for the tables (and ``staging_bytes`` more after them: hotline's)."""
         d, lay = self.data, self.lay
-        # Tables start on row boundaries of one [rows, floats] view of the whole memory, so a
-        # batch's gather is a single fancy index; 4 KiB alignment as DMA-friendly bases.
-        self.align = math.lcm(4096, lay.nbytes)
         need = sum(-(-int(r) * lay.nbytes // self.align) * self.align for r in d.table_sizes)
         need += -(-staging_bytes // self.align) * self.align
         check_fits("host memory", need, self.host_limit(), d)
@@ -101,6 +98,13 @@ class BaselineTrainer(UniqueRowsTrainer):
                 init_table(self.cfg.seed, t, int(d.table_sizes[t]), lay, self.table_view(t))
         if self.ranks is not None:
             self.ranks.barrier()
+
+    @property
+    def align(self) -> int:
+        """Window alignment: tables start on row boundaries of one [rows, floats] view of the
+        whole memory, so a batch's gather is a single fancy index; 4 KiB as DMA-friendly
+        bases."""
+        return math.lcm(4096, self.lay.nbytes)
 
     def table_view(self, t) -> np.ndarray:
         r = int(self.data.table_sizes[t])

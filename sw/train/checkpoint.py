@@ -41,7 +41,7 @@ def save_checkpoint(path, trainer, state, totals) -> None:
                        else torch.from_numpy(trainer.hot_keys.astype(np.int64)))
     schedule = getattr(trainer, "schedule", None)
     obj["hot_schedule"] = schedule.state() if schedule is not None else None
-    obj["counters"] = trainer.device_counters()
+    obj["counters"] = totals["counters"]
     obj["bytes"] = [totals["bytes_h2d"], totals["bytes_d2h"]]
     obj["host_rows_seconds"] = totals["host_rows_seconds"]
     obj["device_seconds"], obj["device_wait_seconds"] = trainer.device_time()

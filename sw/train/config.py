@@ -101,9 +101,6 @@ class TrainConfig:
             raise HotlineError(f"--nproc must be a positive integer, not {self.nproc}")
         if not self.dist_timeout > 0:
             raise HotlineError(f"--dist-timeout must be positive, not {self.dist_timeout}")
-        if self.mode == "hotline" and max(self.nproc, world_size()) > 1:
-            raise HotlineError("several ranks train --mode baseline or device-only; hotline "
-                               "mode runs one rank for now (docs/distributed.md)")
         self.bottom, self.top = tuple(self.bottom), tuple(self.top)
         return self
 

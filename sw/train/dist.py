@@ -105,10 +105,12 @@ class Ranks:
             p.grad = flat[i:i + n].view_as(p).clone()
             i += n
 
-    def owner_sum(self, ids, grads) -> tuple[np.ndarray, torch.Tensor]:
+    def owner_sum(self, ids, grads, first=None) -> tuple[np.ndarray, torch.Tensor]:
         """Rows ``ids`` (int64, unique) with gradients ``grads`` [U, W] from every rank, summed
         by the rows' owners (``id % N``): (the ids this rank owns that any rank touched, sorted,
-        their summed gradients). Contributions add in rank order."""
+        their summed gradients). Contributions add in rank order; the columns ``first`` (a
+        slice) are not summed but taken from the first rank that sent the id (values every
+        sender has alike, such as the row itself)."""
         owner = ids % self.world
         order = np.argsort(owner, kind="stable")
         send_counts = np.bincount(owner, minlength=self.world)
@@ -117,12 +119,12 @@ class Ranks:
         g = grads[torch.from_numpy(order)] if len(ids) else grads
         grads_in = self._all_to_all(g.contiguous(), send_counts, recv_counts)
         self.bytes["cold"] += len(ids) * (8 + grads.shape[1] * grads.element_size())
-        return _sum_by_id(ids_in.numpy(), grads_in)
+        return _sum_by_id(ids_in.numpy(), grads_in, first)
 
-    def all_sum(self, ids, grads) -> tuple[np.ndarray, torch.Tensor]:
+    def all_sum(self, ids, grads, kind="hot") -> tuple[np.ndarray, torch.Tensor]:
         """Rows ``ids`` (int64, unique) with gradients ``grads`` [U, W] from every rank: (every
         id any rank touched, sorted, its gradient summed over the ranks), on every rank.
-        Contributions add in rank order."""
+        Contributions add in rank order. ``kind``: what `bytes` counts it as."""
         counts = self.sum(np.eye(self.world)[self.rank] * len(ids)).astype(np.int64)
         m = int(counts.max())
         pad_ids = torch.full((m,), -1, dtype=torch.int64)
@@ -133,7 +135,7 @@ class Ranks:
         all_g = [torch.empty_like(pad_g) for _ in range(self.world)]
         self._timed(dist.all_gather, all_ids, pad_ids)
         self._timed(dist.all_gather, all_g, pad_g)
-        self.bytes["hot"] += m * (8 + grads.shape[1] * grads.element_size())
+        self.bytes[kind] += m * (8 + grads.shape[1] * grads.element_size())
         ids_in = np.concatenate([a[:c].numpy() for a, c in zip(all_ids, counts)])
         return _sum_by_id(ids_in, torch.cat([g[:c] for g, c in zip(all_g, counts)]))
 
@@ -148,11 +150,14 @@ class Ranks:
         return out
 
 
-def _sum_by_id(ids, grads) -> tuple[np.ndarray, torch.Tensor]:
-    """(sorted unique ids, gradients summed per id in input order)."""
-    uniq, inv = np.unique(ids, return_inverse=True)
+def _sum_by_id(ids, grads, first=None) -> tuple[np.ndarray, torch.Tensor]:
+    """(sorted unique ids, gradients summed per id in input order; columns ``first`` from
+    each id's first occurrence)."""
+    uniq, at, inv = np.unique(ids, return_index=True, return_inverse=True)
     out = torch.zeros((len(uniq), grads.shape[1]), dtype=grads.dtype)
     out.index_add_(0, torch.from_numpy(inv.astype(np.int64)), grads)
+    if first is not None:
+        out[:, first] = grads[torch.from_numpy(at.astype(np.int64)), first]
     return uniq, out
 
 

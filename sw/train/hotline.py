@@ -13,7 +13,7 @@ import torch
 
 from hotline.contract.config import AcceleratorConfig, max_batch_lookups
 from hotline.contract.errors import HotlineError
-from hotline.host.device import Device
+from hotline.host.device import Device, LearnerReadout
 from hotline.host.device import open as open_device
 from hotline.model.device_model import HotIndex
 from hotline.model.planner import exact_hot_set, profile_samples
@@ -67,8 +67,11 @@ class HotlineTrainer(BaselineTrainer):
         hot_bytes = self.acc_config.hot_slots * lay.nbytes
         check_fits(f"{self.dev.type} device memory (hot table + staging copies)",
                    hot_bytes + staging_bytes, self.device_limit(), d)
-        super().setup(staging_bytes)
-        w = self.memory.alloc(staging_bytes, self.align, name="staging")
+        super().setup(-(-staging_bytes // self.align) * self.align * self.world)
+        # data-parallel: a staging window per rank in the shared memory, each rank's device
+        # gathers into its own
+        w = [self.memory.alloc(staging_bytes, self.align, name=f"staging{r}")
+             for r in range(self.world)][self.ranks.rank if self.ranks else 0]
         self.staging_row0 = w.base // lay.nbytes
         self.device = open_device(cfg.device_url, config=self.acc_config, memory=self.memory)
         for t, tw in enumerate(self.windows):
@@ -124,7 +127,7 @@ class HotlineTrainer(BaselineTrainer):
         the device's scatters of the cold rows."""
         self.device.drain()
         p = self.placement
-        if not len(p.keys):
+        if not len(p.keys) or not self.lead:  # data-parallel: the replicas are alike
             return
         rows = self.hot_table[self.index(p.slots)]
         self.host_rows[self.global_rows(p.keys)] = rows.cpu().numpy()
@@ -134,6 +137,10 @@ class HotlineTrainer(BaselineTrainer):
     def tables(self) -> list[np.ndarray]:
         self.sync()
         return super().tables()
+
+    def quiesce(self) -> None:
+        self.device.drain()
+        super().quiesce()
 
     def begin_epoch(self, first_batch) -> None:
         self.next_push, self.prev = first_batch, None
@@ -147,8 +154,7 @@ class HotlineTrainer(BaselineTrainer):
         the schedule says so."""
         if self.schedule.learns(step):
             self.device.learner_start()
-        s0, s1 = self.batch_range(j)
-        keys, lengths = self.batch_arrays(s0, s1)
+        keys, lengths = self.batch_arrays(*self.my_range(*self.batch_range(j)))
         self.device.push_batch(keys, lengths)
         self.queue.append(j)
         self.next_push = j + 1
@@ -169,17 +175,17 @@ class HotlineTrainer(BaselineTrainer):
         return loss
 
     def train_pulled(self, j) -> float:
-        """Pull batch ``j`` from the device and train on it."""
+        """Pull batch ``j`` (this rank's shard of it) from the device and train on it."""
         r = self.device.pull_batch()
         if self.queue.pop(0) != j:
             raise AssertionError("device batch order")
         if r.gather["errors"]:
             raise HotlineError(f"{self.cfg.device_url}: gather of batch {j} reported "
                                f"{r.gather['errors']} DMA errors")
-        self.schedule.observe(self.step, int(np.count_nonzero(r.hot)), len(r.hot))
         s0, s1 = self.batch_range(j)
-        n = s1 - s0
-        _, lengths = self.batch_arrays(s0, s1)
+        a, b = self.my_range(s0, s1)
+        n = b - a
+        _, lengths = self.batch_arrays(a, b)
         st = self.staging(r.bank)
         ck = r.cold_keys
         U = len(ck)
@@ -194,38 +200,71 @@ class HotlineTrainer(BaselineTrainer):
         # popular micro-batch, which needs hot rows only, runs while it is in flight.
         C = self.copy_to_device(cold)
         self.bytes_h2d += len(C) * self.lay.nbytes
+        part = dict(lengths=lengths, a=a, b=b, lookup_row=lookup_row, scale=s1 - s0)
         if not self.split:
             # One pass over the whole batch reading [H | C]: on a CPU no copy is in flight to
             # hide, and a second pass through the MLPs costs more than it could hide.
             C = self.leaf(self.copied(C))
-            total += self.train_part(lengths, np.arange(n), s0, s1, torch.cat([H, C]), lookup_row)
+            total += self.train_part(np.arange(n), torch.cat([H, C]), **part)
         else:
             if len(r.popular):
-                total += self.train_part(lengths, r.popular, s0, s1, H, lookup_row)
+                total += self.train_part(r.popular, H, **part)
             C = self.leaf(self.copied(C))
             if len(r.non_popular):
-                total += self.train_part(lengths, r.non_popular, s0, s1, torch.cat([H, C]),
-                                         lookup_row)
-        self.opt.step()
-        if len(hu) and H.grad is not None:
-            self.update_rows(H.data, H.grad)
-            self.hot_table.index_copy_(0, hot_idx, H.data)
-        if len(C):
-            if C.grad is not None:
-                self.update_rows(C.data, C.grad)
-            self.write_back_cold(r.bank, st[:U], ck, C.data.cpu().numpy(), cmap)
+                total += self.train_part(r.non_popular, torch.cat([H, C]), **part)
+        self.dense_step()
+        hits, lookups = int(np.count_nonzero(r.hot)), len(r.hot)
+        if self.ranks is not None:
+            self.update_shared(r.bank, hu, H, ck, C, cmap)
+            total, hits, lookups = self.ranks.sum([total, hits, lookups])
         else:
-            self.prev = None
-        return total / n
+            if len(hu) and H.grad is not None:
+                self.update_rows(H.data, H.grad)
+                self.hot_table.index_copy_(0, hot_idx, H.data)
+            if len(C):
+                if C.grad is not None:
+                    self.update_rows(C.data, C.grad)
+                self.write_back_cold(r.bank, st[:U], ck, C.data.cpu().numpy(), cmap)
+            else:
+                self.prev = None
+        self.schedule.observe(self.step, int(hits), int(lookups))
+        return total / (s1 - s0)
 
-    def train_part(self, lengths, sel, s0, s1, rows, lookup_row) -> float:
-        """Forward and backward of the batch-local samples ``sel`` of batch [s0, s1) over
-        ``rows``; the gradient is scaled by the whole batch. Their summed loss."""
+    def train_part(self, sel, rows, lengths, a, b, lookup_row, scale) -> float:
+        """Forward and backward of the batch-local samples ``sel`` of this rank's samples
+        [a, b) over ``rows``; the gradient is scaled by the global batch (``scale`` samples).
+        Their summed loss."""
         idx, bags = self.select(lengths, sel)
-        dense, label = self.tensors(s0, s1, None if len(sel) == s1 - s0 else sel)
+        dense, label = self.tensors(a, b, None if len(sel) == b - a else sel)
         loss = self.loss_sum(rows, lookup_row[idx], bags, dense, label)
-        (loss / (s1 - s0)).backward()
+        (loss / scale).backward()
         return float(loss.detach())
+
+    def update_shared(self, bank, hu, H, ck, C, cmap) -> None:
+        """Data-parallel: the hot replicas get the gradient of every slot any rank touched,
+        summed over the ranks (`Ranks.all_sum`); each cold row is updated once, by its owner
+        (``key % N``, `Ranks.owner_sum`), which writes it through its device's scatter (its
+        bank of this batch, done before the step ends, so no rank reads an older row after);
+        every rank keeps the step's updated cold rows for `refresh_stale`."""
+        zero = lambda t: t.grad if t.grad is not None else torch.zeros_like(t)
+        slots, g = self.ranks.all_sum(hu.astype(np.int64), zero(H).cpu())
+        idx = self.index(slots)
+        rows = self.hot_table.index_select(0, idx)
+        self.update_rows(rows, g.to(self.dev))
+        self.hot_table.index_copy_(0, idx, rows)
+        keys = (ck if cmap is None else np.unique(ck)).astype(np.int64)
+        w = self.lay.floats
+        # the rows travel with their gradients: the owner may not have gathered them
+        mine, both = self.ranks.owner_sum(keys, torch.cat([zero(C), C.data], 1).cpu(),
+                                          first=slice(w, 2 * w))
+        new = both[:, w:]
+        self.update_rows(new, both[:, :w])
+        if len(mine):
+            self.staging(bank)[:len(mine)] = new.numpy()
+            self.device.scatter(bank, mine.astype(np.uint32), wait=True)
+            self.bytes_d2h += len(mine) * self.lay.nbytes
+        k, rows = self.ranks.all_sum(mine, new, kind="cold")
+        self.prev = (k.astype(np.uint32), rows.numpy())
 
     def copy_to_device(self, rows) -> torch.Tensor:
         """Start copying staging ``rows`` to the torch device: on CUDA from pinned memory,
@@ -252,6 +291,8 @@ class HotlineTrainer(BaselineTrainer):
         window beside the exact top-K's."""
         start = self.schedule.start
         readout = self.device.learner_stop()
+        if self.ranks is not None:
+            readout = self.merged(readout)
         new = readout.top(self.hot_target)
         window = np.concatenate([self.batch_arrays(*self.batch_range(g % self.num_batches()))[0]
                                  for g in range(start, step)])
@@ -265,15 +306,26 @@ class HotlineTrainer(BaselineTrainer):
             "learner_counted": readout.counted, "learner_dropped": readout.dropped})
         self.schedule.loaded(step)
 
+    def merged(self, readout) -> LearnerReadout:
+        """Data-parallel: the learners of every rank (each counted its shards) as one: counts
+        summed per key, on every rank, so every rank loads the same set."""
+        valid = readout.counts > 0
+        keys, counts = self.ranks.all_sum(
+            readout.keys[valid].astype(np.int64),
+            torch.from_numpy(readout.counts[valid].astype(np.float64)[:, None]))
+        counted, dropped = self.ranks.sum([readout.counted, readout.dropped])
+        return LearnerReadout(keys.astype(np.uint32), counts[:, 0].numpy().astype(np.uint64),
+                              int(counted), int(dropped))
+
     def migrate(self, keys) -> None:
         """Change the hot set to ``keys`` in place (`Device.update_hot_set`), moving rows so
         the trajectory is unchanged: rows that leave go back to host memory, rows the CAM
         relocated move between slots, rows that enter are loaded; other slots are untouched."""
-        self.device.drain()   # every scatter done: host memory holds every cold row
+        self.quiesce()   # every rank's scatters done: host memory holds every cold row
         old, slots = self.placement.keys, self.placement.slots
         new = self.device.update_hot_set(keys)
         leave = ~np.isin(old, new.keys)
-        if leave.any():
+        if leave.any() and self.lead:   # data-parallel: the replicas are alike
             rows = self.hot_table[self.index(slots[leave])].cpu().numpy()
             self.host_rows[self.global_rows(old[leave])] = rows
             self.bytes_d2h += int(leave.sum()) * self.lay.nbytes
@@ -289,6 +341,8 @@ class HotlineTrainer(BaselineTrainer):
             self.hot_table[self.index(new.slots[~held])] = torch.from_numpy(rows).to(self.dev)
             self.bytes_h2d += int((~held).sum()) * self.lay.nbytes
         self.placement, self.hot_keys, self.prev = new, np.asarray(keys, np.uint32), None
+        if self.ranks is not None:
+            self.ranks.barrier()   # the rows that left are in host memory before any gather
 
     def refresh_stale(self, rows, ck) -> None:
         """Batch j was gathered before batch j - 1 was scattered (it was pushed while j - 1
@@ -355,8 +409,12 @@ class HotlineTrainer(BaselineTrainer):
         return base[0] + live["busy_seconds"], base[1] + live["wait_seconds"]
 
     def device_counters(self) -> dict:
+        """The device's counters (data-parallel: summed over the ranks' devices)."""
         c = self.device.counters()
-        return {k: v + self.counters_base.get(k, 0) for k, v in c.items()}
+        if self.ranks is not None:
+            c = dict(zip(c, (int(v) for v in self.ranks.sum(list(c.values())))))
+        base = self.counters_base if self.lead else {}
+        return {k: v + base.get(k, 0) for k, v in c.items()}
 
     def close(self) -> None:
         if getattr(self, "device", None) is not None:

@@ -66,6 +66,7 @@ def _run(trainer, data, cfg, ckpt, progress, notes):
 
     def save(position):
         totals = trainer.totals()
+        trainer.quiesce()
         if trainer.lead:
             save_checkpoint(cfg.checkpoint, trainer,
                             {"config": cfg_saved, "data": fp, **run.state(position)}, totals)

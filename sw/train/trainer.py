@@ -58,12 +58,13 @@ class Trainer(abc.ABC):
         return 0.0 if self.ranks is None else self.ranks.seconds
 
     def totals(self) -> dict:
-        """The run's traffic and host row work, summed over the ranks (data-parallel: a
-        collective, every rank calls it)."""
+        """The run's traffic, host row work and device counters, summed over the ranks
+        (data-parallel: a collective, every rank calls it)."""
         v = [self.bytes_h2d, self.bytes_d2h, self.host_rows_seconds]
         if self.ranks is not None:
             v = self.ranks.sum(v)
-        return {"bytes_h2d": int(v[0]), "bytes_d2h": int(v[1]), "host_rows_seconds": float(v[2])}
+        return {"bytes_h2d": int(v[0]), "bytes_d2h": int(v[1]), "host_rows_seconds": float(v[2]),
+                "counters": self.device_counters()}
 
     def device_time(self) -> tuple[float, float]:
         """(busy, waited-for) seconds of the accelerator over the run, resumes included: the
@@ -82,6 +83,11 @@ class Trainer(abc.ABC):
     def my_range(self, s0, s1) -> tuple[int, int]:
         """This rank's shard of samples [s0, s1) (all of them in one process)."""
         return (s0, s1) if self.ranks is None else self.ranks.shard(s0, s1)
+
+    @property
+    def world(self) -> int:
+        """The ranks of the run (1: one process)."""
+        return 1 if self.ranks is None else self.ranks.world
 
     @property
     def lead(self) -> bool:
@@ -227,6 +233,11 @@ class Trainer(abc.ABC):
     def begin_epoch(self, first_batch) -> None:
         pass
 
+    def quiesce(self) -> None:
+        """Every rank's writes to host memory done (data-parallel: a collective)."""
+        if self.ranks is not None:
+            self.ranks.barrier()
+
     def sync(self, count=False) -> None:
         """Make `tables` / `eval_rows` see the latest rows (hotline: hot rows back to host)."""
 
@@ -240,7 +251,10 @@ class Trainer(abc.ABC):
     def evaluate(self) -> tuple[float | None, float | None]:
         """(logloss, AUC) on the held-out split (None, None if there is none)."""
         d = self.data
-        if d.n_test == 0 or not self.lead:  # rank 0 evaluates for every rank
+        if d.n_test == 0:
+            return None, None
+        self.quiesce()
+        if not self.lead:  # rank 0 evaluates for every rank
             return None, None
         self.sync()
         scores, total = [], 0.0
