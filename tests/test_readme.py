@@ -64,19 +64,23 @@ TIERS = [
      "builds and runs RTL in Verilator (a minute or two)"),
     (r"^make (sim|bench|fpga)\b", [SLOW, RTL], 3600, "RTL co-simulation, benchmarks or a board build"),
     (r"^make train\b", [SLOW], 1800, "DLRM training on 500000 generated samples (minutes)"),
-    (r"^hotline train\b", [SLOW], 1800, "DLRM training, 5 epochs (about 2 min)"),
+    (r"^hotline train build/criteo-shards\b", [], 600,
+     "DLRM training on the shards the convert command before it wrote (about 20 s)"),
+    (r"^hotline train\b|^torchrun\b", [SLOW], 1800,
+     "DLRM training, 5 epochs (about 2 min), or on 2 ranks"),
     (r"", [], 600, "models and data only"),
 ]
 
 
 def readme_commands(text):
-    """Every ``hotline`` / ``make`` command of the ```sh blocks of ``text``, in order."""
+    """Every ``hotline`` / ``torchrun`` / ``make`` command of the ```sh blocks of ``text``, in
+    order."""
     commands = []
     for block in re.findall(r"^```sh\n(.*?)^```", text, re.M | re.S):
         for line in re.sub(r"\\\n\s*", " ", block).splitlines():
             line = re.sub(r"(^|\s)#.*$", "", line).strip()
             line = re.sub(r"\s+", " ", line)
-            if line.split(" ")[0] in ("hotline", "make"):
+            if line.split(" ")[0] in ("hotline", "make", "torchrun"):
                 commands.append(line)
     return commands
 

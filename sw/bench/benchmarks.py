@@ -45,11 +45,15 @@ Sections:
 - train: DLRM training throughput (samples/s) on `make train`'s data (500k generated samples,
   --max-ind-range 1000000, B 1024, the hot set 10% of the rows) at 1 and 2 torch threads:
   ``hotline`` (exact hot set), ``hotline-learn`` (--hot-set learn --refresh auto) and
-  ``device-only`` beside ``baseline`` in the same run, with host-to-device bytes, overlap and
-  the final losses (which must agree) (``--quick``: 20k samples);
+  ``device-only`` beside ``baseline`` in the same run, with host-to-device bytes, overlap,
+  the final losses (which must agree) and baseline's host row work with the speedup bound it
+  puts on any accelerator (``--quick``: 20k samples);
 - drift: the hot-lookup share per learner window on the drifting generator (drift=0.1) with
   --refresh off and auto, beside the oracle that re-plans every window exactly
-  (``--quick``: 60k samples).
+  (``--quick``: 60k samples);
+- dist: ``hotline train --nproc N`` (N = 1, 2, 4, one torch thread each) in baseline and
+  hotline mode on 200k samples of `make train`'s data: samples/s against one rank, the share
+  of the steps in collectives, payload bytes per step per rank (``--quick``: 20k samples).
 """
 import argparse
 import csv
@@ -58,6 +62,7 @@ import io
 import json
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -86,7 +91,7 @@ from .hash_quality import GEOMETRIES, cam_first_refusal, cold_first_overflow, fi
 
 SECTIONS = ("fragment_model", "criteo_parse", "convert", "hashing", "fragment_rtl", "cam", "learner",
             "synthesis",
-            "dma", "gather", "boards", "train", "drift")
+            "dma", "gather", "boards", "train", "drift", "dist")
 SLOW_SECTIONS = ("boards",)  # not in --quick runs unless named with --only
 
 
@@ -490,6 +495,41 @@ def _plot_drift(res, path) -> str:
     return str(path)
 
 
+def bench_dist(quick):
+    """Data-parallel `hotline train --nproc N` (N = 1, 2, 4; one torch thread per rank) in
+    baseline and hotline mode on `make train`'s data: samples/s, the share of the step time
+    in collectives, payload bytes per step per rank (dense gradients, hot rows, cold rows),
+    and the losses against one rank's."""
+    samples = 20_000 if quick else 200_000
+    spec = f"synth:criteo-kaggle:{samples}"
+    out = {"data": f"{spec} (--max-ind-range 1000000)", "batch_size": 1024, "hot_fraction": 0.1,
+           "cpus": os.cpu_count(), "runs": {}}
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="hotline-bench-dist-") as tmp:
+        for mode in ("baseline", "hotline"):
+            runs = out["runs"][mode] = {}
+            for nproc in (1, 2, 4):
+                path = Path(tmp) / f"{mode}-{nproc}.json"
+                subprocess.run([sys.executable, "-m", "hotline", "train", spec, "--max-ind-range",
+                                "1000000", "--mode", mode, "--batch-size", "1024",
+                                "--hot-fraction", "0.1", "--threads", "1", "--nproc", str(nproc),
+                                "--json", str(path)], check=True, stdout=subprocess.DEVNULL)
+                r = json.loads(path.read_text())
+                runs[str(nproc)] = {k: r[k] for k in (
+                    "world_size", "samples_per_s", "train_seconds", "collective_seconds",
+                    "collective_share", "collective_bytes_per_step", "hot_exchanges",
+                    "train_logloss")}
+                one = runs["1"]
+                runs[str(nproc)]["ratio_vs_one_rank"] = r["samples_per_s"] / one["samples_per_s"]
+                b = r["collective_bytes_per_step"]
+                rows.append([f"train --nproc {nproc} ({mode})", out["data"][:40],
+                             f"{r['samples_per_s']:,.0f} samples/s, {r['collective_share']:.0%} "
+                             f"in collectives, {(b['dense'] + b['hot'] + b['cold']) / 2**20:.2f} "
+                             f"MiB/step/rank", f"{one['samples_per_s']:,.0f} samples/s 1 rank",
+                             runs[str(nproc)]["ratio_vs_one_rank"]])
+    return out, rows
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m hotline.bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -522,7 +562,7 @@ def main(argv=None):
                      ("cam", bench_cam),
                      ("learner", bench_learner), ("synthesis", bench_synthesis),
                      ("dma", None), ("gather", bench_gather), ("boards", bench_boards),
-                     ("train", bench_train), ("drift", bench_drift)):
+                     ("train", bench_train), ("drift", bench_drift), ("dist", bench_dist)):
         if name in want:
             print(f"bench: {name} ...", file=sys.stderr, flush=True)
             if name == "dma":

@@ -27,7 +27,7 @@ class DeviceOnlyTrainer(UniqueRowsTrainer):
     def update_shared_rows(self, uniq, grad) -> None:
         """Data-parallel: every rank holds every table, so each row any rank touched gets the
         gradient summed over the ranks on every rank (`Ranks.all_sum`)."""
-        ids, g = self.ranks.all_sum(uniq, grad.cpu())
+        ids, g = self.ranks.all_sum(uniq, grad.cpu(), universe=len(self.table))
         rows = self.gather(ids, count=False)
         self.update_rows(rows, g.to(self.dev))
         self.put(ids, rows)

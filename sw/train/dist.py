@@ -36,13 +36,14 @@ DEFAULT_TIMEOUT = 300.0  # seconds a collective may wait for the other ranks
 class Ranks:
     """This process's place in an initialised process group, and the collectives of a
     data-parallel step. ``bytes``: payload bytes this rank sent, by kind (dense, hot, cold);
-    ``seconds``: time in collectives."""
+    ``seconds``: time in collectives; ``exchanges``: how `all_sum` moved rows."""
 
     def __init__(self):
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         # nodes of the launch (torchrun sets LOCAL_WORLD_SIZE, the ranks of each node)
         self.nodes = self.world // int(os.environ.get("LOCAL_WORLD_SIZE", self.world))
         self.bytes = {"dense": 0, "hot": 0, "cold": 0}
+        self.exchanges = {"gather": 0, "dense": 0}   # `all_sum`'s choices
         self.seconds = 0.0
 
     @classmethod
@@ -121,12 +122,22 @@ class Ranks:
         self.bytes["cold"] += len(ids) * (8 + grads.shape[1] * grads.element_size())
         return _sum_by_id(ids_in.numpy(), grads_in, first)
 
-    def all_sum(self, ids, grads, kind="hot") -> tuple[np.ndarray, torch.Tensor]:
+    def all_sum(self, ids, grads, kind="hot", universe=None) -> tuple[np.ndarray, torch.Tensor]:
         """Rows ``ids`` (int64, unique) with gradients ``grads`` [U, W] from every rank: (every
         id any rank touched, sorted, its gradient summed over the ranks), on every rank.
-        Contributions add in rank order. ``kind``: what `bytes` counts it as."""
+        ``kind``: what `bytes` counts it as.
+
+        The touched rows travel by all-gather (contributions add in rank order); when ids
+        are below ``universe`` and a dense all-reduce of [universe, W + 1] would move fewer
+        bytes than the all-gather (a small table, or most of it touched), that instead
+        (`exchanges` counts the choices)."""
         counts = self.sum(np.eye(self.world)[self.rank] * len(ids)).astype(np.int64)
         m = int(counts.max())
+        row = grads.shape[1] * grads.element_size()
+        if universe is not None and universe * (row + grads.element_size()) < m * (8 + row) * self.world:
+            return self._dense_sum(ids, grads, universe, kind)
+        if universe is not None:
+            self.exchanges["gather"] += 1
         pad_ids = torch.full((m,), -1, dtype=torch.int64)
         pad_ids[:len(ids)] = torch.from_numpy(ids)
         pad_g = torch.zeros((m, grads.shape[1]), dtype=grads.dtype)
@@ -138,6 +149,19 @@ class Ranks:
         self.bytes[kind] += m * (8 + grads.shape[1] * grads.element_size())
         ids_in = np.concatenate([a[:c].numpy() for a, c in zip(all_ids, counts)])
         return _sum_by_id(ids_in, torch.cat([g[:c] for g, c in zip(all_g, counts)]))
+
+    def _dense_sum(self, ids, grads, universe, kind):
+        """`all_sum` as one all-reduce of a dense [universe, W + 1] tensor (the last column
+        counts who touched each id)."""
+        self.exchanges["dense"] += 1
+        dense = torch.zeros((universe, grads.shape[1] + 1), dtype=grads.dtype)
+        idx = torch.from_numpy(ids)
+        dense[idx, :-1] = grads
+        dense[idx, -1] = 1
+        self.bytes[kind] += dense.numel() * dense.element_size()
+        self._timed(dist.all_reduce, dense)
+        touched = torch.nonzero(dense[:, -1]).flatten()
+        return touched.numpy(), dense[touched, :-1]
 
     def _exchange_counts(self, send_counts) -> np.ndarray:
         recv = torch.empty(self.world, dtype=torch.int64)

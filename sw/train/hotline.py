@@ -242,12 +242,14 @@ class HotlineTrainer(BaselineTrainer):
 
     def update_shared(self, bank, hu, H, ck, C, cmap) -> None:
         """Data-parallel: the hot replicas get the gradient of every slot any rank touched,
-        summed over the ranks (`Ranks.all_sum`); each cold row is updated once, by its owner
+        summed over the ranks (`Ranks.all_sum`: the touched slots, or the whole hot table's
+        gradient when that is smaller); each cold row is updated once, by its owner
         (``key % N``, `Ranks.owner_sum`), which writes it through its device's scatter (its
         bank of this batch, done before the step ends, so no rank reads an older row after);
         every rank keeps the step's updated cold rows for `refresh_stale`."""
         zero = lambda t: t.grad if t.grad is not None else torch.zeros_like(t)
-        slots, g = self.ranks.all_sum(hu.astype(np.int64), zero(H).cpu())
+        slots, g = self.ranks.all_sum(hu.astype(np.int64), zero(H).cpu(),
+                                      universe=len(self.hot_table))
         idx = self.index(slots)
         rows = self.hot_table.index_select(0, idx)
         self.update_rows(rows, g.to(self.dev))

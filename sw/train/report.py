@@ -51,6 +51,8 @@ def build_report(trainer, data, cfg, run, notes) -> dict:
         "collective_share": float(coll[0] / seconds) if seconds else 0.0,
         "collective_bytes_per_step": {k: float(v / max(1, len(losses)))
                                       for k, v in zip(("dense", "hot", "cold"), coll[1:])},
+        # how the hot rows' gradients were exchanged: touched slots gathered, or dense
+        "hot_exchanges": dict(trainer.ranks.exchanges) if trainer.ranks else None,
         "samples_per_s": samples / seconds if seconds else 0.0,
         "train_seconds": seconds,
         # hotline: the accelerator works beside the trainer (its agent thread); over the steps,
