@@ -8,7 +8,7 @@ import pytest
 from amaranth.hdl import UnusedElaboratable
 
 from hotline.contract import cam, config, keys, streams
-from hotline.contract.config import AcceleratorConfig
+from hotline.contract.config import AcceleratorConfig, max_batch_lookups
 from hotline.hw.accelerator import HotlineAccelerator
 
 CONFIGS = [AcceleratorConfig(),
@@ -136,3 +136,27 @@ def test_the_product_configuration_is_one_definition():
     m = PopularityCAMModel()
     assert (m.entries, m.ways, m.stash_size, m.max_kicks) == tuple(
         config.PRODUCT.cam_kwargs().values())
+
+
+def test_max_batch_lookups_from_an_array_or_an_indexable_and_a_prefix():
+    """Against every batch counted by hand; a streamed dataset's offsets (indexable by an int
+    only) give the same; ``samples`` limits it to the first samples (the train split)."""
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(0, 40, 1001)
+    offsets = np.r_[0, np.cumsum(lengths)].astype(np.int64)
+
+    class IntOnly:
+        def __len__(self):
+            return len(offsets)
+
+        def __getitem__(self, i):
+            assert isinstance(i, int)
+            return offsets[i]
+
+    for batch in (1, 7, 64, 1000, 5000):
+        for samples in (None, 1, 500, 1001):
+            n = 1001 if samples is None else samples
+            want = max(int(lengths[s:min(s + batch, n)].sum()) for s in range(0, n, batch))
+            assert max_batch_lookups(offsets, batch, samples) == want
+            assert max_batch_lookups(IntOnly(), batch, samples) == want
+    assert max_batch_lookups(offsets[:1], 4) == 0

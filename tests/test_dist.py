@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from helpers import real_file
 from hotline.data.spec import open_data
 from hotline.train import TrainConfig, prepare_data
 from hotline.train.baseline import BaselineTrainer
@@ -93,6 +94,24 @@ def test_ranks_train_like_one_process_and_the_reference(tmp_path, mode, optimize
         assert c["window_errors"] == c["axi_errors"] == 0
         assert many[0]["refreshes"] == one[0]["refreshes"]
         assert b["cold"] > 0
+
+
+@pytest.mark.parametrize("mode,extra", [("baseline", []),
+                                        ("hotline", ["--hot-rows", "2600"])])
+def test_ranks_on_a_real_criteo_file(tmp_path, mode, extra):
+    """`train_random4584.csv.gz` (4,584 real samples), 2 ranks = one process; the sharded
+    copy of the file, streamed (each rank reads the shards of its samples), too."""
+    path = real_file("criteo_kaggle/train_random4584.csv.gz")
+    args = ["--mode", mode, "--optimizer", "adagrad", "--batch-size", "128", *extra]
+    one = hotline_train(tmp_path, "one", *args, spec=str(path))
+    many = hotline_train(tmp_path, "many", *args, "--nproc", "2", spec=str(path))
+    assert_same_run(one, many)
+    shards = tmp_path / "shards"
+    subprocess.run([*HOTLINE, "data", "convert", str(path), "--max-ind-range", str(FOLD),
+                    "--shards", str(shards), "--shard-samples", "4096"], check=True,
+                   capture_output=True)
+    streamed = hotline_train(tmp_path, "streamed", *args, "--nproc", "2", spec=str(shards))
+    assert_same_run(many, streamed, rtol=0)
 
 
 def test_uneven_and_empty_shards(tmp_path):
@@ -202,6 +221,61 @@ def test_ranks_sum_in_rank_order_bit_for_bit(tmp_path, mode, extra):
         np.testing.assert_array_equal(x, y)
     if mode == "hotline":
         assert ranks[0]["refreshes"] >= 3
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def two_nodes(tmp_path, name, *args):
+    """Two `torchrun --nnodes 2 --node-rank K` invocations on this machine (one rank each), a
+    c10d rendezvous on a local port (which assigns the ranks): ([(exit code, stderr)] of
+    both, the JSON path)."""
+    torchrun = Path(sys.executable).with_name("torchrun")
+    port = _free_port()
+    out = tmp_path / f"{name}.json"
+    procs = [subprocess.Popen(
+        [str(torchrun), "--nnodes", "2", "--node-rank", str(k), "--nproc-per-node", "1",
+         "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", name,
+         "-m", "hotline", "train", SPEC, "--max-ind-range", str(FOLD), *SMALL, *args,
+         "--json", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for k in (0, 1)]
+    results = []
+    for p in procs:
+        _, err = p.communicate(timeout=600)
+        results.append((p.returncode, err))
+    return results, out
+
+
+@pytest.mark.parametrize("mode,optimizer", [("device-only", "sgd"), ("baseline", "adagrad")])
+def test_two_nodes_through_torchrun(tmp_path, mode, optimizer):
+    """The multi-node path (two torchrun invocations, a rendezvous endpoint) = one process:
+    device-only (tables replicated), and baseline with the host tables split over the two
+    nodes' memory files (each node's first rank writes its half; rows travel to the ranks
+    that read them and to their owners by all_to_all_single), checkpoint tables included."""
+    args = ["--mode", mode, "--optimizer", optimizer, "--batch-size", "64", "--epochs", "2"]
+    one = hotline_train(tmp_path, "one", *args)
+    ckpt = tmp_path / "nodes.pt"
+    nodes, out = two_nodes(tmp_path, "nodes", *args, "--checkpoint", str(ckpt))
+    assert [rc for rc, _ in nodes] == [0, 0], nodes
+    rep = json.loads(out.read_text())
+    assert rep["world_size"] == 2
+    tables = [t.numpy() for t in torch.load(ckpt, weights_only=False)["tables"]]
+    assert_same_run(one, (rep, tables))
+    # a checkpoint of the split tables resumes in one process
+    rest = hotline_train(tmp_path, "rest", *args, "--epochs", "3", "--resume", str(ckpt),
+                         "--checkpoint", str(ckpt))
+    whole = hotline_train(tmp_path, "whole", *args, "--epochs", "3")
+    assert_same_run(whole, rest)
+
+
+def test_hotline_over_two_nodes_is_refused(tmp_path):
+    nodes, out = two_nodes(tmp_path, "refused", "--mode", "hotline", "--batch-size", "64")
+    assert all(rc != 0 for rc, _ in nodes) and not out.exists()
+    assert all("cold rows of other nodes are not fetched yet" in err for _, err in nodes)
 
 
 def _children(pid) -> list[int]:

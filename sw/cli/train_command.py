@@ -179,9 +179,12 @@ def cmd_train(args) -> int:
         return launch(rank_main, (args,), cfg.nproc, cfg.dist_timeout)
     ranks = init_from_env(cfg.dist_timeout)
     try:
-        return _train(args, cfg, lead=ranks is None or ranks.rank == 0)
-    finally:
-        shutdown()
+        rc = _train(args, cfg, lead=ranks is None or ranks.rank == 0)
+    except BaseException:
+        shutdown(finished=False)
+        raise
+    shutdown()
+    return rc
 
 
 def rank_main(args) -> int:
@@ -192,9 +195,12 @@ def rank_main(args) -> int:
     try:
         ranks = init_from_env(cfg.dist_timeout)
         try:
-            return _train(args, cfg, lead=ranks.rank == 0)
-        finally:
-            shutdown()
+            rc = _train(args, cfg, lead=ranks.rank == 0)
+        except BaseException:
+            shutdown(finished=False)
+            raise
+        shutdown()
+        return rc
     except HotlineError as e:
         msg = str(e)
         record_error(msg if msg.startswith("rank ") else f"rank {os.environ['RANK']}: {msg}")

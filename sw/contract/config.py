@@ -47,10 +47,17 @@ def cold_slot_width(max_keys: int) -> int:
     return _bits_for(max_keys - 1)
 
 
-def max_batch_lookups(sample_offsets, batch_size) -> int:
-    """The most lookups any batch of ``batch_size`` consecutive samples has."""
-    ends = np.r_[np.arange(0, len(sample_offsets) - 1, batch_size), len(sample_offsets) - 1]
-    return int(np.diff(np.asarray(sample_offsets)[ends]).max()) if len(ends) > 1 else 0
+def max_batch_lookups(sample_offsets, batch_size, samples=None) -> int:
+    """The most lookups any batch of ``batch_size`` consecutive samples (of the first
+    ``samples``; default all) has. ``sample_offsets`` [N + 1]: an array, or anything an int
+    indexes (a streamed dataset's offsets), read at the batch boundaries only."""
+    n = len(sample_offsets) - 1 if samples is None else samples
+    ends = np.r_[np.arange(0, n, batch_size), n]
+    if isinstance(sample_offsets, np.ndarray):
+        at = sample_offsets[ends]
+    else:
+        at = np.array([sample_offsets[int(e)] for e in ends], np.int64)
+    return int(np.diff(at).max()) if len(ends) > 1 else 0
 
 
 @dataclass(frozen=True)

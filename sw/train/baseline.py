@@ -11,7 +11,6 @@ import time
 import numpy as np
 import torch
 
-from hotline.contract.errors import HotlineError
 from hotline.contract.keys import MAX_ROWS, ROW_BITS
 from hotline.host.host_memory import HostMemory, Window
 
@@ -78,14 +77,14 @@ class BaselineTrainer(UniqueRowsTrainer):
         need = sum(-(-int(r) * lay.nbytes // self.align) * self.align for r in d.table_sizes)
         need += -(-staging_bytes // self.align) * self.align
         check_fits("host memory", need, self.host_limit(), d)
-        # data-parallel: rank 0's memory file, mapped by every rank of the node
-        self.memory = HostMemory(need) if self.lead else None
-        if self.ranks is not None:
-            if self.ranks.nodes > 1:
-                raise HotlineError(f"--mode baseline over {self.ranks.nodes} nodes: the host "
-                                   f"tables live in one node's memory file (device-only "
-                                   f"replicates them and runs on several nodes)")
-            path = self.ranks.broadcast(str(self.memory.path) if self.lead else None)
+        # data-parallel: one memory file per node, made by the node's first rank and mapped
+        # by the others; over several nodes each node's file holds its part of the rows (the
+        # rest of it is never touched: a sparse file)
+        r = self.ranks
+        first = r is None or r.rank % r.local == 0
+        self.memory = HostMemory(need) if first else None
+        if r is not None:
+            path = r.node_lead(str(self.memory.path) if first else None)
             self.memory = self.memory or HostMemory(need, path)
         self.windows = [self.memory.alloc(int(r) * lay.nbytes, self.align, name=f"table{t}")
                         for t, r in enumerate(d.table_sizes)]
@@ -93,11 +92,29 @@ class BaselineTrainer(UniqueRowsTrainer):
         self.host_rows = self.memory.view(Window(0, nrows * lay.nbytes, "rows"), np.float32,
                                           (nrows, lay.floats))
         self.row_base = np.array([w.base // lay.nbytes for w in self.windows], np.int64)
-        if self.lead:
+        self.split_rows = r is not None and r.nodes > 1
+        if self.split_rows:
+            r.row_space = nrows
+        if first:
             for t in range(d.num_tables):
-                init_table(self.cfg.seed, t, int(d.table_sizes[t]), lay, self.table_view(t))
-        if self.ranks is not None:
-            self.ranks.barrier()
+                init_table(self.cfg.seed, t, int(d.table_sizes[t]), lay, self.table_view(t),
+                           self.node_part(t))
+        if r is not None:
+            r.barrier()
+
+    def node_part(self, t) -> tuple[int, int] | None:
+        """Rows [lo, hi) of table ``t`` in this node's memory (None: all of them)."""
+        if not self.split_rows:
+            return None
+        lo, hi = self.ranks.node_rows()
+        return lo - int(self.row_base[t]), hi - int(self.row_base[t])
+
+    @property
+    def collective_reads(self) -> bool:
+        return self.split_rows
+
+    def read_rows(self, ids) -> torch.Tensor:
+        return torch.from_numpy(np.asarray(self.host_rows[ids]))
 
     @property
     def align(self) -> int:
@@ -111,23 +128,38 @@ class BaselineTrainer(UniqueRowsTrainer):
         return self.host_rows[self.row_base[t]:self.row_base[t] + r]
 
     def gather(self, uniq, count=True) -> torch.Tensor:
+        """The rows ``uniq`` on the torch device (tables split over nodes: from their owners,
+        a collective)."""
         if count:
             self.bytes_h2d += len(uniq) * self.lay.nbytes
-        return torch.from_numpy(np.asarray(self.host_rows[uniq])).to(self.dev)
+        if self.split_rows:
+            return self.ranks.fetch(uniq, self.read_rows).to(self.dev)
+        return self.read_rows(uniq).to(self.dev)
 
     def put(self, uniq, rows) -> None:
         self.bytes_d2h += len(uniq) * self.lay.nbytes
         self.host_rows[uniq] = rows.cpu().numpy()
 
     def tables(self) -> list[np.ndarray]:
-        return [np.array(self.table_view(t)) for t in range(self.data.num_tables)]
+        if not self.split_rows:
+            return [np.array(self.table_view(t)) for t in range(self.data.num_tables)]
+        # split over nodes: rank 0 fetches every row from its owner (a collective)
+        sizes = self.data.table_sizes
+        ids = (np.concatenate([b + np.arange(int(n)) for b, n in zip(self.row_base, sizes)])
+               if self.lead else np.zeros(0, np.int64))
+        rows = self.ranks.fetch(ids, self.read_rows).numpy()
+        return np.split(rows, np.cumsum(sizes)[:-1]) if self.lead else []
 
     def load_tables(self, tables) -> None:
-        if self.lead:
+        r = self.ranks
+        if r is None or r.rank % r.local == 0:   # the first rank of each node: its part
             for t, a in enumerate(tables):
-                self.table_view(t)[:] = a
-        if self.ranks is not None:
-            self.ranks.barrier()
+                lo, hi = self.node_part(t) or (0, len(a))
+                lo, hi = max(lo, 0), min(hi, len(a))
+                if lo < hi:
+                    self.table_view(t)[lo:hi] = a[lo:hi]
+        if r is not None:
+            r.barrier()
 
     def close(self) -> None:
         self.host_rows = None

@@ -24,15 +24,16 @@ def data_fingerprint(data) -> dict:
             "table_sizes": [int(x) for x in data.table_sizes], "crc32": data.crc32()}
 
 
-def save_checkpoint(path, trainer, state, totals) -> None:
-    """Write ``state`` (the run's progress) with the trainer's model, optimizer, tables, hot
-    keys, counters and run ``totals`` (`Trainer.totals`) to ``path``, atomically and durably."""
+def save_checkpoint(path, trainer, state, totals, tables) -> None:
+    """Write ``state`` (the run's progress) with the trainer's model, optimizer, ``tables``,
+    hot keys, counters and run ``totals`` (`Trainer.totals`) to ``path``, atomically and
+    durably."""
     import torch  # lazy: torch takes seconds to import; the CLI's checks before a run need none
     obj = dict(state)
     obj["format"] = CHECKPOINT_FORMAT
     obj["model"] = trainer.model.state_dict()
     obj["optimizer"] = trainer.opt.state_dict()
-    obj["tables"] = [torch.from_numpy(t) for t in trainer.tables()]
+    obj["tables"] = [torch.from_numpy(t) for t in tables]
     obj["hot_keys"] = (None if getattr(trainer, "hot_keys", None) is None
                        else torch.from_numpy(trainer.hot_keys.astype(np.int64)))
     schedule = getattr(trainer, "schedule", None)

@@ -40,8 +40,11 @@ class Ranks:
 
     def __init__(self):
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
-        # nodes of the launch (torchrun sets LOCAL_WORLD_SIZE, the ranks of each node)
-        self.nodes = self.world // int(os.environ.get("LOCAL_WORLD_SIZE", self.world))
+        # nodes of the launch: torchrun numbers the ranks node by node, LOCAL_WORLD_SIZE each
+        self.local = int(os.environ.get("LOCAL_WORLD_SIZE", self.world))
+        self.nodes = self.world // self.local
+        self.node = self.rank // self.local
+        self.row_space = None   # rows of the host tables, when they are split over the nodes
         self.bytes = {"dense": 0, "hot": 0, "cold": 0}
         self.exchanges = {"gather": 0, "dense": 0}   # `all_sum`'s choices
         self.seconds = 0.0
@@ -106,13 +109,47 @@ class Ranks:
             p.grad = flat[i:i + n].view_as(p).clone()
             i += n
 
+    def owner(self, ids) -> np.ndarray:
+        """The rank that owns each row id: ``id % N`` on one node; over several nodes, the node
+        holding the id's range of ``row_space`` (`node_rows`), then ``id % ranks per node``."""
+        if self.nodes == 1:
+            return ids % self.world
+        return (ids * self.nodes // self.row_space) * self.local + ids % self.local
+
+    def node_rows(self, node=None) -> tuple[int, int]:
+        """The row ids [lo, hi) a node's memory holds when the tables are split over nodes."""
+        k = self.node if node is None else node
+        return -(-k * self.row_space // self.nodes), -(-(k + 1) * self.row_space // self.nodes)
+
+    def node_lead(self, obj):
+        """``obj`` of the first rank of this rank's node (e.g. the path of its memory file)."""
+        box = [None] * self.world
+        self._timed(dist.all_gather_object, box, obj)
+        return box[self.node * self.local]
+
+    def fetch(self, ids, read) -> torch.Tensor:
+        """The rows ``ids`` (int64) read by their owners (``read(ids) -> [n, W]`` tensor on
+        the owner), in the order of ``ids``: the host tables split over nodes. A collective:
+        every rank calls it (with no ids if it needs none) and serves the others."""
+        owner = self.owner(ids)
+        order = np.argsort(owner, kind="stable")
+        send_counts = np.bincount(owner, minlength=self.world)
+        recv_counts = self._exchange_counts(send_counts)
+        wanted = self._all_to_all(torch.from_numpy(ids[order]), send_counts, recv_counts)
+        rows = read(wanted.numpy())
+        back = self._all_to_all(rows.contiguous(), recv_counts, send_counts)
+        self.bytes["cold"] += len(ids) * 8 + len(rows) * rows.shape[1] * rows.element_size()
+        out = torch.empty_like(back)
+        out[torch.from_numpy(order)] = back
+        return out
+
     def owner_sum(self, ids, grads, first=None) -> tuple[np.ndarray, torch.Tensor]:
         """Rows ``ids`` (int64, unique) with gradients ``grads`` [U, W] from every rank, summed
         by the rows' owners (``id % N``): (the ids this rank owns that any rank touched, sorted,
         their summed gradients). Contributions add in rank order; the columns ``first`` (a
         slice) are not summed but taken from the first rank that sent the id (values every
         sender has alike, such as the row itself)."""
-        owner = ids % self.world
+        owner = self.owner(ids)
         order = np.argsort(owner, kind="stable")
         send_counts = np.bincount(owner, minlength=self.world)
         recv_counts = self._exchange_counts(send_counts)
@@ -206,9 +243,16 @@ def init_from_env(timeout=DEFAULT_TIMEOUT) -> Ranks | None:
     return Ranks()
 
 
-def shutdown() -> None:
+def shutdown(finished=True) -> None:
+    """Leave the process group. After a finished run, every rank first waits for the others,
+    so no rank's exit takes away the rendezvous store (hosted by one node's launcher) while
+    another still uses it; after an error, at once (the others may be in any collective)."""
     if dist.is_initialized():
-        dist.destroy_process_group()
+        try:
+            if finished:
+                Ranks().barrier()
+        finally:
+            dist.destroy_process_group()
 
 
 def launch(entry, args, nproc, timeout=DEFAULT_TIMEOUT):

@@ -33,6 +33,11 @@ class HotlineTrainer(BaselineTrainer):
 
     def setup(self) -> None:
         d, cfg, lay = self.data, self.cfg, self.lay
+        if self.ranks is not None and self.ranks.nodes > 1:
+            raise HotlineError(f"--mode hotline over {self.ranks.nodes} nodes: an accelerator "
+                               f"gathers from its node's memory, and the cold rows of other "
+                               f"nodes are not fetched yet (baseline and device-only run "
+                               f"over several nodes)")
         budget = self.hot_budget()
         self.hot_target = budget["rows"]
         learns = cfg.hot_set == "learn" or cfg.refresh != "off"
@@ -52,7 +57,7 @@ class HotlineTrainer(BaselineTrainer):
                                   f"exceeds the {hot.distinct:,} distinct keys in the profiling "
                                   f"window; using {hot.size:,}")
             self.hot_keys = hot.keys
-        lookups = max_batch_lookups(d.offsets[:d.n_train + 1], cfg.batch_size)
+        lookups = max_batch_lookups(d.offsets, cfg.batch_size, d.n_train)
         # the learner sized for K: a window cannot show it more distinct keys than lookups
         self.acc_config = AcceleratorConfig.for_workload(
             max(len(self.hot_keys), self.hot_target if learns else 0), cfg.batch_size, lookups,

@@ -67,9 +67,11 @@ def _run(trainer, data, cfg, ckpt, progress, notes):
     def save(position):
         totals = trainer.totals()
         trainer.quiesce()
+        tables = trainer.checkpoint_tables()
         if trainer.lead:
             save_checkpoint(cfg.checkpoint, trainer,
-                            {"config": cfg_saved, "data": fp, **run.state(position)}, totals)
+                            {"config": cfg_saved, "data": fp, **run.state(position)}, totals,
+                            tables)
 
     stopped = False
     while run.epoch < cfg.epochs and not stopped:

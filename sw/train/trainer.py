@@ -233,6 +233,17 @@ class Trainer(abc.ABC):
     def begin_epoch(self, first_batch) -> None:
         pass
 
+    @property
+    def collective_reads(self) -> bool:
+        """Whether reading rows takes every rank (host tables split over nodes)."""
+        return False
+
+    def checkpoint_tables(self) -> list[np.ndarray] | None:
+        """`tables` for rank 0's checkpoint (None on the other ranks, which take part when
+        reading rows is a collective)."""
+        tables = self.tables() if self.lead or self.collective_reads else None
+        return tables if self.lead else None
+
     def quiesce(self) -> None:
         """Every rank's writes to host memory done (data-parallel: a collective)."""
         if self.ranks is not None:
@@ -254,7 +265,7 @@ class Trainer(abc.ABC):
         if d.n_test == 0:
             return None, None
         self.quiesce()
-        if not self.lead:  # rank 0 evaluates for every rank
+        if not self.lead and not self.collective_reads:  # rank 0 evaluates for every rank
             return None, None
         self.sync()
         scores, total = [], 0.0
