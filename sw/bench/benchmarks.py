@@ -52,7 +52,7 @@ Sections:
   --refresh off and auto, beside the oracle that re-plans every window exactly
   (``--quick``: 60k samples);
 - dist: ``hotline train --nproc N`` (N = 1, 2, 4, one torch thread each) in baseline and
-  hotline mode on 200k samples of `make train`'s data: samples/s against one rank, the share
+  hotline mode on `make train`'s data: samples/s against one rank, the share
   of the steps in collectives, payload bytes per step per rank (``--quick``: 20k samples).
 """
 import argparse
@@ -497,10 +497,10 @@ def _plot_drift(res, path) -> str:
 
 def bench_dist(quick):
     """Data-parallel `hotline train --nproc N` (N = 1, 2, 4; one torch thread per rank) in
-    baseline and hotline mode on `make train`'s data: samples/s, the share of the step time
-    in collectives, payload bytes per step per rank (dense gradients, hot rows, cold rows),
-    and the losses against one rank's."""
-    samples = 20_000 if quick else 200_000
+    baseline and hotline mode on `make train`'s data (500k samples, K = 10% of the rows):
+    samples/s, the share of the step time in collectives, payload bytes per step per rank
+    (dense gradients, hot rows, cold rows), and the final loss."""
+    samples = 20_000 if quick else 500_000
     spec = f"synth:criteo-kaggle:{samples}"
     out = {"data": f"{spec} (--max-ind-range 1000000)", "batch_size": 1024, "hot_fraction": 0.1,
            "cpus": os.cpu_count(), "runs": {}}

@@ -136,6 +136,19 @@ class BaselineTrainer(UniqueRowsTrainer):
             return self.ranks.fetch(uniq, self.read_rows).to(self.dev)
         return self.read_rows(uniq).to(self.dev)
 
+    def write_replicated(self, ids, rows) -> None:
+        """Rows ``ids`` that every rank holds alike (the hot replicas) into host memory: by
+        rank 0, or with the tables split over nodes by each node's first rank, its part. Not
+        a collective."""
+        r = self.ranks
+        if not self.split_rows:
+            if self.lead:
+                self.host_rows[ids] = rows
+        elif r.rank % r.local == 0:
+            lo, hi = r.node_rows()
+            mine = (ids >= lo) & (ids < hi)
+            self.host_rows[ids[mine]] = rows[mine]
+
     def put(self, uniq, rows) -> None:
         self.bytes_d2h += len(uniq) * self.lay.nbytes
         self.host_rows[uniq] = rows.cpu().numpy()

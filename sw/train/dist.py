@@ -143,13 +143,14 @@ class Ranks:
         out[torch.from_numpy(order)] = back
         return out
 
-    def owner_sum(self, ids, grads, first=None) -> tuple[np.ndarray, torch.Tensor]:
+    def owner_sum(self, ids, grads, first=None, where=None) -> tuple[np.ndarray, torch.Tensor]:
         """Rows ``ids`` (int64, unique) with gradients ``grads`` [U, W] from every rank, summed
-        by the rows' owners (``id % N``): (the ids this rank owns that any rank touched, sorted,
-        their summed gradients). Contributions add in rank order; the columns ``first`` (a
-        slice) are not summed but taken from the first rank that sent the id (values every
-        sender has alike, such as the row itself)."""
-        owner = self.owner(ids)
+        by the rows' owners (`owner` of ``where``, each id's row id; default the ids): (the
+        ids this rank owns that any rank touched, sorted, their summed gradients).
+        Contributions add in rank order; the columns ``first`` (a slice) are not summed but
+        taken from the first rank that sent the id (values every sender has alike, such as
+        the row itself)."""
+        owner = self.owner(ids if where is None else where)
         order = np.argsort(owner, kind="stable")
         send_counts = np.bincount(owner, minlength=self.world)
         recv_counts = self._exchange_counts(send_counts)

@@ -33,11 +33,6 @@ class HotlineTrainer(BaselineTrainer):
 
     def setup(self) -> None:
         d, cfg, lay = self.data, self.cfg, self.lay
-        if self.ranks is not None and self.ranks.nodes > 1:
-            raise HotlineError(f"--mode hotline over {self.ranks.nodes} nodes: an accelerator "
-                               f"gathers from its node's memory, and the cold rows of other "
-                               f"nodes are not fetched yet (baseline and device-only run "
-                               f"over several nodes)")
         budget = self.hot_budget()
         self.hot_target = budget["rows"]
         learns = cfg.hot_set == "learn" or cfg.refresh != "off"
@@ -117,8 +112,7 @@ class HotlineTrainer(BaselineTrainer):
 
     def load_hot_rows(self) -> None:
         p = self.placement
-        rows = np.asarray(self.host_rows[self.global_rows(p.keys)])
-        self.hot_table[self.index(p.slots)] = torch.from_numpy(rows).to(self.dev)
+        self.hot_table[self.index(p.slots)] = self.gather(self.global_rows(p.keys), count=False)
         self.bytes_h2d += len(p.keys) * self.lay.nbytes
 
     def load_tables(self, tables) -> None:
@@ -132,11 +126,11 @@ class HotlineTrainer(BaselineTrainer):
         the device's scatters of the cold rows."""
         self.device.drain()
         p = self.placement
-        if not len(p.keys) or not self.lead:  # data-parallel: the replicas are alike
+        if not len(p.keys):
             return
         rows = self.hot_table[self.index(p.slots)]
-        self.host_rows[self.global_rows(p.keys)] = rows.cpu().numpy()
-        if count:
+        self.write_replicated(self.global_rows(p.keys), rows.cpu().numpy())
+        if count and self.lead:
             self.bytes_d2h += len(p.keys) * self.lay.nbytes
 
     def tables(self) -> list[np.ndarray]:
@@ -194,6 +188,8 @@ class HotlineTrainer(BaselineTrainer):
         st = self.staging(r.bank)
         ck = r.cold_keys
         U = len(ck)
+        if self.split_rows:
+            self.fetch_far_rows(st[:U], ck)
         self.refresh_stale(st[:U], ck)
         hu, lookup_row, src, cmap = self.lookup_rows(r)
         hot_idx = self.index(hu)
@@ -221,7 +217,7 @@ class HotlineTrainer(BaselineTrainer):
         hits, lookups = int(np.count_nonzero(r.hot)), len(r.hot)
         if self.ranks is not None:
             self.update_shared(r.bank, hu, H, ck, C, cmap)
-            total, hits, lookups = self.ranks.sum([total, hits, lookups])
+            total, hits, lookups = (float(v) for v in self.ranks.sum([total, hits, lookups]))
         else:
             if len(hu) and H.grad is not None:
                 self.update_rows(H.data, H.grad)
@@ -263,7 +259,7 @@ class HotlineTrainer(BaselineTrainer):
         w = self.lay.floats
         # the rows travel with their gradients: the owner may not have gathered them
         mine, both = self.ranks.owner_sum(keys, torch.cat([zero(C), C.data], 1).cpu(),
-                                          first=slice(w, 2 * w))
+                                          first=slice(w, 2 * w), where=self.global_rows(keys))
         new = both[:, w:]
         self.update_rows(new, both[:, :w])
         if len(mine):
@@ -332,10 +328,11 @@ class HotlineTrainer(BaselineTrainer):
         old, slots = self.placement.keys, self.placement.slots
         new = self.device.update_hot_set(keys)
         leave = ~np.isin(old, new.keys)
-        if leave.any() and self.lead:   # data-parallel: the replicas are alike
+        if leave.any():
             rows = self.hot_table[self.index(slots[leave])].cpu().numpy()
-            self.host_rows[self.global_rows(old[leave])] = rows
-            self.bytes_d2h += int(leave.sum()) * self.lay.nbytes
+            self.write_replicated(self.global_rows(old[leave]), rows)
+            if self.lead:
+                self.bytes_d2h += int(leave.sum()) * self.lay.nbytes
         was = HotIndex(old, slots).lookup(new.keys)   # each key's slot before; -1: it enters
         held = was >= 0
         src, dst = was[held].astype(np.int64), new.slots[held]
@@ -343,13 +340,22 @@ class HotlineTrainer(BaselineTrainer):
         if moved.any():   # gathered first: a source slot may be another row's destination
             rows = self.hot_table[self.index(src[moved])]
             self.hot_table[self.index(dst[moved])] = rows
-        if (~held).any():
-            rows = np.asarray(self.host_rows[self.global_rows(new.keys[~held])])
-            self.hot_table[self.index(new.slots[~held])] = torch.from_numpy(rows).to(self.dev)
+        if (~held).any() or self.collective_reads:   # (split tables: every rank takes part)
+            rows = self.gather(self.global_rows(new.keys[~held]), count=False)
+            self.hot_table[self.index(new.slots[~held])] = rows
             self.bytes_h2d += int((~held).sum()) * self.lay.nbytes
         self.placement, self.hot_keys, self.prev = new, np.asarray(keys, np.uint32), None
         if self.ranks is not None:
             self.ranks.barrier()   # the rows that left are in host memory before any gather
+
+    def fetch_far_rows(self, rows, ck) -> None:
+        """Tables split over nodes: this rank's device gathered from its node's memory only;
+        the cold rows other nodes hold come from their owners (`Ranks.fetch`, a collective),
+        as they stand after the last step."""
+        g = self.global_rows(ck)
+        lo, hi = self.ranks.node_rows()
+        far = np.flatnonzero((g < lo) | (g >= hi))
+        rows[far] = self.ranks.fetch(g[far], self.read_rows).numpy()
 
     def refresh_stale(self, rows, ck) -> None:
         """Batch j was gathered before batch j - 1 was scattered (it was pushed while j - 1
