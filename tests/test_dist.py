@@ -338,10 +338,28 @@ def test_a_killed_rank_ends_every_rank_with_one_line(tmp_path):
     assert not [c for c in ranks if _alive(c)], "a rank outlived the run"
 
 
+def test_one_accelerator_per_rank_and_a_device_error_on_one_rank(tmp_path):
+    """--device-url as a list, one per rank; a rank whose device cannot open ends every rank
+    with one line naming it (exit 2, no JSON)."""
+    args = ["--mode", "hotline", "--hot-rows", "300", "--batch-size", "64"]
+    one = hotline_train(tmp_path, "one", *args)
+    many = hotline_train(tmp_path, "many", *args, "--nproc", "2", "--device-url",
+                         "model://,model://{rank}")
+    assert_same_run(one, many)
+    p = hotline_train(tmp_path, "bad", *args, "--nproc", "2", "--device-url", "model://,nope://",
+                      check=False)
+    assert p.returncode == 2 and not (tmp_path / "bad.json").exists()
+    assert p.stderr.strip().splitlines() == [
+        "hotline: error: rank 1: nope://: unknown device scheme 'nope' (known: model, serial, "
+        "sim)"], p.stderr
+
+
 @pytest.mark.parametrize("args,env,message", [
     (["--nproc", "2", "--dist-timeout", "0"], {}, "--dist-timeout must be positive"),
     (["--nproc", "0"], {}, "--nproc"),
     (["--nproc", "2"], {"WORLD_SIZE": "2"}, "leave --nproc out"),
+    (["--nproc", "2", "--mode", "hotline", "--device-url", "model://,model://,model://"], {},
+     "lists 3 URLs for 2 ranks"),
 ])
 def test_bad_distributed_options_one_line_exit_2(tmp_path, args, env, message, monkeypatch):
     for k, v in env.items():

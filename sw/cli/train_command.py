@@ -111,7 +111,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="samples the learner counts before each refresh, in whole batches "
                         "(default: the profiling window); at least one batch")
     p.add_argument("--device-url", default="model://", metavar="URL",
-                   help="the accelerator for hotline mode (default model://)")
+                   help="the accelerator for hotline mode (default model://). With several "
+                        "ranks each opens its own: one URL for all ({rank} and {local_rank} "
+                        "in it are replaced, e.g. serial:///dev/ttyUSB{local_rank}) or a "
+                        "comma-separated list, one per rank")
     p.add_argument("--epochs", type=positive_int, default=1)
     p.add_argument("--max-steps", type=positive_int, metavar="N",
                    help="stop after N steps in all (a later --resume continues)")
@@ -164,9 +167,9 @@ def cmd_train(args) -> int:
     process, as one rank of a torchrun launch, or on --nproc ranks it launches."""
     cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)}).check()
     if cfg.mode == "hotline":
-        scheme = cfg.device_url.partition("://")
-        if not scheme[1]:
-            raise HotlineError(f"--device-url {cfg.device_url!r} has no scheme (e.g. model://)")
+        for url in cfg.device_url.split(","):
+            if not url.partition("://")[1]:
+                raise HotlineError(f"--device-url {url!r} has no scheme (e.g. model://)")
     if world_size() > 1 and cfg.nproc > 1:
         raise HotlineError(f"--nproc {cfg.nproc} under a launcher that started {world_size()} "
                            f"ranks (WORLD_SIZE); leave --nproc out")

@@ -73,7 +73,8 @@ class HotlineTrainer(BaselineTrainer):
         w = [self.memory.alloc(staging_bytes, self.align, name=f"staging{r}")
              for r in range(self.world)][self.ranks.rank if self.ranks else 0]
         self.staging_row0 = w.base // lay.nbytes
-        self.device = open_device(cfg.device_url, config=self.acc_config, memory=self.memory)
+        self.device_url = self.my_device_url()
+        self.device = open_device(self.device_url, config=self.acc_config, memory=self.memory)
         for t, tw in enumerate(self.windows):
             self.device.set_table(t, tw, int(d.table_sizes[t]), lay.nbytes)
         self.device.set_staging(w, lay.nbytes, self.slots, self.banks)
@@ -92,6 +93,19 @@ class HotlineTrainer(BaselineTrainer):
         self.queue = []       # batch indices pushed and not yet pulled, oldest first
         self.next_push = 0
         self.prev = None      # (sorted cold keys, their updated rows) of the last trained batch
+
+    def my_device_url(self) -> str:
+        """This rank's accelerator: --device-url is one URL for every rank (``{rank}`` and
+        ``{local_rank}`` in it are replaced), or a comma-separated list, one per rank."""
+        url, r = self.cfg.device_url, self.ranks
+        rank, local = (0, 0) if r is None else (r.rank, r.rank % r.local)
+        urls = url.split(",")
+        if len(urls) > 1:
+            if len(urls) != self.world:
+                raise HotlineError(f"--device-url lists {len(urls)} URLs for {self.world} "
+                                   f"ranks (give one per rank, or one for all)")
+            url = urls[rank]
+        return url.replace("{rank}", str(rank)).replace("{local_rank}", str(local))
 
     def learn_window(self) -> int:
         """The learner window in steps: --learn-window samples, or the profiling window, in
@@ -179,7 +193,7 @@ class HotlineTrainer(BaselineTrainer):
         if self.queue.pop(0) != j:
             raise AssertionError("device batch order")
         if r.gather["errors"]:
-            raise HotlineError(f"{self.cfg.device_url}: gather of batch {j} reported "
+            raise HotlineError(f"{self.device_url}: gather of batch {j} reported "
                                f"{r.gather['errors']} DMA errors")
         s0, s1 = self.batch_range(j)
         a, b = self.my_range(s0, s1)
