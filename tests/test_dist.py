@@ -96,8 +96,9 @@ def test_ranks_train_like_one_process_and_the_reference(tmp_path, mode, optimize
         assert b["cold"] > 0
 
 
-@pytest.mark.parametrize("mode,extra", [("baseline", []),
-                                        ("hotline", ["--hot-rows", "2600"])])
+@pytest.mark.parametrize("mode,extra", [
+    pytest.param("baseline", [], marks=pytest.mark.slow),   # (hotline's covers its path too)
+    ("hotline", ["--hot-rows", "2600"])])
 def test_ranks_on_a_real_criteo_file(tmp_path, mode, extra):
     """`train_random4584.csv.gz` (4,584 real samples), 2 ranks = one process; the sharded
     copy of the file, streamed (each rank reads the shards of its samples), too."""
@@ -126,7 +127,7 @@ def test_uneven_and_empty_shards(tmp_path):
 
 
 @pytest.mark.parametrize("mode,extra", [
-    ("baseline", []),
+    pytest.param("baseline", [], marks=pytest.mark.slow),
     ("hotline", ["--hot-rows", "300", "--hot-set", "learn", "--refresh", "every:3",
                  "--learn-window", "128"]),
 ])
@@ -150,6 +151,7 @@ def test_resume_with_another_rank_count(tmp_path, mode, extra):
         assert rest[0]["bytes_device_to_host"] > 0
 
 
+@pytest.mark.slow   # (the two-node test runs torchrun -m hotline in the default tier)
 def test_torchrun_module_form(tmp_path):
     """`torchrun ... -m hotline train ...` (how several nodes run it) = one process."""
     torchrun = Path(sys.executable).with_name("torchrun")
@@ -258,7 +260,7 @@ def two_nodes(tmp_path, name, *args):
 
 
 @pytest.mark.parametrize("mode,optimizer,extra", [
-    ("device-only", "sgd", []),
+    pytest.param("device-only", "sgd", [], marks=pytest.mark.slow),
     ("baseline", "adagrad", []),
     ("hotline", "adagrad", ["--hot-rows", "300", "--hot-set", "learn", "--refresh", "every:3",
                             "--learn-window", "128"]),
