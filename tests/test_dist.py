@@ -261,7 +261,7 @@ def two_nodes(tmp_path, name, *args):
 
 @pytest.mark.parametrize("mode,optimizer,extra", [
     pytest.param("device-only", "sgd", [], marks=pytest.mark.slow),
-    ("baseline", "adagrad", []),
+    pytest.param("baseline", "adagrad", [], marks=pytest.mark.slow),  # (hotline's splits too)
     ("hotline", "adagrad", ["--hot-rows", "300", "--hot-set", "learn", "--refresh", "every:3",
                             "--learn-window", "128"]),
 ])
