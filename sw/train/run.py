@@ -56,7 +56,7 @@ def _run(trainer, data, cfg, ckpt, progress, notes):
         restore(trainer, ckpt)
         run = Progress.from_checkpoint(ckpt)
         notes.append(f"resumed from {cfg.resume} at epoch {run.epoch + 1}, step {run.batch + 1}")
-    fp = data_fingerprint(data)
+    fp = data_fingerprint(data) if trainer.lead else None  # only rank 0 saves; it reads it all
     cfg_saved = {k: getattr(cfg, k) for k in RESUME_FIELDS}
     step = run.epoch * nb + run.batch
     trainer.step = step
