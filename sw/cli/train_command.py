@@ -177,9 +177,29 @@ def cmd_train(args) -> int:
     for n in remove_stale_partials(cfg):
         say(f"hotline: note: {n}")
     # lazy: torch.distributed imports torch (seconds); the CLI's checks before a run need none
-    from hotline.train.dist import init_from_env, launch, shutdown
+    from hotline.train.dist import launch
     if cfg.nproc > 1:
         return launch(rank_main, (args,), cfg.nproc, cfg.dist_timeout)
+    return _train_as_rank(args, cfg)
+
+
+def rank_main(args) -> int:
+    """One rank of `launch` (a new process): `cmd_train`'s run; an error is left for the
+    launcher to report (`record_error`), not printed."""
+    from hotline.train.dist import record_error  # lazy: (see cmd_train)
+    cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)}).check()
+    try:
+        return _train_as_rank(args, cfg)
+    except HotlineError as e:
+        msg = str(e)
+        record_error(msg if msg.startswith("rank ") else f"rank {os.environ['RANK']}: {msg}")
+        sys.exit(2)
+
+
+def _train_as_rank(args, cfg) -> int:
+    """`_train` in the process group a launcher described (or alone), leaving the group after
+    it: waiting for the other ranks when it finished, at once after an error."""
+    from hotline.train.dist import init_from_env, shutdown  # lazy: (see cmd_train)
     ranks = init_from_env(cfg.dist_timeout)
     try:
         rc = _train(args, cfg, lead=ranks is None or ranks.rank == 0)
@@ -188,26 +208,6 @@ def cmd_train(args) -> int:
         raise
     shutdown()
     return rc
-
-
-def rank_main(args) -> int:
-    """One rank of `launch` (a new process): `cmd_train`'s run; an error is left for the
-    launcher to report (`record_error`), not printed."""
-    from hotline.train.dist import init_from_env, record_error, shutdown  # lazy: (see cmd_train)
-    cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)}).check()
-    try:
-        ranks = init_from_env(cfg.dist_timeout)
-        try:
-            rc = _train(args, cfg, lead=ranks.rank == 0)
-        except BaseException:
-            shutdown(finished=False)
-            raise
-        shutdown()
-        return rc
-    except HotlineError as e:
-        msg = str(e)
-        record_error(msg if msg.startswith("rank ") else f"rank {os.environ['RANK']}: {msg}")
-        sys.exit(2)
 
 
 def _train(args, cfg, lead) -> int:

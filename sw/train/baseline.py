@@ -59,7 +59,7 @@ class UniqueRowsTrainer(Trainer):
         """Data-parallel: each row any rank touched gets one update, with the gradient
         summed over the ranks: by its owner in host memory (`Ranks.owner_sum`)."""
         ids, g = self.ranks.owner_sum(uniq, grad.cpu())
-        rows = torch.from_numpy(np.asarray(self.host_rows[ids]))
+        rows = self.read_rows(ids)
         self.update_rows(rows, g)
         self.put(ids, rows)
 
@@ -80,8 +80,7 @@ class BaselineTrainer(UniqueRowsTrainer):
         # data-parallel: one memory file per node, made by the node's first rank and mapped
         # by the others; over several nodes each node's file holds its part of the rows (the
         # rest of it is never touched: a sparse file)
-        r = self.ranks
-        first = r is None or r.rank % r.local == 0
+        r, first = self.ranks, self.node_first
         self.memory = HostMemory(need) if first else None
         if r is not None:
             path = r.node_lead(str(self.memory.path) if first else None)
@@ -140,12 +139,11 @@ class BaselineTrainer(UniqueRowsTrainer):
         """Rows ``ids`` that every rank holds alike (the hot replicas) into host memory: by
         rank 0, or with the tables split over nodes by each node's first rank, its part. Not
         a collective."""
-        r = self.ranks
         if not self.split_rows:
             if self.lead:
                 self.host_rows[ids] = rows
-        elif r.rank % r.local == 0:
-            lo, hi = r.node_rows()
+        elif self.node_first:
+            lo, hi = self.ranks.node_rows()
             mine = (ids >= lo) & (ids < hi)
             self.host_rows[ids[mine]] = rows[mine]
 
@@ -164,15 +162,14 @@ class BaselineTrainer(UniqueRowsTrainer):
         return np.split(rows, np.cumsum(sizes)[:-1]) if self.lead else []
 
     def load_tables(self, tables) -> None:
-        r = self.ranks
-        if r is None or r.rank % r.local == 0:   # the first rank of each node: its part
+        if self.node_first:   # each node's first rank: the node's part
             for t, a in enumerate(tables):
                 lo, hi = self.node_part(t) or (0, len(a))
                 lo, hi = max(lo, 0), min(hi, len(a))
                 if lo < hi:
                     self.table_view(t)[lo:hi] = a[lo:hi]
-        if r is not None:
-            r.barrier()
+        if self.ranks is not None:
+            self.ranks.barrier()
 
     def close(self) -> None:
         self.host_rows = None

@@ -43,7 +43,7 @@ class Ranks:
         # nodes of the launch: torchrun numbers the ranks node by node, LOCAL_WORLD_SIZE each
         self.local = int(os.environ.get("LOCAL_WORLD_SIZE", self.world))
         self.nodes = self.world // self.local
-        self.node = self.rank // self.local
+        self.node, self.local_rank = divmod(self.rank, self.local)
         self.row_space = None   # rows of the host tables, when they are split over the nodes
         self.bytes = {"dense": 0, "hot": 0, "cold": 0}
         self.exchanges = {"gather": 0, "dense": 0}   # `all_sum`'s choices
@@ -82,12 +82,6 @@ class Ranks:
         t = torch.as_tensor(np.asarray(values, np.float64))
         self._timed(dist.all_reduce, t)
         return t.numpy()
-
-    def broadcast(self, obj, src=0):
-        """``obj`` of rank ``src`` on every rank (small objects only)."""
-        box = [obj]
-        self._timed(dist.broadcast_object_list, box, src)
-        return box[0]
 
     def broadcast_params(self, module) -> None:
         """Rank 0's parameters on every rank (the same seed makes them equal already; this
@@ -131,11 +125,7 @@ class Ranks:
         """The rows ``ids`` (int64) read by their owners (``read(ids) -> [n, W]`` tensor on
         the owner), in the order of ``ids``: the host tables split over nodes. A collective:
         every rank calls it (with no ids if it needs none) and serves the others."""
-        owner = self.owner(ids)
-        order = np.argsort(owner, kind="stable")
-        send_counts = np.bincount(owner, minlength=self.world)
-        recv_counts = self._exchange_counts(send_counts)
-        wanted = self._all_to_all(torch.from_numpy(ids[order]), send_counts, recv_counts)
+        order, send_counts, recv_counts, wanted = self._to_owners(ids, ids)
         rows = read(wanted.numpy())
         back = self._all_to_all(rows.contiguous(), recv_counts, send_counts)
         self.bytes["cold"] += len(ids) * 8 + len(rows) * rows.shape[1] * rows.element_size()
@@ -150,11 +140,8 @@ class Ranks:
         Contributions add in rank order; the columns ``first`` (a slice) are not summed but
         taken from the first rank that sent the id (values every sender has alike, such as
         the row itself)."""
-        owner = self.owner(ids if where is None else where)
-        order = np.argsort(owner, kind="stable")
-        send_counts = np.bincount(owner, minlength=self.world)
-        recv_counts = self._exchange_counts(send_counts)
-        ids_in = self._all_to_all(torch.from_numpy(ids[order]), send_counts, recv_counts)
+        order, send_counts, recv_counts, ids_in = self._to_owners(
+            ids, ids if where is None else where)
         g = grads[torch.from_numpy(order)] if len(ids) else grads
         grads_in = self._all_to_all(g.contiguous(), send_counts, recv_counts)
         self.bytes["cold"] += len(ids) * (8 + grads.shape[1] * grads.element_size())
@@ -200,6 +187,17 @@ class Ranks:
         self._timed(dist.all_reduce, dense)
         touched = torch.nonzero(dense[:, -1]).flatten()
         return touched.numpy(), dense[touched, :-1]
+
+    def _to_owners(self, ids, where):
+        """Send ``ids`` to the owners of ``where`` (`owner`): (this rank's order of its ids by
+        owner, counts sent to and received from each rank, the ids this rank received, by
+        source rank)."""
+        owner = self.owner(where)
+        order = np.argsort(owner, kind="stable")
+        send_counts = np.bincount(owner, minlength=self.world)
+        recv_counts = self._exchange_counts(send_counts)
+        return (order, send_counts, recv_counts,
+                self._all_to_all(torch.from_numpy(ids[order]), send_counts, recv_counts))
 
     def _exchange_counts(self, send_counts) -> np.ndarray:
         recv = torch.empty(self.world, dtype=torch.int64)

@@ -98,7 +98,7 @@ class HotlineTrainer(BaselineTrainer):
         """This rank's accelerator: --device-url is one URL for every rank (``{rank}`` and
         ``{local_rank}`` in it are replaced), or a comma-separated list, one per rank."""
         url, r = self.cfg.device_url, self.ranks
-        rank, local = (0, 0) if r is None else (r.rank, r.rank % r.local)
+        rank, local = (0, 0) if r is None else (r.rank, r.local_rank)
         urls = url.split(",")
         if len(urls) > 1:
             if len(urls) != self.world:

@@ -90,6 +90,12 @@ class Trainer(abc.ABC):
         return 1 if self.ranks is None else self.ranks.world
 
     @property
+    def node_first(self) -> bool:
+        """Whether this process is the first rank of its node (or the only process): it
+        makes the node's memory file and writes the node's part of shared rows."""
+        return self.ranks is None or self.ranks.local_rank == 0
+
+    @property
     def lead(self) -> bool:
         """Whether this process is rank 0 (or the only one): it writes shared state."""
         return self.ranks is None or self.ranks.rank == 0
