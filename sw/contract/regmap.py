@@ -278,7 +278,7 @@ def _bit(name, lsb, doc):
 
 
 ID_VALUE = 0x484F544C  # "HOTL"
-VERSION_MAJOR, VERSION_MINOR = 1, 0
+VERSION_MAJOR, VERSION_MINOR = 1, 1
 VERSION_VALUE = VERSION_MAJOR << 16 | VERSION_MINOR
 CAM_OPS = tuple((op.name.lower(), int(op)) for op in CAMOp)
 CAM_STATUSES = tuple((status.name.lower(), int(status)) for status in CAMStatus)
@@ -339,7 +339,12 @@ HOTLINE_REGISTERS = RegisterMap([
         _bit("clear_errors", 1, "Clear ERROR_CAUSE and STATUS.error."),
         _bit("learner_start", 2, "Start counting the lookup stream in the access learner."),
         _bit("learner_stop", 3, "Stop counting (the table keeps its contents)."),
-        _bit("learner_clear", 4, "Empty the access-learner table."))),
+        _bit("learner_clear", 4, "Empty the access-learner table."),
+        _bit("soft_reset", 5, "Return every block to its power-on state (docs/hardware.md, "
+             "Soft reset): CAM, cold-key set and learner emptied, streams and FIFOs drained, "
+             "counters, errors, descriptors and every rw register zeroed. The reset waits for "
+             "the AXI4 master's transactions in flight; STATUS.resetting is 1 until the "
+             "blocks are ready again."))),
     Register("CONFIG", 0x044, "rw", "Operating modes.", fields=(
         _bit("gather_enable", 0, "Gather each batch's unique cold rows by DMA."),
         _bit("learner_tap", 1, "Feed the lookup stream to the access learner."))),
@@ -349,6 +354,8 @@ HOTLINE_REGISTERS = RegisterMap([
         _bit("cam_busy", 2, "The CAM is executing a command (insert, delete or clear)."),
         _bit("cold_clearing", 3, "The cold-key set is clearing its tables."),
         _bit("learner_active", 4, "The access learner is counting."),
+        _bit("resetting", 5, "A CONTROL.soft_reset is in progress: waiting for the AXI4 "
+             "master's transactions, or the tables' clearing passes after it."),
         _bit("resp_valid", 8, "CAM_RESP holds a response."),
         _bit("move_valid", 9, "CAM_MOVE holds a relocation."),
         _bit("learner_valid", 10, "LEARNER_KEY / LEARNER_COUNT hold the requested entry."),
