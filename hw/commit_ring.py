@@ -10,6 +10,8 @@ Committed words drain in order: ``LOOKUP`` words into ``lookups``, ``SCATTER`` w
 ``scatter_keys``, an ``ADDR`` word sets the memory address, and ``MEMDATA`` words are written
 to consecutive window words through ``mem`` (a write is taken when ``mem_grant`` and
 ``mem.ready`` are high; ``mem_grant`` is low while the responder reads the window). ``mem_pending`` is high while committed ``MEMDATA`` words wait.
+``flush`` (a strobe: a new session) drops every committed word not yet drained, the one
+offered included; a frame still being written is not touched.
 
 Timing: a word is offered 2 cycles after the ``commit`` strobe that commits it, then one
 word per cycle while its sink takes them; a stalled sink holds the rest (backpressure only:
@@ -43,6 +45,7 @@ class CommitRing(wiring.Component):
             "mem": Out(WindowPortSignature(mem_addr_width)),
             "mem_grant": In(1),
             "mem_pending": Out(1),
+            "flush": In(1),
         })
 
     def elaborate(self, platform):
@@ -95,6 +98,8 @@ class CommitRing(wiring.Component):
             m.d.sync += [rptr.eq(rptr + 1), d_valid.eq(1)]
         m.d.comb += mem_written.eq(take & (d_tag == RingTag.MEMDATA))
         m.d.sync += mem_pending.eq(mem_pending + fill.mem_words - mem_written)
+        with m.If(self.flush):
+            m.d.sync += [rptr.eq(wcommit), d_valid.eq(0), mem_pending.eq(fill.mem_words)]
         m.d.comb += [self.mem_pending.eq(mem_pending != 0),
                      self.mem.addr.eq(mem_word), self.mem.wdata.eq(d_word),
                      self.mem.write.eq(d_valid & (d_tag == RingTag.MEMDATA))]

@@ -172,7 +172,7 @@ class FrameParser(wiring.Component):
         """Decide, from a good header, whether the payload is stored and what to answer."""
         T = TYPES
         fixed = {T["WRITE32"]: 8, T["READ32"]: 4, T["MEM_READ"]: 8, T["RESULTS"]: 0,
-                 T["INFO"]: 0, T["QUIT"]: 0}
+                 T["INFO"]: 0, T["QUIT"]: 0, T["OPEN"]: 4}
         with m.Switch(kind):
             for k, n in fixed.items():
                 with m.Case(k):

@@ -22,7 +22,9 @@ Three stages, wired here:
   ``RESULTS`` sends every beat buffered per result stream (count u32, then 16 bytes per beat),
   ``MEM_READ`` reads the window (answered ``BUSY`` while committed ``MEM_WRITE`` words are still
   in the ring: waiting could deadlock behind lookups stalled on full result buffers, which only
-  the host's next ``RESULTS`` frees), ``INFO`` returns the constants, ``QUIT`` is acknowledged.
+  the host's next ``RESULTS`` frees), ``INFO`` returns the constants, ``QUIT`` is acknowledged,
+  ``OPEN`` starts a session (the cache is emptied, the ring's undrained words and the result
+  buffers' beats are dropped; never answered from the cache).
   Malformed requests get ``ERROR`` with a short message.
 
 The memory port is the responder's while it sends a ``MEM_READ`` payload, the ring's
@@ -87,7 +89,7 @@ class HostLinkBridge(wiring.Component):
         wiring.connect(m, wiring.flipped(self.rx), parser.rx)
         wiring.connect(m, parser.ring, ring.fill)
         wiring.connect(m, parser.requests, responder.requests)
-        m.d.comb += parser.served.eq(responder.served)
+        m.d.comb += [parser.served.eq(responder.served), ring.flush.eq(responder.open)]
         wiring.connect(m, ring.lookups, wiring.flipped(self.lookups))
         wiring.connect(m, ring.scatter_keys, wiring.flipped(self.scatter_keys))
         wiring.connect(m, responder.csr, wiring.flipped(self.csr))

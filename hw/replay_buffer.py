@@ -11,6 +11,7 @@ buffer only when the *next* response starts.
   response's beats again. ``count`` (valid from the cycle after ``begin``) is its beat count.
 - ``o`` Out stream: the response's beats, in order; ``o.valid`` drops after ``count`` beats.
   Latency: 2 cycles from ``begin`` to the first beat, then one beat per cycle.
+- ``clear`` (strobe, not with ``begin``): every beat held is dropped (a new session).
 """
 from amaranth import *
 from amaranth.lib import stream, wiring
@@ -28,7 +29,7 @@ class ReplayBuffer(wiring.Component):
         bits = depth.bit_length()  # one extra bit tells full from empty
         super().__init__({
             "i": In(stream.Signature(width)),
-            "begin": In(1), "replay": In(1), "count": Out(bits),
+            "begin": In(1), "replay": In(1), "clear": In(1), "count": Out(bits),
             "o": Out(stream.Signature(width)),
         })
 
@@ -64,4 +65,7 @@ class ReplayBuffer(wiring.Component):
                 m.d.sync += cursor.eq(start)
             with m.Else():
                 m.d.sync += [start.eq(end), end.eq(head), cursor.eq(end)]
+        with m.If(self.clear):
+            m.d.sync += [o_valid.eq(0), start.eq(head + wr.en), end.eq(head + wr.en),
+                         cursor.eq(head + wr.en)]
         return m

@@ -7,6 +7,9 @@ bytes leave.
 - A bad frame (``good`` = 0) gets ``NAK``; a ``BUSY`` reject, or a ``MEM_READ`` while
   committed ``MEM_WRITE`` words wait in the ring (``mem_pending``), gets ``BUSY``. Neither is
   cached.
+- ``OPEN`` (a new session) is always run: ``open`` strobes (the ring drops its undrained
+  words), the result buffers drop their beats, the cache is emptied, and the answer is
+  ``DATA`` with the request's nonce.
 - The ``seq`` of the last served request gets that request's cached response again, without
   running it again (``RESULTS`` replays the same beats from the `ReplayBuffer`s).
 - Otherwise: a reject -> ``ERROR``; ``WRITE32``/``READ32`` -> one AXI4-Lite access on ``csr``
@@ -16,7 +19,8 @@ bytes leave.
 
 Ports: ``requests`` In; ``served`` Out (`Served`: the last served ``seq``, for the parser's
 commit decision); ``csr`` AXI4-Lite master; ``mem`` window port (reads only); ``mem_idle``
-Out (high unless a ``MEM_READ`` answer is using ``mem``); ``mem_pending`` In; one In stream
+Out (high unless a ``MEM_READ`` answer is using ``mem``); ``mem_pending`` In; ``open`` Out (a
+strobe in the cycle an ``OPEN`` is taken); one In stream
 per entry of ``results`` (each into a `ReplayBuffer` of ``result_depth`` beats); ``tx`` Out.
 A CSR access reads ``addr`` and ``value`` from ``requests.payload`` after taking the request:
 the parser's request register holds them until the next frame ends.
@@ -68,6 +72,7 @@ class Responder(wiring.Component):
             "mem": Out(WindowPortSignature(mem_addr_width)),
             "mem_idle": Out(1),
             "mem_pending": In(1),
+            "open": Out(1),
             **{name: In(stream.Signature(width)) for name, width in self.results.items()},
             "tx": Out(stream.Signature(8)),
         })
@@ -81,6 +86,7 @@ class Responder(wiring.Component):
             buf = ReplayBuffer(width, self.result_depth)
             m.submodules[f"replay_{name}"] = buf
             wiring.connect(m, wiring.flipped(getattr(self, name)), buf.i)
+            m.d.comb += buf.clear.eq(self.open)
             buffers.append(buf)
 
         # s_*: the response being sent; c_*: the response of the last served seq (resent when
@@ -125,6 +131,13 @@ class Responder(wiring.Component):
                         m.d.sync += [s_kind.eq(Mux(req.good, T["BUSY"], T["NAK"])),
                                      s_src.eq(_NONE)]
                         m.next = "START"
+                    with m.Elif((req.kind == T["OPEN"]) & (req.reject == 0)):
+                        # A new session: forget the cache (this answer is not cached either)
+                        # and what the last session left in the ring and the result buffers.
+                        m.d.comb += self.open.eq(1)
+                        m.d.sync += last_valid.eq(0)
+                        cache("DATA", _VALUE, value=p_addr)
+                        m.next = "RESPOND"
                     with m.Elif(last_valid & (req.seq == last_seq)):
                         m.d.sync += replay.eq(1)
                         m.next = "RESPOND"

@@ -359,3 +359,42 @@ def test_reference_decoder_rejects_what_the_bridge_sends_corrupted():
     r.feed(bytes(data))
     with pytest.raises(FrameError):
         r.next()
+
+
+def test_open_starts_a_fresh_session():
+    """OPEN drops what the last session left: the ring's undrained words (a MEM_WRITE too, so
+    MEM_READ is no longer BUSY) and the result beats not yet handed out; it empties the cache,
+    so a request under the last session's seq runs; it is never answered from the cache
+    itself, even under the cached seq, and it echoes its nonce."""
+    data = bytes(range(64))
+    nonce = struct.pack("<I", 0x1234_5678)
+
+    async def bench(ctx, link):
+        link.sink_ready = False
+        assert await link.request(ctx, "LOOKUPS", 1, pack_u64(range(8))) == ("ACK", 1, b"")
+        assert await link.request(ctx, "MEM_WRITE", 2, struct.pack("<II", 64, 0) + data) == \
+            ("ACK", 2, b"")
+        link.results["remap"].extend([5, 6, 7])
+        await ctx.tick().repeat(40)
+        assert await link.request(ctx, "WRITE32", 7, struct.pack("<II", 0x10, 1)) == \
+            ("ACK", 7, b"")
+        assert await link.request(ctx, "OPEN", 3, nonce) == ("DATA", 3, nonce)
+        assert await link.request(ctx, "OPEN", 3, nonce) == ("DATA", 3, nonce)  # a resend
+        assert await link.request(ctx, "WRITE32", 7, struct.pack("<II", 0x10, 2)) == \
+            ("ACK", 7, b"")
+        assert link.regs[0x10] == 2, "a request under the last session's seq was not run"
+        link.sink_ready = True
+        await ctx.tick().repeat(50)
+        assert link.got["lookups"] == []
+        assert await link.request(ctx, "MEM_READ", 4, struct.pack("<II", 64, 64)) == \
+            ("DATA", 4, bytes(64))
+        assert unpack_results((await link.request(ctx, "RESULTS", 5))[2], 2) == [[], []]
+        other = struct.pack("<I", 0xCAFE)
+        assert await link.request(ctx, "OPEN", 5, other) == ("DATA", 5, other)  # cached seq
+        assert await link.request(ctx, "LOOKUPS", 8, pack_u64(range(3))) == ("ACK", 8, b"")
+        link.results["remap"].append(9)
+        await ctx.tick().repeat(50)
+        assert link.got["lookups"] == [0, 1, 2]
+        assert unpack_results((await link.request(ctx, "RESULTS", 9))[2], 2) == [[9], []]
+        assert await link.request(ctx, "OPEN", 10, bytes(8)) == ("ERROR", 10, b"bad length")
+    run(bench)

@@ -19,7 +19,11 @@ result stream, in `hotline.contract.streams.RESULT_STREAMS` order: count u32 the
 ``RESULT_BEAT_BYTES`` each (payloads up to 128 bits), every beat collected since the last
 RESULTS}, ``QUIT``, ``INFO`` -> ``DATA`` {window_bytes u32, max_request u32, clock_hz u32,
 baud u32} (`INFO`), ``MEM_WRITE`` {addr u32, 0 u32, bytes (a multiple of 8)} -> ``ACK``,
-``MEM_READ`` {addr u32, length u32} -> ``DATA`` {bytes}.
+``MEM_READ`` {addr u32, length u32} -> ``DATA`` {bytes}, ``OPEN`` {nonce u32} -> ``DATA``
+{nonce u32}: a session starts; the device forgets its cached response (so no later request is
+answered from another session's cache), drops the input words and result beats an earlier
+session left buffered, and echoes the nonce (so the host tells its answer from a stale one).
+``OPEN`` is never answered from the cache: a resent one runs again.
 Responses: ``ACK``, ``DATA``, ``NAK``, ``ERROR`` {utf-8 message}, ``BUSY`` (the request was
 not taken because the device's input buffer is full: fetch ``RESULTS``, then resend).
 
@@ -41,7 +45,7 @@ __all__ = ["MAGIC", "HEADER", "TYPES", "NAMES", "MAX_PAYLOAD", "CRC32_POLY", "CR
 MAGIC = 0xA5
 HEADER = struct.Struct("<BBHIH")  # magic, type, seq, length, hcrc
 TYPES = {"WRITE32": 1, "READ32": 2, "LOOKUPS": 3, "SCATTER_KEYS": 4, "RESULTS": 5, "QUIT": 6,
-         "INFO": 7, "MEM_WRITE": 8, "MEM_READ": 9,
+         "INFO": 7, "MEM_WRITE": 8, "MEM_READ": 9, "OPEN": 10,
          "ACK": 0x81, "DATA": 0x82, "NAK": 0x83, "ERROR": 0x84, "BUSY": 0x85}
 NAMES = {v: k for k, v in TYPES.items()}
 MAX_PAYLOAD = 1 << 28
