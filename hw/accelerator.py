@@ -39,6 +39,7 @@ from hotline.contract.streams import dma_done_layout
 
 from .access_learner import READ_LATENCY, AccessLearner
 from .axi import AXI4LiteSignature, AXI4Signature
+from .axi_quiesce import AXI4Quiesce
 from .batch_key_merge import BatchKeyMerge
 from .buffered_fifo import BufferedFIFO
 from .csr import CSRBank
@@ -100,6 +101,47 @@ class HotlineAccelerator(wiring.Component):
         })
 
     def elaborate(self, platform):
+        top = Module()
+        # ---- soft reset: CONTROL.soft_reset resets everything below, the CSR bank included ----
+        # It waits until the AXI4 master has nothing in flight (AXI4Quiesce closes its request
+        # channels at their boundaries) and the AXI4-Lite slave has no transaction (counted
+        # here) and is offered none, then resets the core for one cycle with both buses closed,
+        # then clears the learner's table; the CAM and the cold-key set clear theirs after any
+        # reset by themselves.
+        d = self.dma
+        top.submodules.quiesce = quiesce = AXI4Quiesce(d.addr_width, d.data_width)
+        wiring.connect(top, quiesce.s, wiring.flipped(self.bus))
+        lite = AXI4LiteSignature(CSR_ADDR_WIDTH).create(path=("core_axil",))
+        requested, soft_rst, cleared = Signal(), Signal(), Signal()
+        soft = {"request": Signal(), "learner_clear": cleared,
+                "busy": Signal(name="soft_reset_busy")}
+        axil = self.axil
+        lite_reads, lite_writes = Signal(2), Signal(2)
+        ar, aw = axil.arvalid & axil.arready, axil.awvalid & axil.awready
+        r, b = axil.rvalid & axil.rready, axil.bvalid & axil.bready
+        top.d.sync += [lite_reads.eq(lite_reads + ar - r), lite_writes.eq(lite_writes + aw - b)]
+        for name, member in lite.signature.members.items():
+            src, dst = (axil, lite) if member.flow == Out else (lite, axil)
+            value = getattr(src, name)
+            if name in ("awvalid", "wvalid", "arvalid", "awready", "wready", "arready"):
+                value = value & ~soft_rst   # no request may be taken in the reset cycle
+            top.d.comb += getattr(dst, name).eq(value)
+        lite_idle = ((lite_reads == 0) & (lite_writes == 0) & ~axil.awvalid & ~axil.wvalid
+                     & ~axil.arvalid)
+        top.d.sync += [soft_rst.eq(0), cleared.eq(soft_rst)]
+        with top.If(soft["request"]):
+            top.d.sync += requested.eq(1)
+        with top.Elif(requested & quiesce.quiet & lite_idle):
+            top.d.sync += [requested.eq(0), soft_rst.eq(1)]
+        top.d.comb += [quiesce.hold.eq(requested | soft_rst),
+                       soft["busy"].eq(requested | soft_rst | cleared)]
+        top.submodules.core = ResetInserter(soft_rst)(self._core(quiesce.m, lite, soft))
+        return top
+
+    def _core(self, bus, axil, soft):
+        """Everything the soft reset resets: the blocks, the CSR bank and their glue, on
+        ``bus`` (the quiesce gate's master side) and ``axil``; ``soft``: the reset's request
+        (out), its learner clear (in) and its busy flag (in, for STATUS.resetting)."""
         m = Module()
         m.submodules.fragmenter = frag = self.fragmenter
         m.submodules.learner = learner = self.learner
@@ -108,13 +150,14 @@ class HotlineAccelerator(wiring.Component):
         m.submodules.csr = csr = self.csr
         m.submodules.fork = fork = StreamFork(self.merge.out_layout, n=2)
 
-        wiring.connect(m, wiring.flipped(self.axil), csr.axil)
-        wiring.connect(m, dma.bus, wiring.flipped(self.bus))
+        wiring.connect(m, axil, csr.axil)
+        wiring.connect(m, dma.bus, bus)
         control = csr.port_of("CONTROL")
         control_stb = csr.control_stb
         config = csr.port_of("CONFIG")
         clear_counters = control_stb & control[0]
         clear_errors = control_stb & control[1]
+        m.d.comb += soft["request"].eq(control_stb & control[5])
         gather_enable, learner_tap = config[0], config[1]
 
         # ---- lookups: fragmenter, and the learner's tap on accepted beats ---------------
@@ -130,7 +173,7 @@ class HotlineAccelerator(wiring.Component):
         ]
         # The learner's clear is registered first: it resets the learner's write-back
         # registers (timing: the CSR decode in front of them was too long a path).
-        m.d.sync += learner.clear.eq(control_stb & control[4])
+        m.d.sync += learner.clear.eq((control_stb & control[4]) | soft["learner_clear"])
         for name in ("remap", "popular", "non_popular"):
             wiring.connect(m, getattr(frag, name), wiring.flipped(getattr(self, name)))
 
@@ -276,6 +319,7 @@ class HotlineAccelerator(wiring.Component):
             "cam_busy": cmd_f.r_rdy | ~frag.cmd.ready, "cold_clearing": frag.cold.clearing,
             "learner_active": learner.active, "resp_valid": resp_f.r_rdy,
             "move_valid": moves_f.r_rdy, "learner_valid": learner_valid, "error": cause.any(),
+            "resetting": soft["busy"] | learner.clearing | frag.cold.clearing | ~frag.cmd.ready,
         }
         for name, value in status.items():
             m.d.comb += csr.field_of("STATUS", name).eq(value)

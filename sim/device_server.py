@@ -50,6 +50,7 @@ class Feeder:
 
     def __init__(self, source):
         self.source, self.queue, self.busy, self.queued = source, deque(), False, 0
+        self.sending = 0   # beats of the list being sent
 
     def push(self, beats):
         self.queue.append(beats)
@@ -58,17 +59,25 @@ class Feeder:
             self.busy = True
             cocotb.start_soon(self._run())
 
+    def drop(self):
+        """Forget the queued beats and end the list being sent (a new session)."""
+        self.queue.clear()
+        self.queued = self.sending
+        self.source.abort()
+
     async def _run(self):
         while self.queue:
             beats = self.queue.popleft()
+            self.sending = len(beats)
             await self.source.send(beats)
             self.queued -= len(beats)
+            self.sending = 0
         self.busy = False
 
 
 class Server:
     """Answers host-link requests on the testbench; feeders and result cursors outlive a
-    connection (the RTL does), the response cache does not."""
+    connection (the RTL does) until an ``OPEN``, the response cache does not."""
 
     def __init__(self, tb, spec):
         self.tb = tb
@@ -76,6 +85,17 @@ class Server:
         self.input_beats = spec.get("input_beats")
         self.feeders = {"LOOKUPS": Feeder(tb.lookups), "SCATTER_KEYS": Feeder(tb.scatter_keys)}
         self.taken = dict.fromkeys(RESULT_STREAMS, 0)
+
+    def open_session(self, payload):
+        """``OPEN``: drop the input beats not yet taken and the result beats not yet handed
+        out, as a board's bridge drops its ring and result buffers; echo the nonce."""
+        if len(payload) != 4:
+            return "ERROR", f"OPEN payload of {len(payload)} bytes (4: the nonce)".encode()
+        for feeder in self.feeders.values():
+            feeder.drop()
+        for name in RESULT_STREAMS:
+            self.taken[name] = len(self.tb.sinks[name].got)
+        return "DATA", payload
 
     async def handle(self, kind, payload):
         """The response (kind, payload) to one request."""
@@ -169,6 +189,11 @@ class Server:
                     if kind == "QUIT":
                         send(encode("ACK", seq))
                         return True
+                    if kind == "OPEN":   # never from the cache, and it empties it
+                        rkind, rpayload = self.open_session(payload)
+                        last_seq = None
+                        send(encode(rkind, seq, rpayload))
+                        continue
                     if seq != last_seq:
                         rkind, rpayload = await self.handle(kind, payload)
                         last_seq, last_response = seq, encode(rkind, seq, rpayload)

@@ -206,7 +206,8 @@ def run(dut, job, *, build_dir, simulator="verilator"):
     ({table: (base, rows, row_bytes)}), ``staging`` ((base, stride, slots, banks)), ``windows``
     ([(lo, hi)] that every burst must fall in; None: unchecked), ``hot_keys``, ``batches``
     (lookup-beat payloads per batch), ``delta``, ``busy_in`` / ``busy_out`` (stall
-    probabilities). ``build_dir`` holds the build, ``job.json`` and ``result.json``.
+    probabilities), ``soft_reset_first`` (run `abandon_and_soft_reset` before the job). ``build_dir``
+holds the build, ``job.json`` and ``result.json``.
     """
     build_dir = Path(build_dir).resolve()
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -221,6 +222,36 @@ def run(dut, job, *, build_dir, simulator="verilator"):
     return result
 
 
+async def abandon_and_soft_reset(tb, job):
+    """Leave the top as a host that died mid-gather would (another hot set, the learner
+    counting, batch 0 and half of batch 1 sent, the gather under way), write CONTROL.soft_reset
+    while the gather's bursts are in flight, and wait for STATUS.resetting to fall. Returns
+    what the registers read right after (every counter but CYCLES, STATUS, CONFIG and
+    ERROR_CAUSE must be 0) and the R beats the gate let finish after the request. The output
+    beats and bus statistics of this phase are then forgotten."""
+    batches = job["batches"]
+    await tb.setup()
+    await tb.load_hot_set(job["hot_keys"][::-1][:len(job["hot_keys"]) // 2])
+    await tb.write("CONFIG", gather_enable=1, learner_tap=1)
+    await tb.write("CONTROL", learner_start=1)
+    feeding = cocotb.start_soon(tb.lookups.send(batches[0] + batches[1][:len(batches[1]) // 2]))
+    await tb.wait_until(lambda: tb.monitor.r_beats > 4, "the abandoned gather's first reads")
+    await tb.write("CONTROL", soft_reset=1)
+    r_at_request = tb.monitor.r_beats
+    tb.lookups.abort()
+    await feeding
+    polls = 0
+    while decode("STATUS", await tb.read("STATUS"))["resetting"]:
+        polls += 1
+    after = {name: await tb.read(name) for name in COUNTER_NAMES if name != "CYCLES"}
+    after.update({name: await tb.read(name) for name in ("STATUS", "CONFIG", "ERROR_CAUSE")})
+    drained = tb.monitor.r_beats - r_at_request
+    for sink in tb.sinks.values():
+        sink.got.clear()
+    tb.monitor.r_beats = tb.monitor.w_beats = 0
+    return {"after_reset": after, "r_beats_after_request": drained, "resetting_polls": polls}
+
+
 @cocotb.test()
 async def run_job(dut):
     """Run the job of the handoff (written by `run`) and save its results."""
@@ -229,6 +260,7 @@ async def run_job(dut):
     tb = TB(dut, job)
     await tb.reset()
     t0 = time.perf_counter()
+    abandoned = await abandon_and_soft_reset(tb, job) if job.get("soft_reset_first") else {}
     await tb.setup()
     responses, moves = await tb.load_hot_set(job["hot_keys"])
     await tb.write("CONTROL", clear_counters=1)
@@ -278,7 +310,7 @@ async def run_job(dut):
         "r_beats": tb.monitor.r_beats, "w_beats": tb.monitor.w_beats,
         "dma_active_cycles": tb.monitor.active - cycles_t0,
         "violations": tb.monitor.violations, "lookup_beats": total,
-        "wall_seconds": time.perf_counter() - t0,
+        "wall_seconds": time.perf_counter() - t0, **abandoned,
     }
     tb.mem.flush()
     Path(job["result"]).write_text(json.dumps(result))

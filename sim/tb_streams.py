@@ -26,22 +26,31 @@ class StreamSource:
         self.clk, self.busy, self.rng = dut.clk, busy, random.Random(seed)
         self.valid.value = 0
         self.sent = 0
+        self.aborted = False
 
     async def send(self, payloads):
+        self.aborted = False
         for payload in payloads:
-            while self.busy and self.rng.random() < self.busy:
+            while self.busy and self.rng.random() < self.busy and not self.aborted:
                 self.valid.value = 0
                 await RisingEdge(self.clk)
+            if self.aborted:
+                break
             self.valid.value = 1
             self.payload.value = payload
             while True:
                 await ReadOnly()
                 fired = int(self.ready.value)
                 await RisingEdge(self.clk)
-                if fired:
+                if fired or self.aborted:
                     break
-            self.sent += 1
+            self.sent += fired
         self.valid.value = 0
+
+    def abort(self):
+        """End the `send` under way after this cycle: the beat offered is withdrawn unless it
+        is taken at the next edge, and the rest are not sent (a new host-link session)."""
+        self.aborted = True
 
 
 class StreamSink:

@@ -11,6 +11,7 @@ from helpers import DATA
 from hotline.data import open_data
 from hotline.data import Dataset
 from hotline.contract.config import AcceleratorConfig
+from hotline.contract.streams import lookup_beats, pack
 from hotline.host.host_memory import HostMemory
 
 ROW_BYTES = 32
@@ -63,6 +64,44 @@ def session(url, ds, hot, batch, tmp_path, name, config=None, memory_bytes=MEMOR
     data = mem.array.copy()
     mem.close()
     return out, data, counters, placement, dev
+
+
+def abandon_session(url, ds, hot, batch, tmp_path, config=None, memory_bytes=MEMORY_BYTES,
+                    row_bytes=ROW_BYTES, align=4096, **options):
+    """A host that dies mid-batch: it registers the tables and staging (gather on), loads
+    another hot set (the coldest keys), starts the learner, sends the lookup beats of two
+    batches and half of a third (below the Device API, on its agent thread, so that no result
+    is fetched and the fragmenter is left inside a batch), leaves its last served seq at 3 (a
+    READ32 of SCRATCH: the seq of the next serial:// session's ID read, which a response
+    cache that outlived the session would answer with 0) and closes the port without a word.
+    Returns the lookup beats sent."""
+    config = config or session_config(hot, batch)
+    with HostMemory(memory_bytes, tmp_path / "abandoned.bin") as mem:
+        dev = hotline.open(url, config=config, memory=mem, **options)
+        for t, rows in enumerate(ds.table_sizes.tolist()):
+            dev.set_table(t, mem.alloc(rows * row_bytes, align), rows, row_bytes)
+        slots = config.cold_max_keys
+        dev.set_staging(mem.alloc(2 * slots * row_bytes, align), row_bytes, slots, banks=2)
+        keys, counts = np.unique(ds.keys, return_counts=True)
+        dev.load_hot_set(keys[np.argsort(counts, kind="stable")][:len(hot)])
+        dev.learner_start()
+
+        def leave_mid_batch():
+            o, sent = ds.sample_offsets, 0
+            for i in range(3):
+                s0, s1 = i * batch, (i + 1) * batch
+                key, eos, eob, empty = lookup_beats(ds.keys[o[s0]:o[s1]], o[s0:s1 + 1] - o[s0],
+                                                    batch)
+                beats = pack(dev.layouts["lookups"], key=key, eos=eos, eob=eob, empty=empty)
+                beats = beats if i < 2 else beats[:len(beats) // 2]
+                dev._send_beats("LOOKUPS", beats)
+                sent += len(beats)
+            dev.seq = 2
+            dev.regs.read("SCRATCH")
+            return sent
+        sent = dev._agent_call(leave_mid_batch)
+        dev.close()
+    return sent
 
 
 def assert_sessions_match(got, want, batches):

@@ -7,7 +7,8 @@ import time
 import pytest
 
 import hotline
-from device_session import Proxy, assert_sessions_match, check_link_faults, dense_stream, session
+from device_session import (Proxy, abandon_session, assert_sessions_match, check_link_faults,
+                            dense_stream, session)
 from hotline.contract.errors import HotlineError
 from hotline.fpga.boards import BOARDS
 from hotline.host.host_memory import HostMemory
@@ -43,6 +44,18 @@ def _parity(url, tmp_path, samples, hot_keys):
 
 
 def test_board_matches_model_through_the_serial_driver(board, tmp_path):
+    _parity(board, tmp_path, 64, 100)
+
+
+@pytest.mark.slow
+@pytest.mark.ci
+def test_board_session_after_an_abandoned_one_matches_model(board, tmp_path):
+    """A host died mid-batch on the board (`abandon_session`); the next session's OPEN and soft
+    reset leave nothing of it: the RTL bridge's ring, result buffers and response cache, and
+    the accelerator's CAM, learner, cold-key set, streams and counters all start afresh."""
+    ds = dense_stream(96)
+    hot = exact_hot_set(ds.keys, 100).keys
+    assert abandon_session(board, ds, hot, 32, tmp_path, timeout=600, **LAYOUT) > 0
     _parity(board, tmp_path, 64, 100)
 
 

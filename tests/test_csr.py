@@ -82,9 +82,11 @@ def test_encode_decode_hand_computed():
     assert encode("CONFIG", gather_enable=1, learner_tap=1) == 3
     assert decode("CAM_RESP", 0x8203_0123) == {"slot": 0x123, "moves": 3, "status": 2, "valid": 1}
     assert decode("CAM_MOVE", (5 << 15) | 9 | 1 << 31) == {"src": 9, "dst": 5, "valid": 1}
-    assert decode("STATUS", 0x0001_0401) == {
+    assert decode("STATUS", 0x0001_0421) == {
         "gather_busy": 1, "scatter_busy": 0, "cam_busy": 0, "cold_clearing": 0,
-        "learner_active": 0, "resp_valid": 0, "move_valid": 0, "learner_valid": 1, "error": 1}
+        "learner_active": 0, "resetting": 1, "resp_valid": 0, "move_valid": 0,
+        "learner_valid": 1, "error": 1}
+    assert encode("CONTROL", soft_reset=1) == 1 << 5
     assert decode("VERSION", 0x0001_0002) == {"minor": 2, "major": 1}
     assert decode("CAM_KEY", 0xDEADBEEF) == {"cam_key": 0xDEADBEEF}
     with pytest.raises(ValueError):

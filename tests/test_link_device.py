@@ -114,6 +114,8 @@ def _register_file(values):
         if kind == "READ32":
             value = by_addr.get(int.from_bytes(payload[:4], "little"), 0)
             return encode("DATA", seq, value.to_bytes(4, "little"))
+        if kind == "RESULTS":
+            return results(seq)
         return encode("ACK", seq)
     return answer
 
@@ -151,3 +153,21 @@ def test_link_set_table_refuses_a_table_beyond_num_tables():
         with pytest.raises(HotlineError, match="table 8: the device has 8 tables"):
             dev.set_table(8, w, 10, 16)
         assert len(dev.sent) == sent and sorted(dev.tables) == [7]
+
+
+def test_open_takes_only_the_answer_with_its_nonce():
+    """Answers of the last session under the OPEN's seq (a cached response, bytes still on
+    the wire) are skipped; the one that echoes the nonce is taken, with no resend. An old
+    device that does not know OPEN answers ERROR, which is raised."""
+    def answer(kind, seq, payload):
+        assert kind == "OPEN" and len(payload) == 4
+        stale = bytes(b ^ 0xFF for b in payload)
+        return (encode("ACK", seq) + encode("DATA", seq, stale) + encode("DATA", seq, payload))
+    dev = Scripted(answer)
+    dev._open_session()
+    assert [k for k, _, _ in dev.sent] == ["OPEN"] and dev.link_stats["resends"] == 0
+    assert dev.inbox == bytearray()
+
+    old = Scripted(lambda kind, seq, payload: encode("ERROR", seq, b"unknown request"))
+    with pytest.raises(LinkError, match="device error: unknown request"):
+        old._open_session()

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import hotline
-from device_session import (MEMORY_BYTES, Proxy, assert_sessions_match, check_link_faults,
-                            dense_stream, session, session_config)
+from device_session import (MEMORY_BYTES, Proxy, abandon_session, assert_sessions_match,
+                            check_link_faults, dense_stream, session, session_config)
 from hotline.contract.config import AcceleratorConfig
 from hotline.contract.errors import HotlineError
 from hotline.host.host_memory import HostMemory
@@ -85,3 +85,15 @@ def test_link_faults_are_recovered_and_a_dead_link_raises(board, tmp_path):
         proxy.close()
         with pytest.raises(LinkError, match="link failed"):
             dev.regs.read("SCRATCH")
+
+
+def test_a_new_session_finds_nothing_of_an_abandoned_one(board, tmp_path):
+    """After a host died mid-batch (`abandon_session`: another hot set, the learner counting,
+    batches in flight, its last seq that of the next session's ID read), the next session
+    equals model:// from the first beat: OPEN emptied the response cache and the server's
+    input and result buffers, and the soft reset emptied the accelerator."""
+    ds, hot, url, _ = board
+    assert abandon_session(url, ds, hot, BATCH, tmp_path, timeout=60) > 0
+    want = session("model://", ds, hot, BATCH, tmp_path, "model")
+    got = session(url, ds, hot, BATCH, tmp_path, "serial", timeout=60)
+    assert_sessions_match(got, want, batches=4)

@@ -17,6 +17,7 @@ object (``load_hot_set`` starts it, ``update_hot_set`` continues it); the access
 through CONTROL / CONFIG.learner_tap and its readout registers (docs/device-api.md).
 """
 import abc
+import secrets
 import time
 
 import numpy as np
@@ -72,11 +73,12 @@ class LinkDevice(Device):
         """Raise `LinkError` if the far end is known to be dead (called while waiting)."""
 
     # -- requests -------------------------------------------------------------------------
-    def request(self, kind, payload=b"") -> tuple[str, bytes]:
-        """Send one request; its response (kind, payload). See the module docstring."""
+    def request(self, kind, payload=b"", expect=None) -> tuple[str, bytes]:
+        """Send one request; its response (kind, payload). See the module docstring.
+        ``expect``: the only answer payload to accept (others are stale)."""
         deadline = time.monotonic() + self.timeout
         while True:
-            rkind, rpayload = self._exchange(kind, payload)
+            rkind, rpayload = self._exchange(kind, payload, expect)
             if rkind != "BUSY":
                 return rkind, rpayload
             self.link_stats["busy"] += 1
@@ -86,13 +88,13 @@ class LinkDevice(Device):
                                 f"({self.timeout:.0f} s)")
             self._fetch()
 
-    def _exchange(self, kind, payload):
+    def _exchange(self, kind, payload, expect):
         self.seq = (self.seq + 1) & 0xFFFF
         frame = encode(kind, self.seq, payload)
         for attempt in range(self.retries + 1):
             self.link_stats["resends"] += attempt > 0
             self._send(frame)
-            rkind, rpayload = self._answer(time.monotonic() + self.timeout)
+            rkind, rpayload = self._answer(time.monotonic() + self.timeout, expect)
             if rkind is not None:
                 return rkind, rpayload
             if rpayload == "silent":
@@ -101,9 +103,11 @@ class LinkDevice(Device):
             raise LinkError(f"{self.url}: no answer to {kind} within {self.timeout:.0f} s")
         raise LinkError(f"{self.url}: {kind} frame still corrupt after {self.retries} resends")
 
-    def _answer(self, deadline):
+    def _answer(self, deadline, expect=None):
         """The response to ``self.seq`` as (kind, payload), or (None, why) when the request is
-        to be resent: "corrupt" (a NAK or a bad frame) or "silent" (nothing by ``deadline``)."""
+        to be resent: "corrupt" (a NAK or a bad frame) or "silent" (nothing by ``deadline``).
+        With ``expect``, an answer other than ``DATA`` ``expect`` (or an ``ERROR``) is stale
+        and skipped."""
         corrupt = False
         while time.monotonic() < deadline:
             try:
@@ -123,8 +127,9 @@ class LinkDevice(Device):
             rkind, rseq, rpayload = resp
             if rkind == "NAK":
                 corrupt = True
-            elif rseq != self.seq:
-                continue  # a stale duplicate
+            elif rseq != self.seq or (expect is not None and rkind != "ERROR"
+                                      and (rkind, rpayload) != ("DATA", expect)):
+                continue  # a stale duplicate, or another session's answer
             elif rkind == "ERROR":
                 raise LinkError(f"{self.url}: device error: {rpayload.decode(errors='replace')}")
             else:
@@ -155,14 +160,29 @@ class LinkDevice(Device):
         beats, self.pending[name] = self.pending[name][:n], self.pending[name][n:]
         return beats
 
+    def _open_session(self):
+        """``OPEN`` with a fresh nonce: the device forgets the last session's cached response
+        and drops the input words and result beats that session left. Only the answer with
+        this nonce counts, so a stale response of that session (even under the same seq, which
+        starts at 0 every session) is skipped."""
+        nonce = secrets.token_bytes(4)
+        self.request("OPEN", nonce, expect=nonce)
+
     def _start(self):
-        """Check the ID register, read the device's table count (NUM_TABLES) and zero the
-        counters (once the transport is up)."""
+        """Once the session is open: check the ID register, soft-reset the accelerator
+        (CONTROL.soft_reset: every block, table and counter to its power-on state) and wait
+        for STATUS.resetting to fall, drop the result beats that came out before the reset,
+        and read the device's table count (NUM_TABLES)."""
         ident = self.regs.read("ID")
         if ident != ID_VALUE:
             raise LinkError(f"{self.url}: the device answered ID {ident:#x}, not {ID_VALUE:#x}")
+        self.regs.write("CONTROL", soft_reset=1)
+        self._poll("STATUS", "resetting", "the accelerator did not finish its soft reset",
+                   until=0)
+        self._fetch()
+        for beats in self.pending.values():
+            beats.clear()
         self.num_tables = self.regs.read("NUM_TABLES")
-        self.regs.write("CONTROL", clear_counters=1)
 
     # -- Device backend -------------------------------------------------------------------
     def _write_table(self, table, d):
@@ -229,12 +249,12 @@ class LinkDevice(Device):
         return HotPlacement(held, np.array([slot_of[k] for k in held.tolist()], np.int64),
                             failed, responses)
 
-    def _poll(self, name, field, what):
-        """Read register ``name`` until its bit ``field`` is set: its fields (`LinkError`
-        after ``POLLS`` reads)."""
+    def _poll(self, name, field, what, until=1):
+        """Read register ``name`` until its bit ``field`` is ``until``: its fields
+        (`LinkError` after ``POLLS`` reads)."""
         for _ in range(self.POLLS):
             value = self.regs.fields(name)
-            if value[field]:
+            if value[field] == until:
                 return value
         raise LinkError(f"{self.url}: {what}")
 

@@ -4,9 +4,14 @@
 UART), ``serial://socket://127.0.0.1:5555`` (a co-simulation serving the link on a TCP port,
 e.g. `hotline.sim.device_server` in listen mode). Options: ``baud`` (1000000), ``timeout`` (s
 per request and per wait for a batch), ``retries`` (resends of a frame answered NAK or lost).
-Opening asks ``INFO`` (memory window, largest request), checks the ID register and that the
-device's CAM_ENTRIES, COLD_MAX_KEYS and MAX_BATCH_SAMPLES match ``config``, takes the bus
-widths from DATA_WIDTH / ADDR_WIDTH, and drops result beats an earlier session left behind.
+Opening starts a session (``OPEN``: the device's link forgets the last session's cached
+response and drops the input words and result beats it left; the answer carries this
+session's nonce), asks ``INFO`` (memory window, largest request), checks the ID register,
+soft-resets the accelerator (CONTROL.soft_reset: CAM, cold-key set, learner, streams,
+counters and registers to their power-on state), checks that the device's CAM_ENTRIES,
+COLD_MAX_KEYS and MAX_BATCH_SAMPLES match ``config``, and takes the bus widths from
+DATA_WIDTH / ADDR_WIDTH. So nothing of an earlier session (a host that died mid-batch
+included) reaches this one.
 
 Memory: the device's DMA reaches its own memory window, not the host's RAM. The window mirrors
 `HostMemory` at the same addresses (so the host memory must fit in it), and this backend
@@ -23,7 +28,6 @@ Anything else the host writes stays on the host, and the device's other bytes ar
 back. Spans are widened to 8-byte words (the ``MEM_*`` unit). Every byte is sent, zeros too: a
 board's window keeps what an earlier session left there.
 """
-import random
 import struct
 
 import numpy as np
@@ -64,9 +68,6 @@ class SerialDevice(LinkDevice):
             self.port = serial.serial_for_url(port, baudrate=baud, timeout=READ_WAIT)
         except (ValueError, *PORT_ERRORS) as e:
             raise LinkError(f"{url}: cannot open {port} ({e})") from None
-        # A board keeps its last response across host sessions: a fixed first seq could match
-        # it and be answered from that cache.
-        self.seq = random.getrandbits(16)
         try:
             self._handshake()
         except BaseException:
@@ -74,6 +75,10 @@ class SerialDevice(LinkDevice):
             raise
 
     def _handshake(self):
+        # Bytes of an earlier session still on their way are skipped by the reader (OPEN's
+        # answer carries this session's nonce); those already in the port's buffer go now.
+        self.port.reset_input_buffer()
+        self._open_session()
         _, payload = self.request("INFO")
         if len(payload) < INFO.size:
             raise LinkError(f"{self.url}: INFO answered {len(payload)} bytes, not {INFO.size}")
@@ -94,9 +99,6 @@ class SerialDevice(LinkDevice):
             raise HotlineError(f"{self.url}: the device was built for another configuration: "
                                f"{'; '.join(wrong)}")
         self.data_width, self.addr_width = self.regs.read("DATA_WIDTH"), self.regs.read("ADDR_WIDTH")
-        self._fetch()  # beats an earlier session left unfetched would pose as this one's
-        for beats in self.pending.values():
-            beats.clear()
 
     def info(self) -> dict:
         return {**super().info(), **self.link_info}

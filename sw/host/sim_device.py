@@ -102,6 +102,7 @@ class SimDevice(LinkDevice):
                         raise LinkError(f"{url}: the simulator did not connect within "
                                         f"{start_timeout:.0f} s; see {self.log_path}")
             self.sock.settimeout(0.5)
+            self._open_session()
             self._start()
         except BaseException:
             self._close()
