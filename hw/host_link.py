@@ -19,7 +19,8 @@ Three stages, wired here:
   parser) and sends its response frame. A bad header or CRC -> ``NAK``; the ``seq`` of the
   last served frame -> its response again (``RESULTS`` replays the same beats from the
   `ReplayBuffer`s); otherwise ``WRITE32``/``READ32`` become AXI4-Lite accesses on ``csr``,
-  ``RESULTS`` sends every beat buffered per result stream (count u32, then 16 bytes per beat),
+  ``RESULTS`` sends every beat buffered per result stream (count u32, then each beat in the whole
+  bytes of its payload width),
   ``MEM_READ`` reads the window (answered ``BUSY`` while committed ``MEM_WRITE`` words are still
   in the ring: waiting could deadlock behind lookups stalled on full result buffers, which only
   the host's next ``RESULTS`` frees), ``INFO`` returns the constants, ``QUIT`` is acknowledged,

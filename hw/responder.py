@@ -14,7 +14,8 @@ bytes leave.
   running it again (``RESULTS`` replays the same beats from the `ReplayBuffer`s).
 - Otherwise: a reject -> ``ERROR``; ``WRITE32``/``READ32`` -> one AXI4-Lite access on ``csr``
   -> ``ACK``/``DATA`` (``ERROR`` "csr error" on an error response); ``INFO`` -> the constants;
-  ``RESULTS`` -> per result stream, count u32 then its buffered beats, 16 bytes each;
+  ``RESULTS`` -> per result stream, count u32 then its buffered beats, each in the whole bytes
+  of its payload width (`result_beat_bytes`);
   ``MEM_READ`` -> the window's words (``ERROR`` outside the window); the rest -> ``ACK``.
 
 Ports: ``requests`` In; ``served`` Out (`Served`: the last served ``seq``, for the parser's
@@ -37,7 +38,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.crc import Processor
 from amaranth.lib.wiring import In, Out
 
-from hotline.contract.link import MAGIC, TYPES
+from hotline.contract.link import MAGIC, TYPES, result_beat_bytes
 
 from .axi import AXI4LiteSignature
 from .link_layouts import BUSY, CSR, ERROR_MESSAGES, LINK_CRC32, WINDOW, Request, Served
@@ -101,6 +102,7 @@ class Responder(wiring.Component):
         req = self.requests.payload
         p_addr, p_value = req.addr, req.value
         counts = Array(b.count for b in buffers)
+        nbytes = [result_beat_bytes(width) for width in self.results.values()]
         info = Cat(Const(self.window_bytes, 32), Const(self.max_request, 32),
                    Const(self.clock_hz, 32), Const(self.baud, 32))
         messages = Array(Const(_le_bytes(ERROR_MESSAGES.get(i, "")), 128) for i in range(16))
@@ -210,8 +212,8 @@ class Responder(wiring.Component):
                 m.d.sync += [sh_n.eq(0), res_i.eq(0), res_left.eq(0), res_count_next.eq(1),
                              mem_next.eq(c_addr[3:]), mem_words_left.eq(c_len[3:]),
                              mem_wait.eq(0)]
-                length_of = {_NONE: 0, _VALUE: 4, _INFO: 16, _ERRMSG: msg_len[c_err],
-                             _MEM: c_len, _RESULTS: 4 * nres + 16 * sum(b.count for b in buffers)}
+                length_of = {_NONE: 0, _VALUE: 4, _INFO: 16, _ERRMSG: msg_len[c_err], _MEM: c_len,
+                             _RESULTS: 4 * nres + sum(b.count * n for b, n in zip(buffers, nbytes))}
                 preload = {_VALUE: c_value, _INFO: info, _ERRMSG: messages[c_err]}
                 with m.Switch(s_src):
                     for src, n in length_of.items():
@@ -274,7 +276,7 @@ class Responder(wiring.Component):
                             with m.If(res_i == i):
                                 m.d.comb += b.o.ready.eq(1)
                                 with m.If(b.o.valid):
-                                    m.d.sync += [sh.eq(b.o.payload), sh_n.eq(16),
+                                    m.d.sync += [sh.eq(b.o.payload), sh_n.eq(nbytes[i]),
                                                  res_left.eq(res_left - 1)]
             with m.State("CRC"):
                 m.d.comb += [tx.valid.eq(1), tx.payload.eq(crc.crc.word_select(t_idx[:2], 8))]

@@ -126,7 +126,8 @@ class Server:
                 got = tb.sinks[name].got
                 out.append(got[self.taken[name]:])
                 self.taken[name] = len(got)
-            return "DATA", pack_results(out)
+            return "DATA", pack_results(out, [len(getattr(tb.dut, f"{name}__payload"))
+                                              for name in RESULT_STREAMS])
         if kind == "INFO":
             return "DATA", INFO.pack(len(tb.mem), self.max_request, 0, 0)
         if kind in ("MEM_WRITE", "MEM_READ"):

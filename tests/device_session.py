@@ -9,7 +9,6 @@ import numpy as np
 import hotline
 from helpers import DATA
 from hotline.data import open_data
-from hotline.data import Dataset
 from hotline.contract.config import AcceleratorConfig
 from hotline.contract.streams import lookup_beats, pack
 from hotline.host.host_memory import HostMemory
@@ -121,13 +120,8 @@ def dense_stream(samples):
     """``samples`` samples of the real Criteo file, else of the generator, with rows renumbered
     densely per table (same access pattern; the tables then fit a small memory window)."""
     real = DATA / "criteo_kaggle/train_random4584.csv.gz"
-    ds = open_data(str(real) if real.exists() else f"synth:criteo-kaggle:{samples}").head(samples)
-    tables, indices = ds.tables, ds.indices.copy()
-    sizes = np.ones(ds.num_features, np.int64)
-    for t in range(ds.num_features):
-        rows, indices[tables == t] = np.unique(indices[tables == t], return_inverse=True)
-        sizes[t] = max(1, len(rows))
-    return Dataset(ds.lengths, indices, sizes, name=ds.name)
+    ds = open_data(str(real) if real.exists() else f"synth:criteo-kaggle:{samples}")
+    return ds.head(samples).dense_rows()
 
 
 class Proxy:

@@ -9,6 +9,7 @@ from hotline.contract.keys import MAX_ROWS, make_keys, split_keys
 from hotline.data.readers import CRITEO_CSV_COLUMNS, Dataset, detect_format, iter_chunks, \
     load_dataset
 from hotline.contract.errors import HotlineError
+from hotline.data import open_data
 import reference
 
 # (file, samples, features, lookups excluding empty cells, distinct keys excluding empty cells)
@@ -230,3 +231,16 @@ def test_dataset_head_and_offsets():
     np.testing.assert_array_equal(ds.sample_offsets, [0, 3, 4, 7])
     assert ds.tables.tolist() == [0, 1, 1, 1, 0, 0, 0]
     assert ds.head(2).num_lookups == 4
+
+
+def test_dense_rows_keeps_the_access_pattern_and_shrinks_the_tables():
+    ds = open_data("synth:criteo-kaggle:300:4")
+    dense = ds.dense_rows()
+    assert np.array_equal(dense.lengths, ds.lengths)
+    for t in range(ds.num_features):
+        rows = ds.indices[ds.tables == t]
+        # the same order of first appearances and repeats, rows 0 .. distinct - 1 in row order
+        assert np.array_equal(dense.indices[ds.tables == t], np.searchsorted(np.unique(rows), rows))
+        assert dense.table_sizes[t] == len(np.unique(rows))
+    assert dense.table_sizes.sum() < ds.table_sizes.sum()
+    dense.validate()

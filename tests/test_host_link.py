@@ -21,6 +21,7 @@ from hotline.host.link import FrameError, FrameReader
 
 WINDOW = 4096
 RESULTS = {"remap": 20, "wide": 100}
+WIDTHS = list(RESULTS.values())
 CSR_LIMIT = 0x800  # the register model answers SLVERR at and above this address
 
 
@@ -244,7 +245,7 @@ def test_results_replayed_until_acknowledged():
         await ctx.tick().repeat(40)
         first = await link.request(ctx, "RESULTS", 1)
         assert first[0] == "DATA"
-        assert unpack_results(first[2], 2) == [beats["remap"][:20], beats["wide"][:5]]
+        assert unpack_results(first[2], WIDTHS) == [beats["remap"][:20], beats["wide"][:5]]
         link.results["remap"].extend(beats["remap"][20:])
         await ctx.tick().repeat(40)
         # A repeated seq gets the same beats, not the new ones.
@@ -252,8 +253,8 @@ def test_results_replayed_until_acknowledged():
         link.results["wide"].extend(beats["wide"][5:])
         await ctx.tick().repeat(60)
         second = await link.request(ctx, "RESULTS", 2)
-        assert unpack_results(second[2], 2) == [beats["remap"][20:], beats["wide"][5:]]
-        assert unpack_results((await link.request(ctx, "RESULTS", 3))[2], 2) == [[], []]
+        assert unpack_results(second[2], WIDTHS) == [beats["remap"][20:], beats["wide"][5:]]
+        assert unpack_results((await link.request(ctx, "RESULTS", 3))[2], WIDTHS) == [[], []]
     run(bench)
 
 
@@ -264,15 +265,15 @@ def test_result_buffer_holds_unacknowledged_beats():
     async def bench(ctx, link):
         link.results["remap"].extend(beats)
         await ctx.tick().repeat(60)
-        first = unpack_results((await link.request(ctx, "RESULTS", 1))[2], 2)[0]
+        first = unpack_results((await link.request(ctx, "RESULTS", 1))[2], WIDTHS)[0]
         assert first == beats[:16]  # result_depth
         await ctx.tick().repeat(60)
         # Still held: the first 16 are not acknowledged yet.
         assert len(link.results["remap"]) == 24
         # RESULTS 2 frees them; the beats that then enter go out with RESULTS 3.
-        assert unpack_results((await link.request(ctx, "RESULTS", 2))[2], 2)[0] == []
+        assert unpack_results((await link.request(ctx, "RESULTS", 2))[2], WIDTHS)[0] == []
         await ctx.tick().repeat(60)
-        assert unpack_results((await link.request(ctx, "RESULTS", 3))[2], 2)[0] == beats[16:32]
+        assert unpack_results((await link.request(ctx, "RESULTS", 3))[2], WIDTHS)[0] == beats[16:32]
     run(bench, result_depth=16)
 
 
@@ -388,13 +389,13 @@ def test_open_starts_a_fresh_session():
         assert link.got["lookups"] == []
         assert await link.request(ctx, "MEM_READ", 4, struct.pack("<II", 64, 64)) == \
             ("DATA", 4, bytes(64))
-        assert unpack_results((await link.request(ctx, "RESULTS", 5))[2], 2) == [[], []]
+        assert unpack_results((await link.request(ctx, "RESULTS", 5))[2], WIDTHS) == [[], []]
         other = struct.pack("<I", 0xCAFE)
         assert await link.request(ctx, "OPEN", 5, other) == ("DATA", 5, other)  # cached seq
         assert await link.request(ctx, "LOOKUPS", 8, pack_u64(range(3))) == ("ACK", 8, b"")
         link.results["remap"].append(9)
         await ctx.tick().repeat(50)
         assert link.got["lookups"] == [0, 1, 2]
-        assert unpack_results((await link.request(ctx, "RESULTS", 9))[2], 2) == [[9], []]
+        assert unpack_results((await link.request(ctx, "RESULTS", 9))[2], WIDTHS) == [[9], []]
         assert await link.request(ctx, "OPEN", 10, bytes(8)) == ("ERROR", 10, b"bad length")
     run(bench)

@@ -518,8 +518,8 @@ def _expected(run):
     mem = b"".join(w.to_bytes(8, "little") for w in run.memory)
     err = {c: ERROR_MESSAGES[c].encode() for c in ERROR_MESSAGES}
     ack, data_, nak, error, busy = (T[k] for k in ("ACK", "DATA", "NAK", "ERROR", "BUSY"))
-    first = pack_results([[5, 6, 7], [1 << 99, 3]])
-    second = pack_results([[8], []])
+    first = pack_results([[5, 6, 7], [1 << 99, 3]], list(RESULTS.values()))
+    second = pack_results([[8], []], list(RESULTS.values()))
     return [
         (data_, 1, struct.pack("<IIII", WINDOW_BYTES, MAX_REQUEST, 1234, 56)),
         (ack, 2, b""), (data_, 3, struct.pack("<I", 0xDEADBEEF)),

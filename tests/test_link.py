@@ -4,7 +4,7 @@ import zlib
 
 import pytest
 
-from hotline.contract.link import encode, pack_results, unpack_results
+from hotline.contract.link import encode, pack_results, result_beat_bytes, unpack_results
 from hotline.host.link import FrameError, FrameReader
 
 
@@ -67,9 +67,22 @@ def test_dropped_byte_is_detected():
     assert "LOOKUPS" not in seen and "error" in seen
 
 
-def test_results_roundtrip_wide_beats():
-    streams = [[0, 1, (1 << 127) | 5], [], [2 ** 64 + 3]]
-    assert unpack_results(pack_results(streams), 3) == streams
+def test_results_take_the_whole_bytes_of_each_width():
+    streams = [[0, 1, (1 << 127) | 5], [], [2 ** 64 + 3], [0x1FFF, 7], [0xFF]]
+    widths = [128, 8, 72, 13, 8]
+    payload = pack_results(streams, widths)
+    assert unpack_results(payload, widths) == streams
+    # hand-computed layout: count u32 then each beat in (width + 7) // 8 bytes
+    assert payload == (b"".join([(3).to_bytes(4, "little"), bytes(16), (1).to_bytes(16, "little"),
+                                 ((1 << 127) | 5).to_bytes(16, "little"), bytes(4),
+                                 (1).to_bytes(4, "little"), (2 ** 64 + 3).to_bytes(9, "little"),
+                                 (2).to_bytes(4, "little"), b"\xff\x1f", b"\x07\x00",
+                                 (1).to_bytes(4, "little"), b"\xff"]))
+    assert [result_beat_bytes(w) for w in (1, 8, 9, 13, 16, 33, 128)] == [1, 1, 2, 2, 2, 5, 16]
+    with pytest.raises(ValueError, match="its counts account for"):
+        unpack_results(payload + b"\0", widths)
+    with pytest.raises(ValueError, match="1 to 128 bits"):
+        result_beat_bytes(129)
 
 
 def test_needed_asks_for_exactly_the_rest_of_a_frame():

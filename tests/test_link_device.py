@@ -7,7 +7,8 @@ import pytest
 
 from hotline.contract.link import encode, pack_results, unpack_u64
 from hotline.host.link import FrameReader, LinkError
-from hotline.contract.streams import RESULT_STREAMS
+from hotline.contract.config import AcceleratorConfig
+from hotline.contract.streams import RESULT_STREAMS, stream_layouts
 from hotline.host.link_device import LinkDevice
 
 
@@ -35,7 +36,9 @@ class Scripted(LinkDevice):
 
 
 def results(seq, remap=()):
-    return encode("DATA", seq, pack_results([list(remap)] + [[]] * (len(RESULT_STREAMS) - 1)))
+    widths = [stream_layouts(AcceleratorConfig())[n].size for n in RESULT_STREAMS]
+    return encode("DATA", seq, pack_results([list(remap)] + [[]] * (len(RESULT_STREAMS) - 1),
+                                            widths))
 
 
 def test_busy_fetches_results_then_resends_under_a_new_seq():
@@ -52,7 +55,12 @@ def test_busy_fetches_results_then_resends_under_a_new_seq():
     assert len(set(seqs)) == 3 and seqs == sorted(seqs)
     assert dev.sent[0][2] == dev.sent[2][2] == b"\x01" * 16
     assert dev.pending["remap"] == [7, 8]
-    assert dev.link_stats == {"busy": 1, "resends": 0}
+    stats = dev.link_stats
+    assert (stats["busy"], stats["resends"]) == (1, 0)
+    assert stats["result_beats"] == {**dict.fromkeys(RESULT_STREAMS, 0), "remap": 2}
+    # three requests of 16, 0 and 16 payload bytes, 14 bytes of framing each; the answers:
+    # BUSY and ACK (14 each) and DATA with 5 counts and two 2-byte remap beats
+    assert (stats["bytes_out"], stats["bytes_in"]) == (3 * 14 + 32, 3 * 14 + 20 + 4)
 
 
 def test_busy_until_the_timeout_raises():

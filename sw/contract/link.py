@@ -16,8 +16,8 @@ Requests: ``WRITE32`` {addr u32, value u32}, ``READ32`` {addr u32} -> ``DATA`` {
 ``LOOKUPS`` {beats: u64 each, the accelerator's ``lookups`` payloads},
 ``SCATTER_KEYS`` {beats: u64 each, ``scatter_keys`` payloads}, ``RESULTS`` -> ``DATA`` {per
 result stream, in `hotline.contract.streams.RESULT_STREAMS` order: count u32 then the beats,
-``RESULT_BEAT_BYTES`` each (payloads up to 128 bits), every beat collected since the last
-RESULTS}, ``QUIT``, ``INFO`` -> ``DATA`` {window_bytes u32, max_request u32, clock_hz u32,
+each in `result_beat_bytes` of its payload width (the whole bytes that hold it, little endian;
+payloads up to 128 bits), every beat collected since the last RESULTS}, ``QUIT``, ``INFO`` -> ``DATA`` {window_bytes u32, max_request u32, clock_hz u32,
 baud u32} (`INFO`), ``MEM_WRITE`` {addr u32, 0 u32, bytes (a multiple of 8)} -> ``ACK``,
 ``MEM_READ`` {addr u32, length u32} -> ``DATA`` {bytes}, ``OPEN`` {nonce u32} -> ``DATA``
 {nonce u32}: a session starts; the device forgets its cached response (so no later request is
@@ -39,8 +39,8 @@ import zlib
 import numpy as np
 
 __all__ = ["MAGIC", "HEADER", "TYPES", "NAMES", "MAX_PAYLOAD", "CRC32_POLY", "CRC32_INIT",
-           "RESULT_BEAT_BYTES", "INFO", "INFO_FIELDS", "crc32", "header_crc", "encode",
-           "pack_u64", "unpack_u64", "pack_results", "unpack_results"]
+           "MAX_RESULT_BITS", "INFO", "INFO_FIELDS", "crc32", "header_crc", "encode",
+           "pack_u64", "unpack_u64", "result_beat_bytes", "pack_results", "unpack_results"]
 
 MAGIC = 0xA5
 HEADER = struct.Struct("<BBHIH")  # magic, type, seq, length, hcrc
@@ -51,7 +51,7 @@ NAMES = {v: k for k, v in TYPES.items()}
 MAX_PAYLOAD = 1 << 28
 CRC32_POLY = 0xEDB88320   # reflected IEEE 802.3 polynomial (zlib's CRC-32)
 CRC32_INIT = 0xFFFFFFFF   # initial state; the CRC is the complement of the final state
-RESULT_BEAT_BYTES = 16
+MAX_RESULT_BITS = 128
 INFO = struct.Struct("<IIII")
 INFO_FIELDS = ("window_bytes", "max_request", "clock_hz", "baud")
 
@@ -84,23 +84,34 @@ def unpack_u64(payload: bytes) -> np.ndarray:
     return np.frombuffer(payload, "<u8").astype(np.uint64)
 
 
-def pack_results(streams) -> bytes:
-    """A ``RESULTS`` payload from a list of beat lists (payload ints < 2**128)."""
+def result_beat_bytes(width: int) -> int:
+    """Bytes a result beat of a ``width``-bit payload takes in a ``RESULTS`` answer."""
+    if not 1 <= width <= MAX_RESULT_BITS:
+        raise ValueError(f"result payloads are 1 to {MAX_RESULT_BITS} bits, not {width}")
+    return (width + 7) // 8
+
+
+def pack_results(streams, widths) -> bytes:
+    """A ``RESULTS`` payload from a list of beat lists, stream ``i``'s payloads ``widths[i]``
+    bits wide."""
     out = []
-    for values in streams:
+    for values, width in zip(streams, widths, strict=True):
         out.append(struct.pack("<I", len(values)))
-        out.extend(int(v).to_bytes(RESULT_BEAT_BYTES, "little") for v in values)
+        out.extend(int(v).to_bytes(result_beat_bytes(width), "little") for v in values)
     return b"".join(out)
 
 
-def unpack_results(payload: bytes, n: int) -> list:
-    """The ``n`` beat lists of `pack_results`, as Python ints."""
+def unpack_results(payload: bytes, widths) -> list:
+    """The beat lists of `pack_results` (one per entry of ``widths``), as Python ints."""
     streams, at = [], 0
-    for _ in range(n):
+    for width in widths:
         (count,) = struct.unpack_from("<I", payload, at)
         at += 4
-        b = RESULT_BEAT_BYTES
+        b = result_beat_bytes(width)
         streams.append([int.from_bytes(payload[i:i + b], "little")
                         for i in range(at, at + b * count, b)])
         at += b * count
+    if at != len(payload):
+        raise ValueError(f"a RESULTS payload of {len(payload)} bytes; its counts account for "
+                         f"{at}")
     return streams

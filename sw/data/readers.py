@@ -110,6 +110,16 @@ class Dataset:
                        None if self.dense is None else self.dense[:n],
                        None if self.label is None else self.label[:n], self.name)
 
+    def dense_rows(self):
+        """The same access pattern with each table's rows renumbered densely (0 .. distinct - 1,
+        in row-id order), so that every table holds just the rows this stream touches."""
+        tables, indices = self.tables, self.indices.copy()
+        sizes = np.ones(self.num_features, np.int64)
+        for t in range(self.num_features):
+            rows, indices[tables == t] = np.unique(indices[tables == t], return_inverse=True)
+            sizes[t] = max(1, len(rows))
+        return Dataset(self.lengths, indices, sizes, self.dense, self.label, self.name)
+
     def drop(self, n):
         """Without the first ``n`` samples."""
         start = int(self.lengths[:n].sum())

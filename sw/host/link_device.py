@@ -18,6 +18,7 @@ through CONTROL / CONFIG.learner_tap and its readout registers (docs/device-api.
 """
 import abc
 import secrets
+import struct
 import time
 
 import numpy as np
@@ -49,8 +50,10 @@ class LinkDevice(Device):
         self.reader = FrameReader()
         self.pending = {n: [] for n in RESULT_STREAMS}
         self.max_request = MAX_PAYLOAD
-        #: recovery events: frames resent (NAK, corruption, silence), BUSY answers
-        self.link_stats = {"resends": 0, "busy": 0}
+        #: recovery events (frames resent after a NAK, corruption or silence; BUSY answers),
+        #: bytes on the wire each way, and the result beats received per stream
+        self.link_stats = {"resends": 0, "busy": 0, "bytes_out": 0, "bytes_in": 0,
+                           "result_beats": dict.fromkeys(RESULT_STREAMS, 0)}
         self.regs = RegisterFile(self._read32, self._write32)
         self.layouts = stream_layouts(self.config)
         self._config = {"gather_enable": 0, "learner_tap": 0}   # CONFIG as last written
@@ -93,6 +96,7 @@ class LinkDevice(Device):
         frame = encode(kind, self.seq, payload)
         for attempt in range(self.retries + 1):
             self.link_stats["resends"] += attempt > 0
+            self.link_stats["bytes_out"] += len(frame)
             self._send(frame)
             rkind, rpayload = self._answer(time.monotonic() + self.timeout, expect)
             if rkind is not None:
@@ -120,6 +124,7 @@ class LinkDevice(Device):
                     return None, "corrupt"
                 data = self._recv(min(self.reader.needed(), 1 << 20))
                 if data:
+                    self.link_stats["bytes_in"] += len(data)
                     self.reader.feed(data)
                 else:
                     self._check_alive()
@@ -153,8 +158,14 @@ class LinkDevice(Device):
 
     def _fetch(self):
         _, payload = self.request("RESULTS")
-        for name, beats in zip(RESULT_STREAMS, unpack_results(payload, len(RESULT_STREAMS))):
+        try:
+            streams = unpack_results(payload, [self.layouts[n].size for n in RESULT_STREAMS])
+        except (ValueError, struct.error) as e:
+            raise LinkError(f"{self.url}: a RESULTS answer that does not parse ({e}): is the "
+                            f"device built for this configuration?") from None
+        for name, beats in zip(RESULT_STREAMS, streams):
             self.pending[name].extend(beats)
+            self.link_stats["result_beats"][name] += len(beats)
 
     def _take(self, name, n):
         beats, self.pending[name] = self.pending[name][:n], self.pending[name][n:]
