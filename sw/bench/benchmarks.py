@@ -39,6 +39,10 @@ Sections:
 - gather: the whole accelerator co-simulated on a real Criteo file (generator when absent):
   rows gathered and scattered (every row checked against numpy), read beats per DMA-active
   cycle, simulated cycles/s;
+- link: wire bytes per batch on a board's link (serial:// to the accelerator RTL served with
+  the ULX3S-85F configuration and link limits; B = 256 on the generator), result beats in the
+  whole bytes of their widths beside the same beats at 16 bytes each, and seconds per batch at
+  1 and 3 Mbaud (``--quick``: 2 batches);
 - boards: each board's bitstream (`hotline fpga build`): LUT4 / FF / block RAM against the
   part and Fmax against the board clock; slow (minutes per ECP5 board), so ``--quick`` leaves
   it out unless it is named with ``--only``;
@@ -91,7 +95,7 @@ from .hash_quality import GEOMETRIES, cam_first_refusal, cold_first_overflow, fi
 
 SECTIONS = ("fragment_model", "criteo_parse", "convert", "hashing", "fragment_rtl", "cam", "learner",
             "synthesis",
-            "dma", "gather", "boards", "train", "drift", "dist")
+            "dma", "gather", "link", "boards", "train", "drift", "dist")
 SLOW_SECTIONS = ("boards",)  # not in --quick runs unless named with --only
 
 
@@ -391,6 +395,73 @@ def bench_gather(quick):
                 f"{r['simulated_cycles_per_second']:,.0f} cycles/s", "-", 0.0]]
 
 
+LINK_ROW_BYTES = 32
+
+
+def bench_link(quick):
+    """Wire bytes per batch on a board's link: serial:// to the accelerator RTL served in listen
+    mode (Verilator) with the ULX3S-85F configuration and link limits, so the frames are a
+    board's, memory-window mirroring included; B = 256 (the board's most) on the generator's
+    stream, rows renumbered densely. The server's input queue is unbounded: a board's ring drains
+    into the accelerator at a word per cycle, far faster than a UART fills it, so it does not
+    answer BUSY (a simulated one would, and its resends would count). The result beats travel
+    in the whole bytes of their widths;
+    the same beats at 16 bytes each (the format before) are the same-run reference. Seconds per
+    batch on the wire (10 bits a byte, 8N1) at 1 and 3 Mbaud."""
+    import hotline  # lazy: (see bench_cam)
+    from hotline.contract.link import result_beat_bytes
+    from hotline.contract.streams import RESULT_STREAMS, stream_layouts
+    from hotline.host.host_memory import HostMemory
+    from hotline.sim.device_server import serve_in_background
+
+    board = BOARDS["ulx3s-85f"]
+    config, batch = board.config, board.config.max_batch_samples
+    batches = 2 if quick else 8
+    ds = open_data(f"synth:criteo-kaggle:{batch * batches}").dense_rows()
+    hot = exact_hot_set(ds.keys, config.hot_capacity).keys
+    window = 1 << 21
+    with tempfile.TemporaryDirectory() as tmp, \
+            serve_in_background(config, Path(tmp) / "window.bin", window, Path(tmp) / "build",
+                                max_request=board.max_request) as url, \
+            HostMemory(window, Path(tmp) / "host.bin") as mem, \
+            hotline.open(url, config=config, memory=mem, timeout=120) as dev:
+        for t, rows in enumerate(ds.table_sizes.tolist()):
+            dev.set_table(t, mem.alloc(rows * LINK_ROW_BYTES, 64), rows, LINK_ROW_BYTES)
+        slots = config.cold_max_keys
+        staging = mem.alloc(2 * slots * LINK_ROW_BYTES, 64)
+        dev.set_staging(staging, LINK_ROW_BYTES, slots, banks=2)
+        dev.load_hot_set(hot)
+        s = dev.link_stats
+        before = (s["bytes_out"], s["bytes_in"], dict(s["result_beats"]))
+        offsets, lens = ds.sample_offsets, np.diff(ds.sample_offsets)
+        for b in range(batches):
+            lo, hi = b * batch, (b + 1) * batch
+            dev.push_batch(ds.keys[offsets[lo]:offsets[hi]], lens[lo:hi])
+            r = dev.pull_batch()
+            dev.scatter(r.bank, r.cold_keys)
+        layouts = stream_layouts(config)
+        beats = {n: s["result_beats"][n] - before[2][n] for n in RESULT_STREAMS}
+        out_bytes, in_bytes = s["bytes_out"] - before[0], s["bytes_in"] - before[1]
+    wide_in = in_bytes + sum(beats[n] * (16 - result_beat_bytes(layouts[n].size))
+                             for n in RESULT_STREAMS)
+    per = {"to_device": out_bytes / batches, "from_device": in_bytes / batches,
+           "from_device_16_byte_beats": wide_in / batches}
+    wire = per["to_device"] + per["from_device"]
+    wire16 = per["to_device"] + per["from_device_16_byte_beats"]
+    out = {"data": ds.name, "board": board.name, "batch_size": batch, "batches": batches,
+           "lookups_per_batch": ds.num_lookups / batches, "row_bytes": LINK_ROW_BYTES,
+           "bytes_per_batch": per, "result_beats_per_batch":
+               {n: v / batches for n, v in beats.items()},
+           "ratio_vs_16_byte_beats": wire / wire16,
+           "seconds_per_batch": {f"{baud // 10**6}M": 10 * wire / baud
+                                 for baud in (1_000_000, 3_000_000)},
+           "seconds_per_batch_16_byte_beats_1M": 10 * wire16 / 1_000_000,
+           "busy_answers": s["busy"], "resends": s["resends"]}
+    return out, [["link bytes per batch (board)", f"{ds.name[:24]} B={batch}",
+                  f"{wire:,.0f} B, {out['seconds_per_batch']['3M'] * 1e3:.0f} ms at 3 Mbaud",
+                  f"{wire16:,.0f} B with 16-byte beats", out["ratio_vs_16_byte_beats"]]]
+
+
 TRAIN_RUNS = (("baseline", {}), ("hotline", {}),
               ("hotline-learn", {"hot_set": "learn", "refresh": "auto"}), ("device-only", {}))
 
@@ -561,7 +632,8 @@ def main(argv=None):
     for name, fn in (("hashing", bench_hashing), ("fragment_rtl", bench_fragment_rtl),
                      ("cam", bench_cam),
                      ("learner", bench_learner), ("synthesis", bench_synthesis),
-                     ("dma", None), ("gather", bench_gather), ("boards", bench_boards),
+                     ("dma", None), ("gather", bench_gather), ("link", bench_link),
+                     ("boards", bench_boards),
                      ("train", bench_train), ("drift", bench_drift), ("dist", bench_dist)):
         if name in want:
             print(f"bench: {name} ...", file=sys.stderr, flush=True)
