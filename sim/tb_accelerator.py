@@ -227,7 +227,8 @@ async def abandon_and_soft_reset(tb, job):
     counting, batch 0 and half of batch 1 sent, the gather under way), write CONTROL.soft_reset
     while the gather's bursts are in flight, and wait for STATUS.resetting to fall. Returns
     what the registers read right after (every counter but CYCLES, STATUS, CONFIG and
-    ERROR_CAUSE must be 0) and the R beats the gate let finish after the request. The output
+    ERROR_CAUSE, and the non-empty entries among 256 learner entries, must be 0) and the R
+    beats the gate let finish after the request. The output
     beats and bus statistics of this phase are then forgotten."""
     batches = job["batches"]
     await tb.setup()
@@ -245,6 +246,15 @@ async def abandon_and_soft_reset(tb, job):
         polls += 1
     after = {name: await tb.read(name) for name in COUNTER_NAMES if name != "CYCLES"}
     after.update({name: await tb.read(name) for name in ("STATUS", "CONFIG", "ERROR_CAUSE")})
+    # 256 learner entries spread over the table (it counted the abandoned lookups): all empty
+    entries = await tb.read("LEARNER_ENTRIES")
+    learned = 0
+    for addr in range(0, entries, max(1, entries // 256)):
+        await tb.write("LEARNER_ADDR", addr)
+        while not decode("STATUS", await tb.read("STATUS"))["learner_valid"]:
+            pass
+        learned += (await tb.read("LEARNER_COUNT")) != 0
+    after["learner_entries_counted"] = learned
     drained = tb.monitor.r_beats - r_at_request
     for sink in tb.sinks.values():
         sink.got.clear()
