@@ -58,7 +58,8 @@ class BoardTop(wiring.Component):
         wiring.connect(m, bridge.csr, acc.axil)
         wiring.connect(m, acc.bus, window.bus)
         wiring.connect(m, bridge.mem, window.port)
-        for src, dst in ((bridge.lookups, acc.lookups), (bridge.scatter_keys, acc.scatter_keys)):
+        for src, dst in ((bridge.lookups, acc.lookups), (bridge.scatter_keys, acc.scatter_keys),
+                         (bridge.cam_cmds, acc.cam_cmds)):
             width = Shape.cast(dst.payload.shape()).width
             m.d.comb += [dst.valid.eq(src.valid), src.ready.eq(dst.ready),
                          dst.payload.eq(src.payload[:width])]

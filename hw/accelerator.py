@@ -15,6 +15,10 @@ Streams (payloads are ``data.StructLayout``):
   an ``end`` beat; one batch per ``SCATTER_CMD`` write (which names the staging bank).
 - ``dma_done`` Out {scatter, rows, errors}: one per DMA batch (gathers and scatters in the
   order they ran) after its last write response.
+- ``cam_cmds`` In {op, key}: CAM commands, into the same FIFO as CAM_CMD writes.
+- ``cam_events`` Out {move, word}: with ``CONFIG.cam_events``, each command's relocations
+  (``word`` as CAM_MOVE reads) and then its response (as CAM_RESP reads), instead of the
+  CSR FIFOs (a bulk hot-set load needs no register read per command).
 
 Gather: with ``CONFIG.gather_enable`` set, batch ``n``'s cold rows go to staging bank
 ``n mod STAGING_BANKS`` (bank counter reset by ``clear_counters``), slot = cold slot. Its keys
@@ -35,7 +39,7 @@ from amaranth.lib.wiring import In, Out
 from hotline.contract.config import AcceleratorConfig
 from hotline.contract.dma import CAUSES
 from hotline.contract.regmap import HOTLINE_REGISTERS
-from hotline.contract.streams import dma_done_layout
+from hotline.contract.streams import CAM_EVENT_LAYOUT, dma_done_layout
 
 from .access_learner import READ_LATENCY, AccessLearner
 from .axi import AXI4LiteSignature, AXI4Signature
@@ -98,6 +102,8 @@ class HotlineAccelerator(wiring.Component):
             "batch_keys": Out(stream.Signature(self.merge.out_layout)),
             "scatter_keys": In(stream.Signature(d.keys.payload.shape())),
             "dma_done": Out(stream.Signature(dma_done_layout(scatter=True))),
+            "cam_cmds": In(stream.Signature(f.cmd.payload.shape())),
+            "cam_events": Out(stream.Signature(CAM_EVENT_LAYOUT)),
         })
 
     def elaborate(self, platform):
@@ -137,6 +143,17 @@ class HotlineAccelerator(wiring.Component):
                        soft["busy"].eq(requested | soft_rst | cleared)]
         top.submodules.core = ResetInserter(soft_rst)(self._core(quiesce.m, lite, soft))
         return top
+
+    def _resp_word(self, resp):
+        """A CAM response as the CAM_RESP register reads it (valid set)."""
+        w = self.fragmenter.cam.slot_width
+        return Cat(resp.slot, C(0, 16 - w), resp.moves, C(0, 8 - len(resp.moves)), resp.status,
+                   C(0, 5), C(1, 1))
+
+    def _move_word(self, move):
+        """A CAM relocation as the CAM_MOVE register reads it (valid set)."""
+        w = self.fragmenter.cam.slot_width
+        return Cat(move.src, C(0, 15 - w), move.dst, C(0, 15 - w), C(0, 1), C(1, 1))
 
     def _core(self, bus, axil, soft):
         """Everything the soft reset resets: the blocks, the CSR bank and their glue, on
@@ -252,7 +269,6 @@ class HotlineAccelerator(wiring.Component):
         ]
 
         # ---- CAM command port through the CSRs ------------------------------------------
-        cam = frag.cam
         fifos = {}
         for name, port, layout in (("cmd", frag.cmd, frag.cmd.payload.shape()),
                                    ("resp", frag.resp, frag.resp.payload.shape()),
@@ -261,15 +277,30 @@ class HotlineAccelerator(wiring.Component):
             m.submodules[f"cam_{name}_fifo"] = fifo
         cmd_f, resp_f, moves_f = fifos["cmd"], fifos["resp"], fifos["moves"]
         cmd_word = Signal(frag.cmd.payload.shape())
+        # Commands from CAM_CMD writes and from cam_cmds beats share the FIFO (a write first).
+        cmds = self.cam_cmds
         m.d.comb += [
             cmd_word.op.eq(csr.field_of("CAM_CMD", "op")), cmd_word.key.eq(csr.cam_key),
-            cmd_f.w_data.eq(cmd_word), cmd_f.w_en.eq(csr.cam_cmd_stb),
+            cmds.ready.eq(cmd_f.w_rdy & ~csr.cam_cmd_stb),
+            cmd_f.w_data.eq(Mux(csr.cam_cmd_stb, cmd_word, cmds.payload)),
+            cmd_f.w_en.eq(csr.cam_cmd_stb | (cmds.valid & cmds.ready)),
             frag.cmd.valid.eq(cmd_f.r_rdy), frag.cmd.payload.eq(cmd_f.r_data),
             cmd_f.r_en.eq(frag.cmd.ready),
-            resp_f.w_data.eq(frag.resp.payload), resp_f.w_en.eq(frag.resp.valid),
-            frag.resp.ready.eq(resp_f.w_rdy),
-            moves_f.w_data.eq(frag.moves.payload), moves_f.w_en.eq(frag.moves.valid),
-            frag.moves.ready.eq(moves_f.w_rdy),
+        ]
+        # Responses and relocations: into the CSR FIFOs, or (CONFIG.cam_events) onto
+        # cam_events. The engine offers a command's relocations before its response and the
+        # next command's only after that response is taken, so relocations first is the order.
+        events, to_stream = self.cam_events, config[2]
+        m.d.comb += [
+            resp_f.w_data.eq(frag.resp.payload), resp_f.w_en.eq(frag.resp.valid & ~to_stream),
+            moves_f.w_data.eq(frag.moves.payload),
+            moves_f.w_en.eq(frag.moves.valid & ~to_stream),
+            frag.resp.ready.eq(Mux(to_stream, events.ready & ~frag.moves.valid, resp_f.w_rdy)),
+            frag.moves.ready.eq(Mux(to_stream, events.ready, moves_f.w_rdy)),
+            events.valid.eq(to_stream & (frag.resp.valid | frag.moves.valid)),
+            events.payload.move.eq(frag.moves.valid),
+            events.payload.word.eq(Mux(frag.moves.valid, self._move_word(frag.moves.payload),
+                                       self._resp_word(frag.resp.payload))),
         ]
         resp = frag.resp.payload.shape()(resp_f.r_data)
         move = frag.moves.payload.shape()(moves_f.r_data)
@@ -282,12 +313,9 @@ class HotlineAccelerator(wiring.Component):
                      move_pop.eq(csr.cam_move_rstb & moves_f.r_rdy)]
         m.d.comb += [
             # Gated: an empty FIFO's read data is undefined (X in a 4-state simulator).
-            csr.cam_resp.eq(Mux(resp_f.r_rdy, Cat(resp.slot, C(0, 16 - cam.slot_width),
-                                resp.moves, C(0, 8 - len(resp.moves)), resp.status,
-                                C(0, 5), C(1, 1)), 0)),
+            csr.cam_resp.eq(Mux(resp_f.r_rdy, self._resp_word(resp), 0)),
             resp_f.r_en.eq(resp_pop),
-            csr.cam_move.eq(Mux(moves_f.r_rdy, Cat(move.src, C(0, 15 - cam.slot_width), move.dst,
-                                C(0, 15 - cam.slot_width), C(0, 1), C(1, 1)), 0)),
+            csr.cam_move.eq(Mux(moves_f.r_rdy, self._move_word(move), 0)),
             moves_f.r_en.eq(move_pop),
         ]
 

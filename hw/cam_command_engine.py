@@ -28,6 +28,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, ceil_log2
 
 from hotline.contract.shapes import CAMOp, CAMStatus
+from hotline.contract.streams import cam_cmd_layout
 
 from .bram import BucketTable
 from .cam_lookup_pipeline import CAMEngineSignature, CAMLookupPipeline
@@ -56,7 +57,7 @@ class CAMCommandEngine(wiring.Component):
     def ports(g):
         """The command stream ports (PopularityCAM has the same)."""
         return {
-            "cmd": In(stream.Signature(data.StructLayout({"op": CAMOp, "key": g.key_width}))),
+            "cmd": In(stream.Signature(cam_cmd_layout(g.key_width))),
             "resp": Out(stream.Signature(data.StructLayout(
                 {"status": CAMStatus, "slot": g.slot_width, "moves": bits_for(g.max_kicks)}))),
             "moves": Out(stream.Signature(data.StructLayout(

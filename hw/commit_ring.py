@@ -1,13 +1,13 @@
 """CommitRing: the host link's request words, written speculatively, drained once committed.
 
-A ring of ``depth`` 66-bit entries (`RingWord`: a 64-bit word and its `RingTag`) with three
+A ring of ``depth`` entries (`RingWord`: a 64-bit word and its `RingTag`) with three
 pointers: the next speculative write, the end of the committed words and the next word to
 drain. The writer (`FrameParser`, through ``fill``) writes a frame's words as they arrive
 and then commits them (the frame was good and new) or rolls them back, so a corrupted or
 repeated frame never reaches the accelerator or the memory.
 
 Committed words drain in order: ``LOOKUP`` words into ``lookups``, ``SCATTER`` words into
-``scatter_keys``, an ``ADDR`` word sets the memory address, and ``MEMDATA`` words are written
+``scatter_keys``, ``CAM`` words into ``cam_cmds``, an ``ADDR`` word sets the memory address, and ``MEMDATA`` words are written
 to consecutive window words through ``mem`` (a write is taken when ``mem_grant`` and
 ``mem.ready`` are high; ``mem_grant`` is low while the responder reads the window). ``mem_pending`` is high while committed ``MEMDATA`` words wait.
 ``flush`` (a strobe: a new session) drops every committed word not yet drained, the one
@@ -23,7 +23,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .link_layouts import RingFillSignature, RingTag
+from .link_layouts import RingFillSignature, RingTag, RingWord
 from .window_ram import WindowPortSignature
 
 __all__ = ["CommitRing"]
@@ -42,6 +42,7 @@ class CommitRing(wiring.Component):
             "fill": In(RingFillSignature(self.bits)),
             "lookups": Out(stream.Signature(64)),
             "scatter_keys": Out(stream.Signature(64)),
+            "cam_cmds": Out(stream.Signature(64)),
             "mem": Out(WindowPortSignature(mem_addr_width)),
             "mem_grant": In(1),
             "mem_pending": Out(1),
@@ -51,7 +52,7 @@ class CommitRing(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         bits, fill = self.bits, self.fill
-        m.submodules.ring = ring = Memory(shape=66, depth=self.depth, init=[])
+        m.submodules.ring = ring = Memory(shape=RingWord, depth=self.depth, init=[])
         ring_wr, ring_rd = ring.write_port(), ring.read_port()
         wspec = Signal(bits)    # next speculative write
         wcommit = Signal(bits)  # end of committed words
@@ -70,13 +71,16 @@ class CommitRing(wiring.Component):
         mem_pending = Signal(bits)  # committed MEM_WRITE data words not yet written
         mem_written = Signal()
         d_valid = Signal()
-        d_word, d_tag = ring_rd.data[:64], ring_rd.data[64:]
+        d_word, d_tag = ring_rd.data.word, ring_rd.data.tag
         mem_word = Signal.like(self.mem.addr)
         consume = Signal()
         with m.Switch(d_tag):
             with m.Case(RingTag.LOOKUP):
                 m.d.comb += [self.lookups.valid.eq(d_valid), self.lookups.payload.eq(d_word),
                              consume.eq(self.lookups.ready)]
+            with m.Case(RingTag.CAM):
+                m.d.comb += [self.cam_cmds.valid.eq(d_valid), self.cam_cmds.payload.eq(d_word),
+                             consume.eq(self.cam_cmds.ready)]
             with m.Case(RingTag.SCATTER):
                 m.d.comb += [self.scatter_keys.valid.eq(d_valid),
                              self.scatter_keys.payload.eq(d_word),

@@ -10,7 +10,8 @@ bytes stop for ``timeout`` cycles is dropped without an answer.
 Ports:
 
 - ``rx`` In: the byte stream.
-- ``ring`` Out (`RingFillSignature`): a ``LOOKUPS``, ``SCATTER_KEYS`` or ``MEM_WRITE`` payload
+- ``ring`` Out (`RingFillSignature`): a ``LOOKUPS``, ``SCATTER_KEYS``, ``CAM_CMDS`` or
+  ``MEM_WRITE`` payload
   is written into the `CommitRing` as it arrives, one word per 8 bytes, in the cycle of its
   last byte. The frame's words are committed in the cycle of its last CRC byte when the frame
   is good, its ``seq`` is not ``served.seq``, it is not rejected and no request is waiting;
@@ -143,10 +144,11 @@ class FrameParser(wiring.Component):
                     with m.If(idx < 8):
                         m.d.sync += args.word_select(idx[:3], 8).eq(byte)
                     full = Cat(word[:56], byte)
-                    tag = Signal(2)
+                    tag = Signal(RingTag.BITS)
                     m.d.comb += tag.eq(Mux(kind == T["LOOKUPS"], RingTag.LOOKUP,
                                        Mux(kind == T["SCATTER_KEYS"], RingTag.SCATTER,
-                                           Mux(idx < 8, RingTag.ADDR, RingTag.MEMDATA))))
+                                           Mux(kind == T["CAM_CMDS"], RingTag.CAM,
+                                               Mux(idx < 8, RingTag.ADDR, RingTag.MEMDATA)))))
                     with m.If((idx[:3] == 7) & store):
                         m.d.comb += [ring.words.payload.eq(Cat(full, tag)),
                                      ring.words.valid.eq(1)]
@@ -178,7 +180,7 @@ class FrameParser(wiring.Component):
                 with m.Case(k):
                     with m.If(length != n):
                         m.d.sync += reject.eq(BAD_LENGTH)
-            with m.Case(T["LOOKUPS"], T["SCATTER_KEYS"], T["MEM_WRITE"]):
+            with m.Case(T["LOOKUPS"], T["SCATTER_KEYS"], T["CAM_CMDS"], T["MEM_WRITE"]):
                 with m.If((length[:3] != 0) | ((kind == T["MEM_WRITE"]) & (length == 0))):
                     m.d.sync += reject.eq(BAD_LENGTH)
                 with m.Elif(length > self.max_request):

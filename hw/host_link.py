@@ -5,13 +5,15 @@ Three stages, wired here:
 
 - `FrameParser` (``frame_parser.py``): bytes in at one per cycle, never stalled (a UART cannot
   be held off); header CRC, length and CRC-32 checks; a request out per frame, and the
-  ``LOOKUPS``, ``SCATTER_KEYS`` and ``MEM_WRITE`` payload words into the ring as they arrive.
+  ``LOOKUPS``, ``SCATTER_KEYS``, ``CAM_CMDS`` and ``MEM_WRITE`` payload words into the ring as
+  they arrive.
   A frame whose bytes stop for ``timeout`` cycles is dropped. After a bad header it hunts for
   the next magic byte after the header (the header's own bytes are not rescanned, so a stray
   magic byte costs the frame behind it one NAK and resend).
 - `CommitRing` (``commit_ring.py``): the payload words, committed only when the frame's CRC is
   good and its ``seq`` is new (so a corrupted or repeated frame never reaches the accelerator
-  or memory), drained into ``lookups`` / ``scatter_keys`` / the memory port in arrival order
+  or memory), drained into ``lookups`` / ``scatter_keys`` / ``cam_cmds`` / the memory port in
+  arrival order
   while later frames are served (a batch blocked on full result streams does not block the
   ``RESULTS`` that unblocks it). A ring frame that does not fit its free space is answered
   ``BUSY``.
@@ -72,6 +74,7 @@ class HostLinkBridge(wiring.Component):
             "mem": Out(WindowPortSignature(max(1, (window_words - 1).bit_length()))),
             "lookups": Out(stream.Signature(64)),
             "scatter_keys": Out(stream.Signature(64)),
+            "cam_cmds": Out(stream.Signature(64)),
             **{name: In(stream.Signature(width)) for name, width in self.results.items()},
         })
 
@@ -93,6 +96,7 @@ class HostLinkBridge(wiring.Component):
         m.d.comb += [parser.served.eq(responder.served), ring.flush.eq(responder.open)]
         wiring.connect(m, ring.lookups, wiring.flipped(self.lookups))
         wiring.connect(m, ring.scatter_keys, wiring.flipped(self.scatter_keys))
+        wiring.connect(m, ring.cam_cmds, wiring.flipped(self.cam_cmds))
         wiring.connect(m, responder.csr, wiring.flipped(self.csr))
         for name in self.results:
             wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(responder, name))

@@ -44,13 +44,15 @@ BUSY = 15  # reject code: answer BUSY, forget the frame
 
 class RingTag:
     """Where a ring word drains to: ``lookups``, ``scatter_keys``, the memory address
-    register (a ``MEM_WRITE``'s first word), the memory window (its data words)."""
-    LOOKUP, SCATTER, ADDR, MEMDATA = 0, 1, 2, 3
+    register (a ``MEM_WRITE``'s first word), the memory window (its data words),
+    ``cam_cmds``."""
+    LOOKUP, SCATTER, ADDR, MEMDATA, CAM = 0, 1, 2, 3, 4
+    BITS = 3
 
 
 Request = data.StructLayout({"good": 1, "kind": 8, "seq": 16, "addr": 32, "value": 32,
                              "reject": 4})
-RingWord = data.StructLayout({"word": 64, "tag": 2})
+RingWord = data.StructLayout({"word": 64, "tag": RingTag.BITS})
 Served = data.StructLayout({"valid": 1, "seq": 16})
 
 

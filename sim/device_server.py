@@ -83,7 +83,8 @@ class Server:
         self.tb = tb
         self.max_request = spec.get("max_request", MAX_PAYLOAD)
         self.input_beats = spec.get("input_beats")
-        self.feeders = {"LOOKUPS": Feeder(tb.lookups), "SCATTER_KEYS": Feeder(tb.scatter_keys)}
+        self.feeders = {"LOOKUPS": Feeder(tb.lookups), "SCATTER_KEYS": Feeder(tb.scatter_keys),
+                        "CAM_CMDS": Feeder(tb.cam_cmds)}
         self.taken = dict.fromkeys(RESULT_STREAMS, 0)
 
     def open_session(self, payload):

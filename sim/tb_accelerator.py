@@ -92,6 +92,7 @@ class TB:
         busy_in, busy_out = job.get("busy_in", 0.0), job.get("busy_out", 0.0)
         self.lookups = StreamSource(dut, "lookups", busy_in, 1)
         self.scatter_keys = StreamSource(dut, "scatter_keys", busy_in, 2)
+        self.cam_cmds = StreamSource(dut, "cam_cmds", busy_in, 3)
         self.sinks = {n: StreamSink(dut, n, busy_out, 10 + i) for i, n in enumerate(RESULT_STREAMS)}
         self.monitor = BusMonitor(dut, job.get("windows"), len(dut.bus__rdata) // 8)
 

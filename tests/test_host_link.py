@@ -77,12 +77,13 @@ class Link:
         self.tx_busy = tx_busy
         self.reader = FrameReader()
         self.regs = {}
-        self.got = {"lookups": [], "scatter_keys": []}
+        self.got = {"lookups": [], "scatter_keys": [], "cam_cmds": []}
         self.sink_ready = True
         self.results = {n: [] for n in RESULTS}
 
     def add_to(self, sim):
         for proc in (self._tx, self._csr, self._sink("lookups"), self._sink("scatter_keys"),
+                     self._sink("cam_cmds"),
                      *(self._source(n) for n in RESULTS)):
             sim.add_testbench(proc, background=True)
 
@@ -182,6 +183,7 @@ def test_streams_in_order_and_once(gap):
     rng = random.Random(gap)
     lookups = [rng.getrandbits(64) for _ in range(300)]
     keys = [rng.getrandbits(64) for _ in range(40)]
+    cmds = [rng.getrandbits(64) for _ in range(17)]
 
     async def bench(ctx, link):
         seq = 1
@@ -195,10 +197,12 @@ def test_streams_in_order_and_once(gap):
         assert await link.request(ctx, "SCATTER_KEYS", seq, pack_u64(keys), gap) == \
             ("ACK", seq, b"")
         seq += 1
+        assert await link.request(ctx, "CAM_CMDS", seq, pack_u64(cmds), gap) == ("ACK", seq, b"")
+        seq += 1
         assert await link.request(ctx, "LOOKUPS", seq, pack_u64(lookups[256:]), gap) == \
             ("ACK", seq, b"")
         await ctx.tick().repeat(50)
-        assert link.got == {"lookups": lookups, "scatter_keys": keys}
+        assert link.got == {"lookups": lookups, "scatter_keys": keys, "cam_cmds": cmds}
     run(bench, seed=gap)
 
 

@@ -59,8 +59,9 @@ def test_busy_fetches_results_then_resends_under_a_new_seq():
     assert (stats["busy"], stats["resends"]) == (1, 0)
     assert stats["result_beats"] == {**dict.fromkeys(RESULT_STREAMS, 0), "remap": 2}
     # three requests of 16, 0 and 16 payload bytes, 14 bytes of framing each; the answers:
-    # BUSY and ACK (14 each) and DATA with 5 counts and two 2-byte remap beats
-    assert (stats["bytes_out"], stats["bytes_in"]) == (3 * 14 + 32, 3 * 14 + 20 + 4)
+    # BUSY and ACK (14 each) and DATA with a count per stream and two 2-byte remap beats
+    assert (stats["bytes_out"], stats["bytes_in"]) == (3 * 14 + 32,
+                                                       3 * 14 + 4 * len(RESULT_STREAMS) + 4)
 
 
 def test_busy_until_the_timeout_raises():

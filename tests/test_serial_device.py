@@ -97,3 +97,27 @@ def test_a_new_session_finds_nothing_of_an_abandoned_one(board, tmp_path):
     want = session("model://", ds, hot, BATCH, tmp_path, "model")
     got = session(url, ds, hot, BATCH, tmp_path, "serial", timeout=60)
     assert_sessions_match(got, want, batches=4)
+
+
+def test_a_hot_set_loads_in_a_few_round_trips(board, tmp_path):
+    """load_hot_set of 300 keys in bulk (CAM_CMDS out, cam_events back): the same placement as
+    model://, with a handful of requests besides the RESULTS fetches (whose number is how
+    often the host asked before the simulated CAM was done) where the register path took
+    three or more per key; update_hot_set after it likewise."""
+    ds, hot, url, _ = board
+    config = session_config(hot, BATCH)
+    with HostMemory(1 << 16, tmp_path / "m.bin") as mem:
+        with hotline.open("model://", config=config, memory=mem) as ref:
+            want = ref.load_hot_set(hot)
+            want_update = ref.update_hot_set(hot[50:] if len(hot) > 50 else hot)
+        with hotline.open(url, config=config, memory=mem, timeout=60) as dev:
+            s = dev.link_stats
+            before = s["requests"] - s["fetches"]
+            got = dev.load_hot_set(hot)
+            loaded = s["requests"] - s["fetches"] - before
+            got_update = dev.update_hot_set(hot[50:] if len(hot) > 50 else hot)
+    for g, w in ((got, want), (got_update, want_update)):
+        assert np.array_equal(g.keys, w.keys) and np.array_equal(g.slots, w.slots)
+        assert np.array_equal(g.failed, w.failed)
+    # CONFIG.cam_events, and 301 commands in one CAM_CMDS frame (max_request 4096)
+    assert len(hot) == 300 and loaded == 2, f"{loaded} requests for 300 inserts"

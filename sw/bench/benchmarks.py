@@ -407,7 +407,8 @@ def bench_link(quick):
     answer BUSY (a simulated one would, and its resends would count). The result beats travel
     in the whole bytes of their widths;
     the same beats at 16 bytes each (the format before) are the same-run reference. Seconds per
-    batch on the wire (10 bits a byte, 8N1) at 1 and 3 Mbaud."""
+    batch on the wire (10 bits a byte, 8N1) at 1 and 3 Mbaud. And the requests of the hot set's
+    load (``hot_capacity`` keys in bulk) beside the one-register-access-per-request path."""
     import hotline  # lazy: (see bench_cam)
     from hotline.contract.link import result_beat_bytes
     from hotline.contract.streams import RESULT_STREAMS, stream_layouts
@@ -430,8 +431,10 @@ def bench_link(quick):
         slots = config.cold_max_keys
         staging = mem.alloc(2 * slots * LINK_ROW_BYTES, 64)
         dev.set_staging(staging, LINK_ROW_BYTES, slots, banks=2)
-        dev.load_hot_set(hot)
         s = dev.link_stats
+        requests, fetches = s["requests"], s["fetches"]
+        placement = dev.load_hot_set(hot)
+        hot_requests, hot_fetches = s["requests"] - requests, s["fetches"] - fetches
         before = (s["bytes_out"], s["bytes_in"], dict(s["result_beats"]))
         offsets, lens = ds.sample_offsets, np.diff(ds.sample_offsets)
         for b in range(batches):
@@ -456,10 +459,23 @@ def bench_link(quick):
            "seconds_per_batch": {f"{baud // 10**6}M": 10 * wire / baud
                                  for baud in (1_000_000, 3_000_000)},
            "seconds_per_batch_16_byte_beats_1M": 10 * wire16 / 1_000_000,
-           "busy_answers": s["busy"], "resends": s["resends"]}
+           "busy_answers": s["busy"], "resends": s["resends"],
+           # the register path: CAM_CMD + CAM_RESP for the clear, then per insert CAM_KEY,
+           # CAM_CMD, CAM_RESP and a CAM_MOVE read per relocation (one request each)
+           # the fetches are how often the host asked before the simulated CAM was done
+           "hot_set": {"keys": int(len(hot)), "requests": hot_requests,
+                       "requests_besides_fetches": hot_requests - hot_fetches,
+                       "register_path_requests": 2 + sum(3 + len(moves) for _, _, moves
+                                                         in placement.responses)}}
+    h = out["hot_set"]
     return out, [["link bytes per batch (board)", f"{ds.name[:24]} B={batch}",
                   f"{wire:,.0f} B, {out['seconds_per_batch']['3M'] * 1e3:.0f} ms at 3 Mbaud",
-                  f"{wire16:,.0f} B with 16-byte beats", out["ratio_vs_16_byte_beats"]]]
+                  f"{wire16:,.0f} B with 16-byte beats", out["ratio_vs_16_byte_beats"]],
+                 ["hot set load requests (board)", f"{h['keys']:,} keys",
+                  f"{h['requests_besides_fetches']} requests + "
+                  f"{h['requests'] - h['requests_besides_fetches']} RESULTS",
+                  f"{h['register_path_requests']:,} by registers",
+                  h["requests"] / h["register_path_requests"]]]
 
 
 TRAIN_RUNS = (("baseline", {}), ("hotline", {}),

@@ -14,7 +14,8 @@ executed twice). The same bytes run over a loopback TCP socket to the co-simulat
 
 Requests: ``WRITE32`` {addr u32, value u32}, ``READ32`` {addr u32} -> ``DATA`` {value u32},
 ``LOOKUPS`` {beats: u64 each, the accelerator's ``lookups`` payloads},
-``SCATTER_KEYS`` {beats: u64 each, ``scatter_keys`` payloads}, ``RESULTS`` -> ``DATA`` {per
+``SCATTER_KEYS`` {beats: u64 each, ``scatter_keys`` payloads}, ``CAM_CMDS`` {beats: u64 each,
+``cam_cmds`` payloads: CAM commands in bulk, in order with the other stream beats}, ``RESULTS`` -> ``DATA`` {per
 result stream, in `hotline.contract.streams.RESULT_STREAMS` order: count u32 then the beats,
 each in `result_beat_bytes` of its payload width (the whole bytes that hold it, little endian;
 payloads up to 128 bits), every beat collected since the last RESULTS}, ``QUIT``, ``INFO`` -> ``DATA`` {window_bytes u32, max_request u32, clock_hz u32,
@@ -45,7 +46,7 @@ __all__ = ["MAGIC", "HEADER", "TYPES", "NAMES", "MAX_PAYLOAD", "CRC32_POLY", "CR
 MAGIC = 0xA5
 HEADER = struct.Struct("<BBHIH")  # magic, type, seq, length, hcrc
 TYPES = {"WRITE32": 1, "READ32": 2, "LOOKUPS": 3, "SCATTER_KEYS": 4, "RESULTS": 5, "QUIT": 6,
-         "INFO": 7, "MEM_WRITE": 8, "MEM_READ": 9, "OPEN": 10,
+         "INFO": 7, "MEM_WRITE": 8, "MEM_READ": 9, "OPEN": 10, "CAM_CMDS": 11,
          "ACK": 0x81, "DATA": 0x82, "NAK": 0x83, "ERROR": 0x84, "BUSY": 0x85}
 NAMES = {v: k for k, v in TYPES.items()}
 MAX_PAYLOAD = 1 << 28

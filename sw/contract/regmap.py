@@ -278,7 +278,7 @@ def _bit(name, lsb, doc):
 
 
 ID_VALUE = 0x484F544C  # "HOTL"
-VERSION_MAJOR, VERSION_MINOR = 1, 1
+VERSION_MAJOR, VERSION_MINOR = 1, 2
 VERSION_VALUE = VERSION_MAJOR << 16 | VERSION_MINOR
 CAM_OPS = tuple((op.name.lower(), int(op)) for op in CAMOp)
 CAM_STATUSES = tuple((status.name.lower(), int(status)) for status in CAMStatus)
@@ -347,7 +347,10 @@ HOTLINE_REGISTERS = RegisterMap([
              "blocks are ready again."))),
     Register("CONFIG", 0x044, "rw", "Operating modes.", fields=(
         _bit("gather_enable", 0, "Gather each batch's unique cold rows by DMA."),
-        _bit("learner_tap", 1, "Feed the lookup stream to the access learner."))),
+        _bit("learner_tap", 1, "Feed the lookup stream to the access learner."),
+        _bit("cam_events", 2, "CAM responses and relocations go to the cam_events stream "
+             "(in order: a command's relocations, then its response) instead of CAM_RESP and "
+             "CAM_MOVE."))),
     Register("STATUS", 0x048, "ro", "Activity and readout state.", fields=(
         _bit("gather_busy", 0, "The gather DMA has work in flight."),
         _bit("scatter_busy", 1, "The scatter DMA has work in flight."),
@@ -380,7 +383,8 @@ HOTLINE_REGISTERS = RegisterMap([
         Field("banks", 0, 2, "Number of banks, 1 or 2."),)),
     # ---- popularity CAM command port: 0x100 - 0x13f ------------------------------------------
     Register("CAM_KEY", 0x100, "rw", "Key for the next CAM_CMD."),
-    Register("CAM_CMD", 0x104, "wo", "A write pushes the command {op, CAM_KEY} to the CAM.", fields=(
+    Register("CAM_CMD", 0x104, "wo", "A write pushes the command {op, CAM_KEY} to the CAM (so "
+             "does a cam_cmds beat).", fields=(
         Field("op", 0, 2, "Operation.", values=CAM_OPS),)),
     Register("CAM_RESP", 0x108, "rc", "Oldest command response; a read pops it when valid.", fields=(
         Field("slot", 0, 16, "Hot slot of the key (inserted, existing or deleted)."),

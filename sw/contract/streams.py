@@ -1,7 +1,7 @@
 """The accelerator's streams (contract): payload layouts, their order on the host link, and
 beats packed into integers.
 
-The top (`hotline.hw.accelerator.HotlineAccelerator`) has two input streams and five result
+The top (`hotline.hw.accelerator.HotlineAccelerator`) has three input streams and six result
 streams; `stream_layouts` gives their payload layouts from an `AcceleratorConfig` without
 building any gateware, and the blocks build their ports from the same functions:
 
@@ -9,11 +9,15 @@ building any gateware, and the blocks build their ports from the same functions:
   (`lookup_beats`); ``eos`` closes a sample, ``eob`` a batch, ``empty`` stands for a sample
   with no lookup;
 - ``scatter_keys`` {end, key}: a scatter batch's keys, then a beat with ``end`` = 1;
+- ``cam_cmds`` {op, key}: CAM commands in bulk, as CAM_CMD writes are (`cam_cmd_layout`);
 - ``remap`` {hot, slot}: per lookup, its hot slot or its cold slot;
 - ``popular`` / ``non_popular`` {sample}: batch-local sample ids;
 - ``batch_keys`` {end, key, popular, non_popular, cold, overflow}: a batch's unique cold keys
   (``end`` = 0), then its summary (``end`` = 1, `batch_end`);
-- ``dma_done`` {rows, errors, scatter}: one record per gather or scatter batch.
+- ``dma_done`` {rows, errors, scatter}: one record per gather or scatter batch;
+- ``cam_events`` {move, word} (with CONFIG.cam_events): per CAM command its relocations
+  (``move`` = 1, ``word`` as the CAM_MOVE register reads), then its response (``move`` = 0,
+  ``word`` as CAM_RESP reads).
 
 ``RESULT_STREAMS`` is also the order of the streams in a ``RESULTS`` response of the host
 link. A payload is an unsigned integer, the first field in its least significant bits
@@ -25,14 +29,15 @@ from amaranth.utils import bits_for
 
 from .config import AcceleratorConfig, cold_slot_width, hot_slot_width
 from .keys import KEY_BITS
+from .shapes import CAMOp
 
 __all__ = ["INPUT_STREAMS", "RESULT_STREAMS", "STREAMS", "BATCH_END", "DMA_DONE_FIELDS",
            "lookup_layout", "fragmenter_layouts", "batch_keys_layout", "dma_keys_layout",
-           "dma_done_layout", "stream_layouts", "batch_end", "batch_key", "pack", "unpack",
-           "lookup_beats"]
+           "dma_done_layout", "cam_cmd_layout", "CAM_EVENT_LAYOUT", "stream_layouts", "batch_end",
+           "batch_key", "pack", "unpack", "lookup_beats"]
 
-INPUT_STREAMS = ("lookups", "scatter_keys")
-RESULT_STREAMS = ("remap", "popular", "non_popular", "batch_keys", "dma_done")
+INPUT_STREAMS = ("lookups", "scatter_keys", "cam_cmds")
+RESULT_STREAMS = ("remap", "popular", "non_popular", "batch_keys", "dma_done", "cam_events")
 STREAMS = INPUT_STREAMS + RESULT_STREAMS
 
 # The batch_keys field that closes a batch; it is the layout's first field, bit 0 of a beat.
@@ -81,6 +86,16 @@ def dma_done_layout(scatter: bool = False) -> data.StructLayout:
     return data.StructLayout({**DMA_DONE_FIELDS, **({"scatter": 1} if scatter else {})})
 
 
+def cam_cmd_layout(key_width: int = KEY_BITS) -> data.StructLayout:
+    """A CAM command {op: `CAMOp`, key}: the CAM's command port and the top's ``cam_cmds``."""
+    return data.StructLayout({"op": CAMOp, "key": key_width})
+
+
+# A CAM event: a relocation (``move`` = 1) or a response, ``word`` encoded as the CAM_MOVE or
+# CAM_RESP register reads it (valid bit set).
+CAM_EVENT_LAYOUT = data.StructLayout({"move": 1, "word": 32})
+
+
 def stream_layouts(config: AcceleratorConfig, key_width: int = KEY_BITS) -> dict:
     """{stream: payload layout} of the top built from ``config``, for every name in
     ``STREAMS`` (no gateware is built)."""
@@ -89,9 +104,10 @@ def stream_layouts(config: AcceleratorConfig, key_width: int = KEY_BITS) -> dict
                            max_batch_samples=config.max_batch_samples,
                            cold_max_keys=config.cold_max_keys, key_width=key_width)
     return {"lookups": lookup_layout(key_width), "scatter_keys": dma_keys_layout(key_width),
+            "cam_cmds": cam_cmd_layout(key_width),
             "remap": f["remap"], "popular": f["popular"], "non_popular": f["non_popular"],
             "batch_keys": batch_keys_layout(f["cold_keys"], f["batches"]),
-            "dma_done": dma_done_layout(scatter=True)}
+            "dma_done": dma_done_layout(scatter=True), "cam_events": CAM_EVENT_LAYOUT}
 
 
 def batch_end(beat: int) -> bool:

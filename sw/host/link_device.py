@@ -12,7 +12,8 @@ did not take the request) fetches ``RESULTS`` and sends the request again under 
 until ``timeout``; ``ERROR`` raises `LinkError`. Stream beats go out in frames of at most
 ``max_request`` bytes.
 
-The hot set goes through the CAM command registers with the slot bookkeeping kept in the
+The hot set goes to the CAM in bulk (``CAM_CMDS`` beats; each command's relocations and
+response come back on the ``cam_events`` result stream) with the slot bookkeeping kept in the
 object (``load_hot_set`` starts it, ``update_hot_set`` continues it); the access learner
 through CONTROL / CONFIG.learner_tap and its readout registers (docs/device-api.md).
 """
@@ -23,7 +24,7 @@ import time
 
 import numpy as np
 
-from hotline.contract.cam import CAMStatus
+from hotline.contract.cam import CAMOp, CAMStatus
 from hotline.contract.link import MAX_PAYLOAD, encode, pack_u64, unpack_results
 from hotline.contract.streams import RESULT_STREAMS, batch_end, lookup_beats, pack, stream_layouts, \
     unpack
@@ -50,13 +51,15 @@ class LinkDevice(Device):
         self.reader = FrameReader()
         self.pending = {n: [] for n in RESULT_STREAMS}
         self.max_request = MAX_PAYLOAD
-        #: recovery events (frames resent after a NAK, corruption or silence; BUSY answers),
+        #: requests (``fetches`` of them RESULTS), recovery events (frames resent after a NAK,
+        #: corruption or silence; BUSY answers),
         #: bytes on the wire each way, and the result beats received per stream
-        self.link_stats = {"resends": 0, "busy": 0, "bytes_out": 0, "bytes_in": 0,
+        self.link_stats = {"requests": 0, "fetches": 0, "resends": 0, "busy": 0, "bytes_out": 0,
+                           "bytes_in": 0,
                            "result_beats": dict.fromkeys(RESULT_STREAMS, 0)}
         self.regs = RegisterFile(self._read32, self._write32)
         self.layouts = stream_layouts(self.config)
-        self._config = {"gather_enable": 0, "learner_tap": 0}   # CONFIG as last written
+        self._config = {"gather_enable": 0, "learner_tap": 0, "cam_events": 0}  # CONFIG as written
         # The hot set's slot bookkeeping (load_hot_set, update_hot_set): each held key's hot
         # slot and each used slot's key; None until the CAM is cleared in this session.
         self._slot_of = self._at = None
@@ -92,6 +95,8 @@ class LinkDevice(Device):
             self._fetch()
 
     def _exchange(self, kind, payload, expect):
+        self.link_stats["requests"] += 1
+        self.link_stats["fetches"] += kind == "RESULTS"
         self.seq = (self.seq + 1) & 0xFFFF
         frame = encode(kind, self.seq, payload)
         for attempt in range(self.retries + 1):
@@ -215,35 +220,59 @@ class LinkDevice(Device):
         self._set_config(gather_enable=1)
 
     def _load_hot_set(self, keys):
-        self._clear_cam()
-        return self._hot_placement(keys, [self._cam_command("insert", k) for k in keys.tolist()])
+        ops = [("clear", 0)] + [("insert", k) for k in keys.tolist()]
+        return self._hot_placement(keys, self._cam_commands(ops)[1:])
 
     def _update_hot_set(self, held, keys):
-        if self._slot_of is None:
-            self._clear_cam()   # nothing loaded in this session: start from an empty CAM
+        # nothing loaded in this session: start from an empty CAM
+        ops = [("clear", 0)] if self._slot_of is None else []
         leave, enter = held[~np.isin(held, keys)], keys[~np.isin(keys, held)]
-        responses = [self._cam_command("delete", k) for k in leave.tolist()]
-        responses += [self._cam_command("insert", k) for k in enter.tolist()]
-        return self._hot_placement(keys, responses)
+        ops += [("delete", k) for k in leave.tolist()] + [("insert", k) for k in enter.tolist()]
+        return self._hot_placement(keys, self._cam_commands(ops)[len(ops) - len(leave) - len(enter):])
 
-    def _clear_cam(self):
-        self.regs.write("CAM_CMD", op="clear")
-        self._poll("CAM_RESP", "valid", "the CAM gave no response to a command")
-        self._slot_of, self._at = {}, {}
+    def _cam_commands(self, ops):
+        """Run the CAM commands ``ops`` [(op name, key)] in bulk: their beats go out in
+        ``CAM_CMDS`` frames (CONFIG.cam_events set), and each command's relocations and then its
+        response come back on the ``cam_events`` stream, so a hot set costs a few round trips,
+        not three or more per key. The slot bookkeeping follows every command in order.
+        Returns each command's (status, slot, moves)."""
+        if not ops:
+            return []
+        self._set_config(cam_events=1)
+        codes = np.array([int(CAMOp[op.upper()]) for op, _ in ops], np.uint64)
+        keys = np.array([key for _, key in ops], np.uint64)
+        self._send_beats("CAM_CMDS", pack(self.layouts["cam_cmds"], op=codes, key=keys))
+        def responses():
+            events = self.pending["cam_events"]
+            return len(events) - int(unpack(self.layouts["cam_events"], events)["move"].sum()) \
+                if events else 0
+        self._wait(lambda: responses() >= len(ops), f"{len(ops)} CAM commands")
+        out, moves, taken = [], [], 0
+        for v in self.pending["cam_events"]:
+            taken += 1
+            ev = unpack(self.layouts["cam_events"], [v])
+            word = int(ev["word"][0])
+            if ev["move"][0]:
+                mv = decode("CAM_MOVE", word)
+                moves.append((mv["src"], mv["dst"]))
+                continue
+            op, key = ops[len(out)]
+            out.append(self._follow(op, key, decode("CAM_RESP", word), moves))
+            moves = []
+            if len(out) == len(ops):
+                break
+        self._take("cam_events", taken)
+        return out
 
-    def _cam_command(self, op, key):
-        """Run CAM command ``op`` on ``key`` and follow it in the slot bookkeeping (the
-        relocations it caused, the key's own slot); its response (status, slot, moves)."""
-        r, slot_of, at = self.regs, self._slot_of, self._at
-        r.write("CAM_KEY", key)
-        r.write("CAM_CMD", op=op)
-        resp = self._poll("CAM_RESP", "valid", "the CAM gave no response to a command")
-        moves = []
-        for _ in range(resp["moves"]):
-            mv = decode("CAM_MOVE", r.read("CAM_MOVE"))
-            moves.append((mv["src"], mv["dst"]))
-            moved = at.pop(mv["src"])
-            slot_of[moved], at[mv["dst"]] = mv["dst"], moved
+    def _follow(self, op, key, resp, moves):
+        """Apply one CAM command's relocations and response to the slot bookkeeping; its
+        (status, slot, moves)."""
+        if op == "clear":
+            self._slot_of, self._at = {}, {}
+        slot_of, at = self._slot_of, self._at
+        for src, dst in moves:
+            moved = at.pop(src)
+            slot_of[moved], at[dst] = dst, moved
         status = CAMStatus(resp["status"])
         if status == CAMStatus.OK and op == "insert":
             slot_of[key], at[resp["slot"]] = resp["slot"], key
