@@ -42,6 +42,8 @@ def session(url, ds, hot, batch, tmp_path, name, config=None, memory_bytes=MEMOR
         staging = mem.alloc(2 * slots * ROW_BYTES, align, name="staging")
         dev.set_staging(staging, ROW_BYTES, slots, banks=2)
         placement = dev.load_hot_set(hot)
+        # the link's bytes so far (serial:// counts them), to tell the setup's from the batches'
+        dev.setup_wire_bytes = dict(getattr(dev, "wire_bytes", {}))
         offsets = ds.sample_offsets
         starts = list(range(0, ds.num_samples, batch))
         lens = np.diff(offsets)

@@ -11,6 +11,7 @@ import pytest
 from amaranth.back import rtlil
 
 from hotline.fpga.boards import BOARDS
+from hotline.host.serial_device import SerialDevice
 from hotline.fpga.ecp5_pll import DIVS, ECP5PLL, OUT_HZ, PFD_HZ, VCO_HZ, ecp5_pll
 
 
@@ -92,7 +93,7 @@ def test_board_clocks_are_exact(name):
     check_ranges(s)
     assert s.out_hz == (b.core_hz, b.uart_hz) and s.clkin_hz == b.osc_hz
     assert b.uart_hz == b.divisor * b.baud and b.divisor >= 8
-    assert b.baud == 3_000_000 and b.clock_hz == b.core_hz
+    assert b.baud == 3_000_000 == SerialDevice.__init__.__defaults__[2] and b.clock_hz == b.core_hz
 
 
 def test_instance_parameters():

@@ -42,6 +42,13 @@ Sections:
 - boards: each board's bitstream (`hotline fpga build`): LUT4 / FF / block RAM against the
   part and Fmax against the board clock; slow (minutes per ECP5 board), so ``--quick`` leaves
   it out unless it is named with ``--only``;
+- link: the host link's cost per batch on a board: the ULX3S-85F co-simulation (`hotline fpga
+  cosim`'s Verilator model, PLL model and CDC included) runs the board parity test's session
+  (64 dense samples of the real Criteo file, else the generator, 100 hot rows, B = 32, tables
+  and staging in the 64 KiB window) through `serial://`; bytes on the wire per batch (sent,
+  received, the setup apart) and the batch's wire time at 3 Mbaud (the boards' rate) against
+  1 Mbaud (the former one); slow (a Verilator build and minutes of simulation), so
+  ``--quick`` leaves it out unless it is named with ``--only``;
 - train: DLRM training throughput (samples/s) on `make train`'s data (500k generated samples,
   --max-ind-range 1000000, B 1024, the hot set 10% of the rows) at 1 and 2 torch threads:
   ``hotline`` (exact hot set), ``hotline-learn`` (--hot-set learn --refresh auto) and
@@ -91,8 +98,8 @@ from .hash_quality import GEOMETRIES, cam_first_refusal, cold_first_overflow, fi
 
 SECTIONS = ("fragment_model", "criteo_parse", "convert", "hashing", "fragment_rtl", "cam", "learner",
             "synthesis",
-            "dma", "gather", "boards", "train", "drift", "dist")
-SLOW_SECTIONS = ("boards",)  # not in --quick runs unless named with --only
+            "dma", "gather", "boards", "link", "train", "drift", "dist")
+SLOW_SECTIONS = ("boards", "link")  # not in --quick runs unless named with --only
 
 
 def _best_of(fn, repeat):
@@ -354,6 +361,61 @@ def bench_boards(quick):
     return out, rows
 
 
+def _dense(ds):
+    """``ds`` with each table's rows renumbered densely (the same access pattern, small tables)."""
+    from hotline.data import Dataset
+    indices, sizes = ds.indices.copy(), np.ones(ds.num_features, np.int64)
+    for t in range(ds.num_features):
+        rows, indices[ds.tables == t] = np.unique(indices[ds.tables == t], return_inverse=True)
+        sizes[t] = max(1, len(rows))
+    return Dataset(ds.lengths, indices, sizes, name=ds.name)
+
+
+def bench_link(quick, samples=64, hot_rows=100, batch=32, row_bytes=8):
+    """Wire bytes per batch of a board session through the co-simulated ULX3S-85F."""
+    import hotline
+    from hotline.host.host_memory import HostMemory
+    from hotline.sim.board_server import BoardCosim  # lazy: cocotb, Verilator
+    name = "ulx3s-85f"
+    spec = BOARDS[name]
+    real = shared_data_dir() / "criteo_kaggle/train_random4584.csv.gz"
+    src = str(real) if real.exists() else f"synth:criteo-kaggle:{samples}"
+    ds = _dense(open_data(src).head(samples))
+    hot = exact_hot_set(ds.keys, hot_rows).keys
+    batches = -(-samples // batch)
+    with tempfile.TemporaryDirectory() as tmp, BoardCosim(name, Path(tmp) / "boardsim") as board, \
+            HostMemory(spec.window_bytes, Path(tmp) / "m.bin") as mem:
+        t0 = time.monotonic()
+        with hotline.open(board.url, config=spec.config, memory=mem, timeout=600) as dev:
+            for t, rows in enumerate(ds.table_sizes.tolist()):
+                dev.set_table(t, mem.alloc(rows * row_bytes, 64), rows, row_bytes)
+            slots = spec.config.cold_max_keys
+            staging = mem.alloc(2 * slots * row_bytes, 64)
+            dev.set_staging(staging, row_bytes, slots, banks=2)
+            dev.load_hot_set(hot)
+            setup = dict(dev.wire_bytes)
+            o, lens = ds.sample_offsets, np.diff(ds.sample_offsets)
+            for i in range(batches):
+                s0, s1 = i * batch, min((i + 1) * batch, samples)
+                dev.push_batch(ds.keys[o[s0]:o[s1]], lens[s0:s1])
+                r = dev.pull_batch()
+                dev.scatter(r.bank, r.cold_keys)
+            total = dict(dev.wire_bytes)
+        seconds = time.monotonic() - t0
+    per_batch = {k: (total[k] - setup[k]) / batches for k in total}
+    wire = per_batch["sent"] + per_batch["received"]
+    out = {"board": name, "data": f"{ds.name}, {samples} samples (dense rows)",
+           "batch_size": batch, "hot_rows": hot_rows, "batches": batches, "row_bytes": row_bytes,
+           "setup_bytes": setup, "bytes_per_batch": per_batch, "wire_bytes_per_batch": wire,
+           "bits_per_byte": 10, "baud": spec.baud,
+           "batch_wire_ms": {"3 Mbaud": wire * 10 / 3e6 * 1e3, "1 Mbaud": wire * 10 / 1e6 * 1e3},
+           "cosim_seconds": round(seconds, 1)}
+    rows = [[f"link bytes/batch ({name})", f"B {batch}, {samples} samples",
+             f"{wire:,.0f} B, {out['batch_wire_ms']['3 Mbaud']:.2f} ms at 3 Mbaud",
+             f"{out['batch_wire_ms']['1 Mbaud']:.2f} ms at 1 Mbaud", 3.0]]
+    return out, rows
+
+
 def bench_dma(quick, fmax_mhz=None):
     """Read utilisation of the row DMA with a 32-cycle memory, per width and row size."""
     from hotline.sim.bench_row_dma import bench_sweep  # lazy: (see bench_cam)
@@ -561,7 +623,7 @@ def main(argv=None):
     for name, fn in (("hashing", bench_hashing), ("fragment_rtl", bench_fragment_rtl),
                      ("cam", bench_cam),
                      ("learner", bench_learner), ("synthesis", bench_synthesis),
-                     ("dma", None), ("gather", bench_gather), ("boards", bench_boards),
+                     ("dma", None), ("gather", bench_gather), ("boards", bench_boards), ("link", bench_link),
                      ("train", bench_train), ("drift", bench_drift), ("dist", bench_dist)):
         if name in want:
             print(f"bench: {name} ...", file=sys.stderr, flush=True)

@@ -2,7 +2,8 @@
 
 ``PORT`` is anything ``serial.serial_for_url`` opens: ``serial:///dev/ttyUSB1`` (a board's
 UART), ``serial://socket://127.0.0.1:5555`` (a co-simulation serving the link on a TCP port,
-e.g. `hotline.sim.device_server` in listen mode). Options: ``baud`` (1000000), ``timeout`` (s
+e.g. `hotline.sim.device_server` in listen mode). Options: ``baud`` (3000000, the ECP5 boards'
+link rate, `hotline.fpga.boards.LINK_BAUD`; ignored by ``socket://``), ``timeout`` (s
 per request and per wait for a batch), ``retries`` (resends of a frame answered NAK or lost).
 Opening starts a session (``OPEN``: the device's link forgets the last session's cached
 response and drops the input words and result beats it left; the answer carries this
@@ -41,6 +42,7 @@ from .device import register_backend
 from .link import LinkError
 from .link_device import LinkDevice
 
+BAUD = 3_000_000  # the boards' link rate (hotline.fpga.boards.LINK_BAUD; a test keeps them equal)
 READ_WAIT = 0.05  # s a port read blocks with nothing arriving (the request loop's poll)
 PORT_ERRORS = (serial.SerialException, OSError)
 CHECKED = (("CAM_ENTRIES", "cam_entries"), ("COLD_MAX_KEYS", "cold_max_keys"),
@@ -56,7 +58,7 @@ class SerialDevice(LinkDevice):
 
     backend = "serial"
 
-    def __init__(self, url, config=None, memory=None, baud=1_000_000, timeout=10.0, retries=3):
+    def __init__(self, url, config=None, memory=None, baud=BAUD, timeout=10.0, retries=3):
         super().__init__(url, config, memory, timeout, retries)
         port = url.partition("://")[2]
         if not port:
@@ -64,6 +66,9 @@ class SerialDevice(LinkDevice):
                                f"serial://socket://HOST:PORT)")
         if memory is None:
             raise HotlineError(f"{url}: the device mirrors a HostMemory (memory=...)")
+        # bytes sent and received on the port since open (the link's cost: frames, CRCs,
+        # resends), for the link-efficiency figures (docs/benchmarks.md)
+        self.wire_bytes = {"sent": 0, "received": 0}
         try:
             self.port = serial.serial_for_url(port, baudrate=baud, timeout=READ_WAIT)
         except (ValueError, *PORT_ERRORS) as e:
@@ -107,12 +112,15 @@ class SerialDevice(LinkDevice):
     def _send(self, data):
         try:
             self.port.write(data)
+            self.wire_bytes["sent"] += len(data)
         except PORT_ERRORS as e:
             raise LinkError(f"{self.url}: the link failed ({e})") from None
 
     def _recv(self, n):
         try:
-            return self.port.read(n)
+            data = self.port.read(n)
+            self.wire_bytes["received"] += len(data)
+            return data
         except PORT_ERRORS as e:
             raise LinkError(f"{self.url}: the link failed ({e})") from None
 
