@@ -74,7 +74,8 @@ def board_platform(spec):
 
 class EchoTop(Elaboratable):
     """Bring-up image: every byte arriving on the platform's ``uart`` 0 is sent back, at
-    ``spec.baud`` from the default clock (``spec.divisor`` cycles per bit at ``spec.osc_hz``). Back to back at exactly the board's baud, each byte
+    ``spec.baud`` from the default clock (round(``spec.osc_hz`` / ``spec.baud``) cycles per
+    bit). Back to back at exactly the board's baud, each byte
     arrives in the very cycle the transmitter finishes the previous echo; from a sender a
     little faster it arrives earlier, so a 16-byte FIFO holds it (16 bytes of drift)."""
 

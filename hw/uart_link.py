@@ -9,7 +9,7 @@ synchronisers) carry the bytes across:
   while the FIFO is full is lost (``overrun`` pulses, in ``uart``), and the frame it belonged
   to fails its CRC, so the link's NAK and resend recover it. It cannot happen while the
   reader takes a byte per ``sync`` cycle (the host link bridge does) and ``sync`` is at least
-  `min_sync_hz` (for the boards' 4 bytes at 20 clocks per bit: 1/14 of the UART clock).
+  `min_sync_hz` (4 bytes at 20 clocks per bit: 1/149 of the UART clock).
 - tx: ``sync`` -> ``uart``, ``tx_depth`` bytes, with backpressure: the producer fills it at
   its own pace and the transmitter sends back to back (10 bit times per byte) while it holds
   a byte.
