@@ -28,7 +28,7 @@ from amaranth.lib.wiring import In, Out
 from hotline.contract.streams import RESULT_STREAMS
 from hotline.hw.accelerator import HotlineAccelerator
 from hotline.hw.host_link import HostLinkBridge
-from hotline.hw.uart_link import UARTLink
+from hotline.hw.uart_link import UARTLink, min_sync_hz
 from hotline.hw.window_ram import WindowRAM
 
 from .ecp5_pll import ECP5PLL
@@ -42,6 +42,8 @@ class BoardTop(wiring.Component):
     frame (default 10 ms)."""
 
     def __init__(self, spec, timeout=None):
+        if spec.core_hz < min_sync_hz(spec.uart_hz, spec.divisor, spec.rx_depth):
+            raise ValueError(f"{spec.name}: the accelerator clock is too slow to drain the UART")
         self.spec = spec
         self.accelerator = HotlineAccelerator.from_config(spec.config, spec.data_width, 32,
                                                           spec.num_tables, learner=spec.learner)

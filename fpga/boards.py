@@ -14,9 +14,6 @@ spec refuses frequencies its PLL cannot make.
 from dataclasses import dataclass, field, replace
 
 from hotline.contract.config import PRODUCT, AcceleratorConfig
-from hotline.hw.uart_link import min_sync_hz
-
-from .ecp5_pll import ecp5_pll
 
 __all__ = ["BoardSpec", "BOARDS", "LINK_BAUD", "board", "buildable"]
 
@@ -50,17 +47,13 @@ class BoardSpec:
     rx_depth: int = 4   # bytes of the UART -> sync FIFO (`hotline.hw.uart_link`)
 
     def __post_init__(self):
+        # Cheap checks only: the CLI imports this module and must start fast (no Amaranth, no
+        # PLL search); `pll_settings` checks the PLL, `BoardTop` the crossing's bound.
         if self.uart_hz % self.baud or self.uart_hz // self.baud < 8:
             raise ValueError(f"{self.name}: the UART clock {self.uart_hz} Hz is not a multiple "
                              f"(>= 8) of {self.baud} baud")
         if not self.pll and not self.osc_hz == self.core_hz == self.uart_hz:
             raise ValueError(f"{self.name}: without a PLL every clock is the oscillator")
-        if self.pll and not self.pll_settings.exact:
-            got = [f"{float(f) / 1e6:g}" for f in self.pll_settings.out_hz]
-            raise ValueError(f"{self.name}: the PLL makes {', '.join(got)} MHz, not "
-                             f"{self.core_hz / 1e6:g}, {self.uart_hz / 1e6:g} MHz")
-        if self.core_hz < min_sync_hz(self.uart_hz, self.divisor, self.rx_depth):
-            raise ValueError(f"{self.name}: the accelerator clock is too slow to drain the UART")
 
     @property
     def clock_hz(self):
@@ -74,8 +67,17 @@ class BoardSpec:
 
     @property
     def pll_settings(self):
-        """The EHXPLLL setting: CLKOP = ``core_hz``, CLKOS = ``uart_hz`` (None without a PLL)."""
-        return ecp5_pll(self.osc_hz, [self.core_hz, self.uart_hz]) if self.pll else None
+        """The EHXPLLL setting: CLKOP = ``core_hz``, CLKOS = ``uart_hz`` (None without a PLL);
+        ValueError when the PLL cannot make both exactly."""
+        if not self.pll:
+            return None
+        from .ecp5_pll import ecp5_pll  # lazy: Amaranth
+        settings = ecp5_pll(self.osc_hz, [self.core_hz, self.uart_hz])
+        if not settings.exact:
+            got = [f"{float(f) / 1e6:g}" for f in settings.out_hz]
+            raise ValueError(f"{self.name}: the PLL makes {', '.join(got)} MHz, not "
+                             f"{self.core_hz / 1e6:g}, {self.uart_hz / 1e6:g} MHz")
+        return settings
 
 
 # The product's ways, stash and kicks; 12 epoch bits (one clearing pass every 4095 batches),

@@ -18,6 +18,7 @@ jitter, within LiteX's stricter 10 MHz floor when possible), then the VCO neares
 ``locked`` Out (the LOCK pin). Its nextpnr attributes are ecppll's (FREQUENCY_PIN_* for the
 derived clock constraints, the loop-filter settings).
 """
+import functools
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -77,15 +78,20 @@ def _within(f, bounds):
 
 def ecp5_pll(clkin_hz, wanted_hz):
     """The best `PLLSettings` for ``wanted_hz`` (1 to 4 output frequencies, CLKOP first) from
-    ``clkin_hz``; raises ValueError when no setting respects the ranges."""
-    wanted = tuple(int(f) for f in wanted_hz)
+    ``clkin_hz``; raises ValueError when no setting respects the ranges. Results are cached."""
+    return _search(int(clkin_hz), tuple(int(f) for f in wanted_hz))
+
+
+@functools.lru_cache(maxsize=None)
+def _search(clkin_hz, wanted):
     if not 1 <= len(wanted) <= len(OUTPUTS):
         raise ValueError(f"an EHXPLLL has 1 to {len(OUTPUTS)} outputs, not {len(wanted)}")
     if not _within(clkin_hz, (8_000_000, 400_000_000)):
         raise ValueError(f"EHXPLLL input must be 8..400 MHz, not {clkin_hz / 1e6:g} MHz")
+    # Floats prune; errors are ratios of exact integers, so an exact output's is 0.0.
     best, best_key = None, None
     for clki_div in DIVS:
-        pfd = Fraction(clkin_hz, clki_div)
+        pfd = clkin_hz / clki_div
         if pfd < PFD_HZ[0]:
             break
         if pfd > PFD_HZ[1]:
@@ -111,7 +117,10 @@ def ecp5_pll(clkin_hz, wanted_hz):
                         break
                     divs.append(min(near, key=lambda d: abs(vco / d - f)))
                 else:
-                    errors = [abs(vco / d - f) / f for d, f in zip(divs, wanted)]
+                    # |VCO / d - f| / f in integers (VCO = num / clki_div): 0 only if exact
+                    num = clkin_hz * clkfb_div * op_div
+                    errors = [abs(num - f * clki_div * d) / (f * clki_div * d)
+                              for d, f in zip(divs, wanted)]
                     key = (max(errors), sum(errors), -pfd, abs(vco - 600_000_000))
                     if best_key is None or key < best_key:
                         best_key = key
