@@ -75,9 +75,9 @@ def board_platform(spec):
 class EchoTop(Elaboratable):
     """Bring-up image: every byte arriving on the platform's ``uart`` 0 is sent back, at
     ``spec.baud`` from the default clock (round(``spec.osc_hz`` / ``spec.baud``) cycles per
-    bit). Back to back at exactly the board's baud, each byte
-    arrives in the very cycle the transmitter finishes the previous echo; from a sender a
-    little faster it arrives earlier, so a 16-byte FIFO holds it (16 bytes of drift)."""
+    bit; no PLL). Back to back at exactly the board's baud, each byte arrives in the very
+    cycle the transmitter finishes the previous echo; from a sender a little faster it
+    arrives earlier, so a 16-byte FIFO holds it (16 bytes of drift)."""
 
     def __init__(self, spec):
         self.spec = spec

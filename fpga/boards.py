@@ -99,7 +99,7 @@ BOARDS = {b.name: b for b in (
               25_000_000, 50_000_000, 60_000_000, LINK_BAUD, _ECP5_CONFIG, _ECP5_LEARNER,
               window_bytes=65536),
     BoardSpec("orangecrab-85f", ("amaranth_boards.orangecrab_r0_2", "OrangeCrabR0_2_85FPlatform"),
-              "ecp5-85f", 48_000_000, 60_000_000, 48_000_000, LINK_BAUD, _ECP5_CONFIG,
+              "ecp5-85f", 48_000_000, 72_000_000, 48_000_000, LINK_BAUD, _ECP5_CONFIG,
               _ECP5_LEARNER, window_bytes=65536),
     # Out of the product; its UART echo image runs from the 12 MHz oscillator (no PLL).
     BoardSpec("icebreaker", ("amaranth_boards.icebreaker", "ICEBreakerPlatform"), "ice40-up5k",
