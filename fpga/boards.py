@@ -8,8 +8,8 @@ the accelerator, the window and the link buffers fit the part's block RAM togeth
 Clocks (ECP5 boards): one EHXPLLL (`hotline.fpga.ecp5_pll`) makes, from the board oscillator
 ``osc_hz``, the accelerator's clock ``core_hz`` (domain ``sync``: accelerator, link bridge,
 window; chosen below the design's measured Fmax on that board) on CLKOP and the UART's clock
-``uart_hz`` (domain ``uart``, an exact multiple of ``baud``) on CLKOS. Both are exact: the
-spec refuses frequencies its PLL cannot make.
+``uart_hz`` (domain ``uart``, an exact multiple of ``baud``) on CLKOS. Both are exact:
+``pll_settings`` refuses frequencies the PLL cannot make.
 """
 from dataclasses import dataclass, field, replace
 
@@ -24,8 +24,9 @@ class BoardSpec:
     key of `hotline.fpga.synth.DEVICES`; ``osc_hz`` is the board oscillator; ``core_hz`` the
     accelerator's clock (domain ``sync``) and ``uart_hz`` the UART's (domain ``uart``, an
     exact multiple of ``baud``), both from the board's PLL (``pll``; a board without one runs
-    everything from the oscillator and both equal ``osc_hz``); ``window_bytes`` the memory window; ``max_request`` the link's request payload limit
-    (the bridge's receive buffer); ``result_depth`` the beats each result stream buffers;
+    everything from the oscillator and both equal ``osc_hz``); ``rx_depth`` the UART's
+    receive FIFO (bytes); ``window_bytes`` the memory window; ``max_request`` the link's
+    request payload limit (the bridge's receive buffer); ``result_depth`` the beats each result stream buffers;
     ``does_not_fit`` says why the design cannot fit the part (such a board is left out of
     ``all`` builds; building it alone reports the overflow)."""
     name: str
