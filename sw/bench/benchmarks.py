@@ -40,7 +40,7 @@ Sections:
   rows gathered and scattered (every row checked against numpy), read beats per DMA-active
   cycle, simulated cycles/s;
 - boards: each board's bitstream (`hotline fpga build`): LUT4 / FF / block RAM against the
-  part and Fmax against the board clock; slow (minutes per ECP5 board), so ``--quick`` leaves
+  part and each clock domain's Fmax against its PLL clock; slow (minutes per ECP5 board), so ``--quick`` leaves
   it out unless it is named with ``--only``;
 - link: the host link's cost per batch on a board: the ULX3S-85F co-simulation (`hotline fpga
   cosim`'s Verilator model, PLL model and CDC included) runs the board parity test's session
@@ -351,7 +351,7 @@ def bench_boards(quick):
                 rows.append([f"{name} bitstream", "-", "FAILED", r["error"][:40], 0.0])
                 continue
             rows.append([f"{name} Fmax", r["device"], f"{r['fmax_mhz']} MHz",
-                         f"board clock {r['constraint_mhz']:g} MHz",
+                         f"accelerator clock {r['constraint_mhz']:g} MHz",
                          r["fmax_mhz"] / r["constraint_mhz"]])
             rows.append([f"{name} LUT4/FF/BRAM", r["device"],
                          f"{r['lut4']:,} / {r['ff']:,} / {r['bram']}",
