@@ -40,8 +40,8 @@ Sections:
   rows gathered and scattered (every row checked against numpy), read beats per DMA-active
   cycle, simulated cycles/s;
 - boards: each board's bitstream (`hotline fpga build`): LUT4 / FF / block RAM against the
-  part and each clock domain's Fmax against its PLL clock; slow (minutes per ECP5 board), so ``--quick`` leaves
-  it out unless it is named with ``--only``;
+  part and each clock domain's Fmax against its PLL clock; slow (minutes per ECP5 board),
+  so ``--quick`` leaves it out unless it is named with ``--only``;
 - link: the host link's cost per batch on a board: the ULX3S-85F co-simulation (`hotline fpga
   cosim`'s Verilator model, PLL model and CDC included) runs the board parity test's session
   (64 dense samples of the real Criteo file, else the generator, 100 hot rows, B = 32, tables
