@@ -1,8 +1,9 @@
 """Board bitstreams: a board's design on its amaranth-boards platform, built with YoWASP.
 
 `build_board("ulx3s-85f")` elaborates `BoardBuild` (or another top) on the board's platform,
-runs yosys, nextpnr (``--report``, a seed, the board oscillator as the clock constraint) and
-ecppack/icepack from the venv's YoWASP packages, and returns the resources and Fmax. The
+runs yosys, nextpnr (``--report``, a seed; each clock domain constrained at its frequency: the
+PLL's ``sync`` and ``uart`` outputs, the oscillator) and ecppack/icepack from the venv's
+YoWASP packages, and returns the resources and each domain's Fmax. The
 OrangeCrab has no UART resource: its link runs on the Feather header pins ``0`` (N17, the
 Feather's RX, into the FPGA) and ``1`` (M18, the Feather's TX), to a 3.3 V USB-serial adapter.
 """
@@ -73,17 +74,19 @@ def board_platform(spec):
 
 class EchoTop(Elaboratable):
     """Bring-up image: every byte arriving on the platform's ``uart`` 0 is sent back, at
-    ``spec.baud`` from the default clock. Back to back at exactly the board's baud, each byte
-    arrives in the very cycle the transmitter finishes the previous echo; from a sender a
-    little faster it arrives earlier, so a 16-byte FIFO holds it (16 bytes of drift)."""
+    ``spec.baud`` from the default clock (round(``spec.osc_hz`` / ``spec.baud``) cycles per
+    bit; no PLL). Back to back at exactly the board's baud, each byte arrives in the very
+    cycle the transmitter finishes the previous echo; from a sender a little faster it
+    arrives earlier, so a 16-byte FIFO holds it (16 bytes of drift)."""
 
     def __init__(self, spec):
         self.spec = spec
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.rx = rx = UARTRx(self.spec.divisor)
-        m.submodules.tx = tx = UARTTx(self.spec.divisor)
+        divisor = round(self.spec.osc_hz / self.spec.baud)
+        m.submodules.rx = rx = UARTRx(divisor)
+        m.submodules.tx = tx = UARTTx(divisor)
         m.submodules.fifo = fifo = SyncFIFOBuffered(width=8, depth=16)
         rx_pin, tx_pin = uart_pins(m, platform)
         m.d.comb += [rx.rx.eq(rx_pin), tx_pin.eq(tx.tx)]
@@ -109,8 +112,11 @@ def build_board(name, build_dir="build/boards", seed=1, top=None):
     ``build_dir/name``.
 
     Returns a dict: board, device, top, bitstream (path), lut4, ff, bram (cells after
-    synthesis) with *_available and *_fraction, utilization (nextpnr's per bel), fmax_mhz (the
-    slowest clock), constraint_mhz (the board clock), timing_ok, seed, build_dir, seconds.
+    synthesis) with *_available and *_fraction, utilization (nextpnr's per bel), clocks
+    ({domain: {"target_mhz", "fmax_mhz"}}: ``sync`` (the accelerator), ``uart``, ``osc``
+    (logic on the oscillator itself, as in EchoTop), whichever the design has), fmax_mhz and
+    constraint_mhz (the accelerator's domain: ``sync``, else the oscillator), timing_ok (every
+    domain met), pll (`PLLSettings.report()` of a PLL board), seed, build_dir, seconds.
     Raises `BoardBuildError` when yosys, nextpnr or the packer fails or timing is missed (the
     bitstream is then still written, by ``--timing-allow-fail``, for inspection).
     """
@@ -119,9 +125,9 @@ def build_board(name, build_dir="build/boards", seed=1, top=None):
         top = BoardBuild(spec)
     platform = board_platform(spec)
     clock_hz = platform.default_clk_frequency
-    if clock_hz != spec.clock_hz:
+    if clock_hz != spec.osc_hz:
         raise ValueError(f"{name}: the platform clock is {clock_hz / 1e6:g} MHz but the board "
-                         f"spec says {spec.clock_hz / 1e6:g} MHz (its UART divisor would be wrong)")
+                         f"spec says {spec.osc_hz / 1e6:g} MHz (its PLL and UART would be wrong)")
     top_name = "hotline_" + name.replace("-", "_")
     out = Path(build_dir) / name
     ext = "bit" if spec.device.startswith("ecp5") else "bin"
@@ -149,7 +155,10 @@ def build_board(name, build_dir="build/boards", seed=1, top=None):
         raise BoardBuildError(f"{name}: bitstream packing failed; see {log}")
 
     r = read_reports(out, top_name, spec.device)
-    constraint = clock_hz / 1e6
+    clocks = _domains(r["clocks"])
+    main = clocks.get("sync") or clocks.get("osc") or {"target_mhz": clock_hz / 1e6,
+                                                        "fmax_mhz": r["fmax_mhz"]}
+    constraint = main["target_mhz"]
     result = {
         "board": name, "device": spec.device, "top": type(top).__name__,
         "bitstream": str(bitstream),
@@ -157,12 +166,36 @@ def build_board(name, build_dir="build/boards", seed=1, top=None):
                              "bram_available")},
         **{f"{k}_fraction": r[k] / r[f"{k}_available"] for k in ("lut4", "ff", "bram")},
         "utilization": r["utilization"],
-        "fmax_mhz": round(r["fmax_mhz"], 2), "constraint_mhz": constraint,
-        "timing_ok": r["fmax_mhz"] >= constraint,
+        "clocks": clocks, "fmax_mhz": main["fmax_mhz"], "constraint_mhz": constraint,
+        "timing_ok": all(c["fmax_mhz"] >= c["target_mhz"] for c in clocks.values())
+        and main["fmax_mhz"] >= constraint,
+        "pll": spec.pll_settings.report() if spec.pll and isinstance(top, BoardBuild) else None,
+        "baud": spec.baud,
         "hot_capacity": spec.config.hot_capacity, "cam_entries": spec.config.cam_entries,
         "seed": seed, "build_dir": str(out), "seconds": round(time.monotonic() - start, 1),
     }
+    if spec.pll and isinstance(top, BoardBuild):
+        # nextpnr derived the domains' constraints (single precision: 60.0024 for 60 MHz) from the oscillator and the PLL's dividers.
+        want = {"sync": spec.core_hz / 1e6, "uart": spec.uart_hz / 1e6}
+        got = {d: clocks.get(d, {}).get("target_mhz") for d in want}
+        if any(got[d] is None or abs(got[d] / want[d] - 1) > 1e-4 for d in want):
+            raise BoardBuildError(f"{name}: nextpnr derived the PLL clocks {got} MHz, the spec "
+                                  f"wants {want} MHz", result)
     if not result["timing_ok"]:
-        raise BoardBuildError(f"{name}: timing missed, Fmax {result['fmax_mhz']} MHz < "
-                              f"{constraint:g} MHz board clock; see {out / (top_name + '.tim')}", result)
+        missed = ", ".join(f"{d} Fmax {c['fmax_mhz']} MHz < {c['target_mhz']:g} MHz"
+                           for d, c in clocks.items() if c["fmax_mhz"] < c["target_mhz"])
+        raise BoardBuildError(f"{name}: timing missed, {missed or 'Fmax ' + str(main['fmax_mhz'])}"
+                              f"; see {out / (top_name + '.tim')}", result)
     return result
+
+
+def _domains(fmax):
+    """nextpnr's per-net clocks ({net: {"achieved", "constraint"}}) keyed by domain: the
+    ``uart`` and ``sync`` clock nets carry their domain's name (BoardClocks' reset
+    synchronisers'), any other one is the oscillator's."""
+    clocks = {}
+    for net, c in fmax.items():
+        domain = "uart" if "uart" in net else "sync" if "sync" in net else "osc"
+        clocks[domain] = {"target_mhz": round(c["constraint"], 4),
+                          "fmax_mhz": round(c["achieved"], 2), "net": net}
+    return clocks

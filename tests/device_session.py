@@ -41,6 +41,9 @@ def session(url, ds, hot, batch, tmp_path, name, config=None, memory_bytes=MEMOR
         staging = mem.alloc(2 * slots * ROW_BYTES, align, name="staging")
         dev.set_staging(staging, ROW_BYTES, slots, banks=2)
         placement = dev.load_hot_set(hot)
+        # the link's bytes so far (sim:// and serial://), to tell the setup's from the batches'
+        stats = getattr(dev, "link_stats", {})
+        dev.setup_wire_bytes = stats.get("bytes_out", 0) + stats.get("bytes_in", 0)
         offsets = ds.sample_offsets
         starts = list(range(0, ds.num_samples, batch))
         lens = np.diff(offsets)

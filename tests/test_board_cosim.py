@@ -34,13 +34,19 @@ def _parity(url, tmp_path, samples, hot_keys):
     want = session("model://", ds, hot, 32, tmp_path, "model", **LAYOUT)
     t0 = time.monotonic()
     got = session(url, ds, hot, 32, tmp_path, "board", timeout=600, **LAYOUT)
-    print(f"board co-simulation session, {samples} samples: {time.monotonic() - t0:.0f} s")
-    assert_sessions_match(got, want, batches=-(-samples // 32))
+    batches = -(-samples // 32)
+    dev = got[4]
+    wire = dev.link_stats["bytes_out"] + dev.link_stats["bytes_in"] - dev.setup_wire_bytes
+    print(f"board co-simulation session, {samples} samples: {time.monotonic() - t0:.0f} s; "
+          f"{wire / batches:,.0f} wire bytes per batch ({wire / batches * 10 / BOARD.baud * 1e3:.2f} "
+          f"ms at {BOARD.baud / 1e6:g} Mbaud), setup {dev.setup_wire_bytes:,} bytes")
+    assert_sessions_match(got, want, batches=batches)
     assert got[2]["gather_rows"] > 0 and got[2]["scatter_rows"] > 0
     assert got[2]["window_errors"] == 0 and got[2]["axi_errors"] == 0
     info = got[4].info()
     assert (info["window_bytes"], info["max_request"], info["clock_hz"], info["baud"]) == \
-        (BOARD.window_bytes, BOARD.max_request, BOARD.clock_hz, BOARD.baud)
+        (BOARD.window_bytes, BOARD.max_request, BOARD.core_hz, BOARD.baud)
+    assert (BOARD.core_hz, BOARD.baud) == (50_000_000, 3_000_000)  # INFO: the accelerator clock
 
 
 def test_board_matches_model_through_the_serial_driver(board, tmp_path):

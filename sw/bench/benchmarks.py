@@ -44,8 +44,15 @@ Sections:
   whole bytes of their widths beside the same beats at 16 bytes each, and seconds per batch at
   1 and 3 Mbaud (``--quick``: 2 batches);
 - boards: each board's bitstream (`hotline fpga build`): LUT4 / FF / block RAM against the
-  part and Fmax against the board clock; slow (minutes per ECP5 board), so ``--quick`` leaves
-  it out unless it is named with ``--only``;
+  part and each clock domain's Fmax against its PLL clock; slow (minutes per ECP5 board),
+  so ``--quick`` leaves it out unless it is named with ``--only``;
+- board_link: the host link's cost per batch on a board: the ULX3S-85F co-simulation
+  (`hotline fpga cosim`'s Verilator model, PLL model and CDC included) runs the board parity test's session
+  (64 dense samples of the real Criteo file, else the generator, 100 hot rows, B = 32, tables
+  and staging in the 64 KiB window) through `serial://`; bytes on the wire per batch (sent,
+  received, the setup apart) and the batch's wire time at 3 Mbaud (the boards' rate) against
+  1 Mbaud (the former one); slow (a Verilator build and minutes of simulation), so
+  ``--quick`` leaves it out unless it is named with ``--only``;
 - train: DLRM training throughput (samples/s) on `make train`'s data (500k generated samples,
   --max-ind-range 1000000, B 1024, the hot set 10% of the rows) at 1 and 2 torch threads:
   ``hotline`` (exact hot set), ``hotline-learn`` (--hot-set learn --refresh auto) and
@@ -74,8 +81,11 @@ from pathlib import Path
 
 import numpy as np
 
+import hotline
 from hotline.cli.commands import fragment
 from hotline.contract.config import AcceleratorConfig, max_batch_lookups
+from hotline.contract.link import result_beat_bytes
+from hotline.contract.streams import RESULT_STREAMS, stream_layouts
 from hotline.data.drift import hot_share_decay
 from hotline.data.generator import synth_criteo
 from hotline.data.readers import iter_chunks, load_dataset, real_data_files, shared_data_dir, write_atomic
@@ -83,6 +93,7 @@ from hotline.data.shards import write_shards
 from hotline.data.report import table, write_json
 from hotline.data.spec import open_data
 from hotline.fpga.boards import BOARDS
+from hotline.host.host_memory import HostMemory
 from hotline.host.simulators import simulator_available
 from hotline.model.device_model import DeviceModel, place_hot_set
 from hotline.model.planner import exact_hot_set
@@ -95,8 +106,8 @@ from .hash_quality import GEOMETRIES, cam_first_refusal, cold_first_overflow, fi
 
 SECTIONS = ("fragment_model", "criteo_parse", "convert", "hashing", "fragment_rtl", "cam", "learner",
             "synthesis",
-            "dma", "gather", "link", "boards", "train", "drift", "dist")
-SLOW_SECTIONS = ("boards",)  # not in --quick runs unless named with --only
+            "dma", "gather", "link", "boards", "board_link", "train", "drift", "dist")
+SLOW_SECTIONS = ("boards", "board_link")  # not in --quick runs unless named with --only
 
 
 def _best_of(fn, repeat):
@@ -348,13 +359,61 @@ def bench_boards(quick):
                 rows.append([f"{name} bitstream", "-", "FAILED", r["error"][:40], 0.0])
                 continue
             rows.append([f"{name} Fmax", r["device"], f"{r['fmax_mhz']} MHz",
-                         f"board clock {r['constraint_mhz']:g} MHz",
+                         f"accelerator clock {r['constraint_mhz']:g} MHz",
                          r["fmax_mhz"] / r["constraint_mhz"]])
             rows.append([f"{name} LUT4/FF/BRAM", r["device"],
                          f"{r['lut4']:,} / {r['ff']:,} / {r['bram']}",
                          f"of {r['lut4_available']:,} / {r['ff_available']:,} / "
                          f"{r['bram_available']}",
                          max(r["lut4_fraction"], r["ff_fraction"], r["bram_fraction"])])
+    return out, rows
+
+
+def _wire_bytes(dev):
+    """A link device's bytes on the wire so far, {sent, received}."""
+    return {"sent": dev.link_stats["bytes_out"], "received": dev.link_stats["bytes_in"]}
+
+
+def bench_board_link(quick, samples=64, hot_rows=100, batch=32, row_bytes=8):
+    """Wire bytes per batch of a board session through the co-simulated ULX3S-85F."""
+    from hotline.sim.board_server import BoardCosim  # lazy: cocotb, Verilator
+    name = "ulx3s-85f"
+    spec = BOARDS[name]
+    real = shared_data_dir() / "criteo_kaggle/train_random4584.csv.gz"
+    src = str(real) if real.exists() else f"synth:criteo-kaggle:{samples}"
+    ds = open_data(src).head(samples).dense_rows()
+    hot = exact_hot_set(ds.keys, hot_rows).keys
+    batches = -(-samples // batch)
+    with tempfile.TemporaryDirectory() as tmp, BoardCosim(name, Path(tmp) / "boardsim") as board, \
+            HostMemory(spec.window_bytes, Path(tmp) / "m.bin") as mem:
+        t0 = time.monotonic()
+        with hotline.open(board.url, config=spec.config, memory=mem, timeout=600) as dev:
+            for t, rows in enumerate(ds.table_sizes.tolist()):
+                dev.set_table(t, mem.alloc(rows * row_bytes, 64), rows, row_bytes)
+            slots = spec.config.cold_max_keys
+            staging = mem.alloc(2 * slots * row_bytes, 64)
+            dev.set_staging(staging, row_bytes, slots, banks=2)
+            dev.load_hot_set(hot)
+            setup = _wire_bytes(dev)
+            o, lens = ds.sample_offsets, np.diff(ds.sample_offsets)
+            for i in range(batches):
+                s0, s1 = i * batch, min((i + 1) * batch, samples)
+                dev.push_batch(ds.keys[o[s0]:o[s1]], lens[s0:s1])
+                r = dev.pull_batch()
+                dev.scatter(r.bank, r.cold_keys)
+            total = _wire_bytes(dev)
+        seconds = time.monotonic() - t0
+    per_batch = {k: (total[k] - setup[k]) / batches for k in total}
+    wire = per_batch["sent"] + per_batch["received"]
+    out = {"board": name, "data": f"{ds.name}, {samples} samples (dense rows)",
+           "batch_size": batch, "hot_rows": hot_rows, "batches": batches, "row_bytes": row_bytes,
+           "setup_bytes": setup, "bytes_per_batch": per_batch, "wire_bytes_per_batch": wire,
+           "bits_per_byte": 10, "baud": spec.baud,
+           "batch_wire_ms": {"3 Mbaud": wire * 10 / 3e6 * 1e3, "1 Mbaud": wire * 10 / 1e6 * 1e3},
+           "cosim_seconds": round(seconds, 1)}
+    rows = [[f"board link bytes/batch ({name})", f"B {batch}, {samples} samples",
+             f"{wire:,.0f} B, {out['batch_wire_ms']['3 Mbaud']:.2f} ms at 3 Mbaud",
+             f"{out['batch_wire_ms']['1 Mbaud']:.2f} ms at 1 Mbaud", 3.0]]
     return out, rows
 
 
@@ -409,11 +468,7 @@ def bench_link(quick):
     the same beats at 16 bytes each (the format before) are the same-run reference. Seconds per
     batch on the wire (10 bits a byte, 8N1) at 1 and 3 Mbaud. And the requests of the hot set's
     load (``hot_capacity`` keys in bulk) beside the one-register-access-per-request path."""
-    import hotline  # lazy: (see bench_cam)
-    from hotline.contract.link import result_beat_bytes
-    from hotline.contract.streams import RESULT_STREAMS, stream_layouts
-    from hotline.host.host_memory import HostMemory
-    from hotline.sim.device_server import serve_in_background
+    from hotline.sim.device_server import serve_in_background  # lazy: (see bench_cam)
 
     board = BOARDS["ulx3s-85f"]
     config, batch = board.config, board.config.max_batch_samples
@@ -649,7 +704,7 @@ def main(argv=None):
                      ("cam", bench_cam),
                      ("learner", bench_learner), ("synthesis", bench_synthesis),
                      ("dma", None), ("gather", bench_gather), ("link", bench_link),
-                     ("boards", bench_boards),
+                     ("boards", bench_boards), ("board_link", bench_board_link),
                      ("train", bench_train), ("drift", bench_drift), ("dist", bench_dist)):
         if name in want:
             print(f"bench: {name} ...", file=sys.stderr, flush=True)

@@ -167,7 +167,8 @@ def build_parser():
     p.add_argument("--json", metavar="OUT")
     p.set_defaults(func=cmd_fpga_report)
     p = fsub.add_parser("build", help="build a board's bitstream (accelerator + UART link + "
-                        "memory window); report LUT4, FF, block RAM and Fmax at the board clock",
+                        "memory window); report LUT4, FF, block RAM and each clock domain's Fmax "
+                        "(the PLL's accelerator and UART clocks)",
                         epilog=f"boards: {', '.join(BOARDS)} (all: each in turn). The bitstream "
                         "is BUILD_DIR/BOARD/hotline_BOARD.bit ('-' in BOARD as '_'; .bin on "
                         "iCE40); an ECP5 build takes several minutes. The host link is the "
@@ -466,8 +467,8 @@ def cmd_fpga_build(args):
                  for r in results)),
         ("block RAM", *(f"{r['bram']} of {r['bram_available']} "
                         f"({100 * r['bram_fraction']:.0f}%)" for r in results)),
-        ("Fmax", *(f"{r['fmax_mhz']} MHz (board clock {r['constraint_mhz']:g} MHz: "
-                   f"{'met' if r['timing_ok'] else 'MISSED'})" for r in results)),
+        ("Fmax", *(_fmax_cell(r) for r in results)),
+        ("link", *(f"{r['baud'] / 1e6:g} Mbaud" if r.get("baud") else "-" for r in results)),
         ("hot rows", *(f"{r['hot_capacity']:,} ({r['cam_entries']:,}-entry CAM)"
                        for r in results)),
         ("build", *(f"{r['seconds']:.0f} s" for r in results)),
@@ -476,6 +477,17 @@ def cmd_fpga_build(args):
     for message in failures:
         say(f"hotline fpga: {message}")
     return 1 if failures else 0
+
+
+def _fmax_cell(r):
+    """Each clock domain's Fmax against its target (the PLL's accelerator and UART clocks),
+    or the one clock's."""
+    verdict = "met" if r["timing_ok"] else "MISSED"
+    clocks = r.get("clocks") or {}
+    if len(clocks) > 1:
+        return "; ".join(f"{d} {c['fmax_mhz']} MHz at {c['target_mhz']:g}"
+                         for d, c in clocks.items()) + f" ({verdict})"
+    return f"{r['fmax_mhz']} MHz (clock {r['constraint_mhz']:g} MHz: {verdict})"
 
 
 def cmd_fpga_cosim(args):

@@ -40,7 +40,7 @@ import zlib
 import numpy as np
 
 __all__ = ["MAGIC", "HEADER", "TYPES", "NAMES", "MAX_PAYLOAD", "CRC32_POLY", "CRC32_INIT",
-           "MAX_RESULT_BITS", "INFO", "INFO_FIELDS", "crc32", "header_crc", "encode",
+           "MAX_RESULT_BITS", "LINK_BAUD", "INFO", "INFO_FIELDS", "crc32", "header_crc", "encode",
            "pack_u64", "unpack_u64", "result_beat_bytes", "pack_results", "unpack_results"]
 
 MAGIC = 0xA5
@@ -53,6 +53,8 @@ MAX_PAYLOAD = 1 << 28
 CRC32_POLY = 0xEDB88320   # reflected IEEE 802.3 polynomial (zlib's CRC-32)
 CRC32_INIT = 0xFFFFFFFF   # initial state; the CRC is the complement of the final state
 MAX_RESULT_BITS = 128
+# The boards' UART rate (8N1): the most the ULX3S's FT231X does; serial:// opens at it.
+LINK_BAUD = 3_000_000
 INFO = struct.Struct("<IIII")
 INFO_FIELDS = ("window_bytes", "max_request", "clock_hz", "baud")
 

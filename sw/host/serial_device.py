@@ -2,7 +2,8 @@
 
 ``PORT`` is anything ``serial.serial_for_url`` opens: ``serial:///dev/ttyUSB1`` (a board's
 UART), ``serial://socket://127.0.0.1:5555`` (a co-simulation serving the link on a TCP port,
-e.g. `hotline.sim.device_server` in listen mode). Options: ``baud`` (1000000), ``timeout`` (s
+e.g. `hotline.sim.device_server` in listen mode). Options: ``baud`` (3000000, the ECP5 boards'
+link rate, `hotline.contract.link.LINK_BAUD`; ignored by ``socket://``), ``timeout`` (s
 per request and per wait for a batch), ``retries`` (resends of a frame answered NAK or lost).
 Opening starts a session (``OPEN``: the device's link forgets the last session's cached
 response and drops the input words and result beats it left; the answer carries this
@@ -35,7 +36,7 @@ import serial
 
 from hotline.contract.errors import HotlineError
 from hotline.contract.keys import split_keys
-from hotline.contract.link import INFO, INFO_FIELDS
+from hotline.contract.link import INFO, INFO_FIELDS, LINK_BAUD
 
 from .device import register_backend
 from .link import LinkError
@@ -56,7 +57,7 @@ class SerialDevice(LinkDevice):
 
     backend = "serial"
 
-    def __init__(self, url, config=None, memory=None, baud=1_000_000, timeout=10.0, retries=3):
+    def __init__(self, url, config=None, memory=None, baud=LINK_BAUD, timeout=10.0, retries=3):
         super().__init__(url, config, memory, timeout, retries)
         port = url.partition("://")[2]
         if not port:
