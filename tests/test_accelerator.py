@@ -25,6 +25,8 @@ def test_gather_scatter_against_numpy_and_model(tmp_path, simulator, data, width
     assert 0 < res["bus_utilization"] <= 1.0
 
 
+@pytest.mark.slow
+@pytest.mark.ci
 def test_soft_reset_mid_gather_leaves_a_fresh_device(tmp_path, simulator_or_skip):
     """CONTROL.soft_reset written while an abandoned session's gather has bursts in flight
     (another hot set loaded, the learner counting, a batch cut in half): the gate lets those
