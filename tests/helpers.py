@@ -42,6 +42,16 @@ def param(*values, slow=False, id=None, marks=()):
     return pytest.param(*values, id=id, marks=marks + [pytest.mark.slow] if slow else marks)
 
 
+def two_clock_simulator(dut, uart_s, sync_ratio, sync_phase=0.0):
+    """A Simulator of ``dut`` with the ``uart`` clock (period ``uart_s`` s) and the ``sync``
+    clock at ``sync_ratio`` times that period, its first edge ``sync_phase`` periods late."""
+    from amaranth.sim import Simulator  # lazy: (see simulate)
+    sim = Simulator(dut)
+    sim.add_clock(uart_s, domain="uart")
+    sim.add_clock(uart_s * sync_ratio, phase=uart_s * sync_ratio * sync_phase, domain="sync")
+    return sim
+
+
 def simulate(dut, main, *background):
     """Run ``dut`` in Amaranth's simulator on a clock until the testbench ``main`` returns,
     with ``background`` testbenches beside it (they end with it)."""

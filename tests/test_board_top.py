@@ -14,7 +14,7 @@ import struct
 from dataclasses import replace
 
 import pytest
-from amaranth.sim import Simulator
+from helpers import two_clock_simulator
 
 from hotline.contract.link import INFO, encode
 from hotline.contract.regmap import ID_VALUE
@@ -87,9 +87,7 @@ def run_board(sync_ratio, sync_phase, seed):
                 while (frame := reader.next()) is not None:
                     got_frames.append(frame)
 
-    sim = Simulator(dut)
-    sim.add_clock(UART_S, domain="uart")
-    sim.add_clock(UART_S * sync_ratio, phase=UART_S * sync_ratio * sync_phase, domain="sync")
+    sim = two_clock_simulator(dut, UART_S, sync_ratio, sync_phase)
     sim.add_testbench(host)
     sim.add_process(pins)
     sim.run()

@@ -8,7 +8,7 @@ reported."""
 import random
 
 import pytest
-from amaranth.sim import Simulator
+from helpers import two_clock_simulator
 
 from hotline.hw.uart_link import UARTLink, min_sync_hz
 from test_uart import decode
@@ -64,9 +64,7 @@ def run_link(divisor, sync_ratio, rx_data, tx_data, *, rx_depth=4, tx_busy=0.0, 
             wave.append(tx)
             overruns.append(ov)
 
-    sim = Simulator(dut)
-    sim.add_clock(uart_s, domain="uart")
-    sim.add_clock(uart_s * sync_ratio, phase=uart_s * sync_ratio * sync_phase, domain="sync")
+    sim = two_clock_simulator(dut, uart_s, sync_ratio, sync_phase)
     sim.add_testbench(host)
     sim.add_process(consumer)
     sim.add_testbench(producer, background=True)
