@@ -261,6 +261,12 @@ def launch(entry, args, nproc, timeout=DEFAULT_TIMEOUT):
     message (``entry`` writes it to ``$HOTLINE_ERROR_DIR/rank<R>``)."""
     for name in ("torch.distributed.elastic", "torch.multiprocessing"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
+    # A rank killed by a signal cannot release its semaphores, and the resource tracker that
+    # notices would warn on stderr after the one-line error; the trackers (started by the
+    # launcher and the ranks) read their warning filters from the environment.
+    warnings_before = os.environ.get("PYTHONWARNINGS")
+    os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [
+        warnings_before, "ignore:resource_tracker:UserWarning"]))
     with tempfile.TemporaryDirectory(prefix="hotline-ranks-") as errors:
         os.environ["HOTLINE_ERROR_DIR"] = errors
         cfg = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id="hotline",
@@ -273,6 +279,10 @@ def launch(entry, args, nproc, timeout=DEFAULT_TIMEOUT):
             raise HotlineError(_failure(e, errors)) from None
         finally:
             os.environ.pop("HOTLINE_ERROR_DIR", None)
+            if warnings_before is None:
+                os.environ.pop("PYTHONWARNINGS", None)
+            else:
+                os.environ["PYTHONWARNINGS"] = warnings_before
 
 
 def _failure(e, errors) -> str:
