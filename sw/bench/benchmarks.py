@@ -369,6 +369,25 @@ def bench_boards(quick):
     return out, rows
 
 
+def _register_tables(dev, mem, ds, config, row_bytes):
+    """Every table of ``ds`` and two staging banks of ``config.cold_max_keys`` slots in
+    ``mem`` (rows of ``row_bytes``, 64-byte aligned), registered on ``dev``."""
+    for t, rows in enumerate(ds.table_sizes.tolist()):
+        dev.set_table(t, mem.alloc(rows * row_bytes, 64), rows, row_bytes)
+    slots = config.cold_max_keys
+    dev.set_staging(mem.alloc(2 * slots * row_bytes, 64), row_bytes, slots, banks=2)
+
+
+def _run_batches(dev, ds, batch):
+    """Every batch of ``batch`` samples of ``ds`` in turn: push, pull, scatter."""
+    offsets, lens = ds.sample_offsets, np.diff(ds.sample_offsets)
+    for lo in range(0, ds.num_samples, batch):
+        hi = min(lo + batch, ds.num_samples)
+        dev.push_batch(ds.keys[offsets[lo]:offsets[hi]], lens[lo:hi])
+        r = dev.pull_batch()
+        dev.scatter(r.bank, r.cold_keys)
+
+
 def _wire_bytes(dev):
     """A link device's bytes on the wire so far, {sent, received}."""
     return {"sent": dev.link_stats["bytes_out"], "received": dev.link_stats["bytes_in"]}
@@ -388,19 +407,10 @@ def bench_board_link(quick, samples=64, hot_rows=100, batch=32, row_bytes=8):
             HostMemory(spec.window_bytes, Path(tmp) / "m.bin") as mem:
         t0 = time.monotonic()
         with hotline.open(board.url, config=spec.config, memory=mem, timeout=600) as dev:
-            for t, rows in enumerate(ds.table_sizes.tolist()):
-                dev.set_table(t, mem.alloc(rows * row_bytes, 64), rows, row_bytes)
-            slots = spec.config.cold_max_keys
-            staging = mem.alloc(2 * slots * row_bytes, 64)
-            dev.set_staging(staging, row_bytes, slots, banks=2)
+            _register_tables(dev, mem, ds, spec.config, row_bytes)
             dev.load_hot_set(hot)
             setup = _wire_bytes(dev)
-            o, lens = ds.sample_offsets, np.diff(ds.sample_offsets)
-            for i in range(batches):
-                s0, s1 = i * batch, min((i + 1) * batch, samples)
-                dev.push_batch(ds.keys[o[s0]:o[s1]], lens[s0:s1])
-                r = dev.pull_batch()
-                dev.scatter(r.bank, r.cold_keys)
+            _run_batches(dev, ds, batch)
             total = _wire_bytes(dev)
         seconds = time.monotonic() - t0
     per_batch = {k: (total[k] - setup[k]) / batches for k in total}
@@ -481,22 +491,13 @@ def bench_link(quick):
                                 max_request=board.max_request) as url, \
             HostMemory(window, Path(tmp) / "host.bin") as mem, \
             hotline.open(url, config=config, memory=mem, timeout=120) as dev:
-        for t, rows in enumerate(ds.table_sizes.tolist()):
-            dev.set_table(t, mem.alloc(rows * LINK_ROW_BYTES, 64), rows, LINK_ROW_BYTES)
-        slots = config.cold_max_keys
-        staging = mem.alloc(2 * slots * LINK_ROW_BYTES, 64)
-        dev.set_staging(staging, LINK_ROW_BYTES, slots, banks=2)
+        _register_tables(dev, mem, ds, config, LINK_ROW_BYTES)
         s = dev.link_stats
         requests, fetches = s["requests"], s["fetches"]
         placement = dev.load_hot_set(hot)
         hot_requests, hot_fetches = s["requests"] - requests, s["fetches"] - fetches
         before = (s["bytes_out"], s["bytes_in"], dict(s["result_beats"]))
-        offsets, lens = ds.sample_offsets, np.diff(ds.sample_offsets)
-        for b in range(batches):
-            lo, hi = b * batch, (b + 1) * batch
-            dev.push_batch(ds.keys[offsets[lo]:offsets[hi]], lens[lo:hi])
-            r = dev.pull_batch()
-            dev.scatter(r.bank, r.cold_keys)
+        _run_batches(dev, ds, batch)
         layouts = stream_layouts(config)
         beats = {n: s["result_beats"][n] - before[2][n] for n in RESULT_STREAMS}
         out_bytes, in_bytes = s["bytes_out"] - before[0], s["bytes_in"] - before[1]
