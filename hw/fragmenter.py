@@ -1,35 +1,43 @@
 """Fragmenter: splits mini-batches into popular / non-popular micro-batches on the fly.
 
-``lookups`` carries one beat per embedding lookup, samples and batches in order: {key, eos
-(last lookup of its sample), eob (last lookup of its batch; implies eos), empty (the beat
-stands for a sample with no lookups; set eos too)}. Each lookup is looked up in the
-PopularityCAM (hot slot = CAM entry address); cold lookups go through the ColdKeySet, which
-numbers the batch's distinct cold keys in order of first appearance. Outputs, each a stream
-behind its own FIFO:
+``lookups`` carries ``lanes`` (L) lookups per beat, samples and batches in order (lane beats,
+`hotline.contract.streams`): per lane {key, eos (last lookup of its sample), empty (the lane
+stands for a sample with no lookups; set eos too)}, per beat {eob (the beat closes its batch),
+last (the beat's last lane)}. All L lookups of a beat are looked up in the PopularityCAM at
+once (hot slot = CAM entry address). Cold lookups go one per cycle through the ColdKeySet,
+which numbers the batch's distinct cold keys in order of first appearance; a beat without
+cold lookups passes it by. Outputs, each a stream behind its own FIFO, at most one beat per
+``lookups`` beat:
 
-- ``remap``: {hot, slot} per lookup, in input order (hot slot if hot, else cold slot);
-- ``popular`` / ``non_popular``: {sample} = batch-local sample index, in input order; a sample
-  is popular iff all its lookups are hot (an empty sample is popular);
+- ``remap``: {hot, slot} per non-empty lookup, in input order (hot slot if hot, else cold
+  slot), a lane beat;
+- ``popular`` / ``non_popular``: {sample} = batch-local sample index of the samples the beat
+  closes, in input order, a lane beat; a sample is popular iff all its lookups are hot (an
+  empty sample is popular);
 - ``cold_keys``: {key} the batch's distinct cold keys in first-appearance order;
 - ``batches``: {popular, non_popular, cold, overflow} per batch, after its last beats, so the
-  host knows how many beats of each stream belong to the batch.
+  host knows how many entries of each stream belong to the batch.
 
 ``cmd`` / ``resp`` / ``moves`` are the CAM's command ports (load the hot set between batches).
 ``counters`` count lookups, hits, samples, popular samples, cold rows, batches and cold-set
 overflows since reset or ``clear_counters`` (48 bits, wrapping; ``lagged_count``: they lag the
 output beats, and a beat in the clearing cycle is counted after the clear).
 
-Timing: one lookup per cycle sustained, also across batch boundaries (the cold set needs no
-clearing pass between batches, except one pass of ``capacity // (2 * ways)`` cycles every
-``2**epoch_bits - 1`` batches: 2048 cycles every 255 batches in the product configuration).
-Latency ``LATENCY`` cycles from a ``lookups`` handshake to the FIFO write, plus the FIFOs'
-own. An output whose FIFO holds more than ``fifo_depth - 3`` entries stalls the pipeline only
-when the beat at its end needs that FIFO; nothing is lost or duplicated. Read all output
-streams concurrently.
+Timing: one ``lookups`` beat per cycle sustained while its beats have at most one cold
+lookup each; a beat with c > 1 cold lookups takes c cycles of the cold set (so L lanes give
+L lookups per cycle while at most one in L lookups is cold), also across batch boundaries
+(the cold set needs no clearing pass between batches, except one pass of
+``capacity // (2 * ways)`` cycles every ``2**epoch_bits - 1`` batches: 2048 cycles every 255
+batches in the product configuration). Latency ``LATENCY`` cycles from a ``lookups``
+handshake to the FIFO write through the cold set (``cam.LATENCY + 2`` without cold lookups),
+plus the FIFOs' own. An output whose FIFO holds more than ``fifo_depth - 3`` entries stalls
+the pipeline only when the beat at its end needs that FIFO; nothing is lost or duplicated.
+Read all output streams concurrently.
 """
 from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import bits_for
 
 from hotline.contract.config import PRODUCT
 from hotline.contract.keys import KEY_BITS
@@ -40,6 +48,7 @@ from .buffered_fifo import BufferedFIFO
 from .cold_key_set import ColdKeySet
 from .fifo_room import fifo_room
 from .lagged_counter import lagged_count
+from .onehot import one_hot_select
 from .popularity_cam import PopularityCAM
 
 __all__ = ["Fragmenter", "COUNTERS"]
@@ -48,37 +57,68 @@ COUNTERS = FRAGMENTER_COUNTERS
 COUNTER_BITS = 48
 
 
+def _popcount(bits):
+    return sum((b for b in bits), C(0, bits_for(len(bits))))
+
+
+def _lowest(mask):
+    """One-hot of the lowest set bit of ``mask`` (0 when none is)."""
+    return (mask & (~mask + 1))[:len(mask)]
+
+
+def _compact(m, select, values, name):
+    """``values[j]`` of the set bits of ``select``, moved to the front in order: (entries,
+    count). ``select`` a list of 1-bit values, ``values`` a list of equal-width values."""
+    n = len(select)
+    before = [_popcount(select[:j]) if j else C(0, 1) for j in range(n)]
+    out = []
+    for k in range(n):
+        entry = Signal(len(values[0]), name=f"{name}{k}")
+        m.d.comb += entry.eq(one_hot_select([select[j] & (before[j] == k) for j in range(n)],
+                                            values))
+        out.append(entry)
+    return out, _popcount(select)
+
+
 class Fragmenter(wiring.Component):
     """PopularityCAM + ColdKeySet + per-sample classification. See the module docstring.
 
     Parameters: ``cam`` (PopularityCAM keyword arguments), ``cold`` (ColdKeySet keyword
     arguments: capacity, ways, stash, max_keys, ...), ``max_batch_samples``, ``fifo_depth``
-    (>= 4 entries per output FIFO). The geometry defaults (the blocks' own, and
-    ``max_batch_samples``) are the product configuration's (`hotline.contract.config.PRODUCT`).
+    (>= 4 entries per output FIFO), ``lanes`` (lookups per beat: 1, 2 or 4). The geometry
+    defaults (the blocks' own, and ``max_batch_samples``) are the product configuration's
+    (`hotline.contract.config.PRODUCT`).
     """
+    # Lookup beats between the CAM and the collector: enough to cover the cold set's latency
+    # (a beat waits there for its cold slots) at one beat per cycle.
+    GROUP_DEPTH = 32
 
     def __init__(self, *, cam=None, cold=None, max_batch_samples=PRODUCT.max_batch_samples,
-                 fifo_depth=16, key_width=KEY_BITS):
+                 fifo_depth=16, key_width=KEY_BITS, lanes=1):
         self.cam_args = dict(cam or {})
         self.cold_args = dict(cold or {})
         self.key_width = key_width
         if fifo_depth < 4:
             raise ValueError(f"fifo_depth must be at least 4, not {fifo_depth}")
+        if lanes not in (1, 2, 4):
+            raise ValueError(f"lanes must be 1, 2 or 4, not {lanes}")
         self.fifo_depth = fifo_depth
         self.max_batch_samples = max_batch_samples
+        self.lanes = L = lanes
+        # The beat's keys and marks ride through the CAM as its sideband.
+        self.marks_layout = data.StructLayout({"key": data.ArrayLayout(key_width, L), "eos": L,
+                                               "empty": L, "valid": L, "eob": 1})
         self.cam = PopularityCAM(**self.cam_args, key_width=key_width,
-                                 user_width=key_width + 3)
-        flags = data.StructLayout({"hit": 1, "hot_slot": self.cam.slot_width, "eos": 1,
-                                   "empty": 1})
-        self.cold = ColdKeySet(**self.cold_args, key_width=key_width, user_width=flags.size)
-        self.flags_layout = flags
-        self.LATENCY = self.cam.LATENCY + self.cold.LATENCY + 1
+                                 user_width=self.marks_layout.size,
+                                 **({"lanes": L} if L > 1 else {}))
+        self.cold = ColdKeySet(**self.cold_args, key_width=key_width)
+        self.LATENCY = self.cam.LATENCY + 1 + self.cold.LATENCY + 1
         self.layouts = fragmenter_layouts(
             hot_slot_width=self.cam.slot_width, cold_slot_width=self.cold.slot_width,
             max_batch_samples=max_batch_samples, cold_max_keys=self.cold.max_keys,
-            key_width=key_width)
+            key_width=key_width, lanes=L)
         ports = {
-            "lookups": In(stream.Signature(lookup_layout(key_width))),
+            "lookups": In(stream.Signature(lookup_layout(key_width, L))),
             "cmd": In(self.cam.cmd.signature.flip()),
             "resp": Out(self.cam.resp.signature),
             "moves": Out(self.cam.moves.signature),
@@ -90,38 +130,12 @@ class Fragmenter(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        L, kw = self.lanes, self.key_width
         m.submodules.cam = cam = self.cam
         m.submodules.cold = cold = self.cold
         wiring.connect(m, wiring.flipped(self.cmd), cam.cmd)
         wiring.connect(m, cam.resp, wiring.flipped(self.resp))
         wiring.connect(m, cam.moves, wiring.flipped(self.moves))
-
-        # lookups -> CAM, carrying the key and the sample/batch marks as sideband.
-        beat = self.lookups.payload
-        # No lookup enters while the cold set clears (after reset, or every 2**epoch_bits - 1
-        # batches), so the pipeline does not fill up behind it.
-        m.d.comb += [
-            cam.lookup.valid.eq(self.lookups.valid & ~cold.clearing),
-            self.lookups.ready.eq(cam.lookup.ready & ~cold.clearing),
-            cam.lookup.payload.key.eq(beat.key),
-            cam.lookup.payload.user.eq(Cat(beat.key, beat.eos | beat.eob, beat.eob, beat.empty)),
-        ]
-        # CAM -> cold set: only cold, non-empty lookups are numbered.
-        res = cam.result.payload
-        key, eos, eob, empty = (res.user[:self.key_width], res.user[self.key_width],
-                                res.user[self.key_width + 1], res.user[self.key_width + 2])
-        flags = Signal(self.flags_layout)
-        m.d.comb += [
-            flags.hit.eq(res.hit), flags.hot_slot.eq(res.slot), flags.eos.eq(eos),
-            flags.empty.eq(empty),
-            cold.i.valid.eq(cam.result.valid),
-            cam.result.ready.eq(cold.i.ready),
-            cold.i.payload.key.eq(key),
-            cold.i.payload.insert.eq(~res.hit & ~empty),
-            cold.i.payload.eob.eq(eob),
-            cold.i.payload.user.eq(flags),
-        ]
-
         fifos = {}
         for name, layout in self.layouts.items():
             fifos[name] = fifo = BufferedFIFO(width=layout.size, depth=self.fifo_depth)
@@ -130,61 +144,199 @@ class Fragmenter(wiring.Component):
             m.d.comb += [port.valid.eq(fifo.r_rdy), port.payload.eq(fifo.r_data),
                          fifo.r_en.eq(port.ready)]
 
-        # Classification of the beat at the cold set's output.
+        # ---- lookups -> CAM, the marks as sideband ----------------------------------------
+        beat = self.lookups.payload
+        marks = Signal(self.marks_layout)
+        last = beat.last if L > 1 else C(0, 1)
+        m.d.comb += [
+            Value.cast(marks.key).eq(Value.cast(beat.key)), marks.eos.eq(Value.cast(beat.eos)), marks.empty.eq(Value.cast(beat.empty)),
+            marks.valid.eq(Cat(last >= j for j in range(L))), marks.eob.eq(beat.eob),
+            # No lookup enters while the cold set clears (after reset, or every
+            # 2**epoch_bits - 1 batches), so the pipeline does not fill up behind it.
+            cam.lookup.valid.eq(self.lookups.valid & ~cold.clearing),
+            self.lookups.ready.eq(cam.lookup.ready & ~cold.clearing),
+            Value.cast(cam.lookup.payload.key).eq(Value.cast(beat.key)),
+            cam.lookup.payload.user.eq(marks),
+        ]
+
+        # ---- CAM -> beats waiting for their cold slots, and the serializer ----------------
+        res = cam.result.payload
+        rmarks = self.marks_layout(res.user)
+        hits = Value.cast(res.hit)
+        hot_slots = Value.cast(res.slot)
+        group = data.StructLayout({"hit": L, "hot_slot": data.ArrayLayout(self.cam.slot_width, L),
+                                   "eos": L, "empty": L, "valid": L, "eob": 1, "cold": L})
+        m.submodules.groups = groups = BufferedFIFO(width=group.size, depth=self.GROUP_DEPTH)
+        cold_mask = rmarks.valid & ~hits & ~rmarks.empty
+        entering = Signal(group)
+        m.d.comb += [
+            entering.hit.eq(hits), Value.cast(entering.hot_slot).eq(hot_slots),
+            entering.eos.eq(rmarks.eos), entering.empty.eq(rmarks.empty),
+            entering.valid.eq(rmarks.valid), entering.eob.eq(rmarks.eob),
+            entering.cold.eq(cold_mask),
+        ]
+
+        # The serializer feeds the cold set one cold lookup per cycle, lowest lane first; a
+        # batch's last beat without cold lookups sends one non-insert beat, so the cold set
+        # still sees every batch end.
+        ser_keys = Signal(data.ArrayLayout(kw, L), reset_less=True)
+        ser_mask = Signal(L)
+        ser_eob = Signal()     # the serialized beat closes its batch
+        ser_dummy = Signal()   # ... and has no cold lookup: one non-insert beat
+        lane = _lowest(ser_mask)
+        left = ser_mask & ~lane
+        sending = ser_mask.any() | ser_dummy
+        m.d.comb += [
+            cold.i.valid.eq(sending),
+            cold.i.payload.key.eq(one_hot_select(lane, [ser_keys[j] for j in range(L)])),
+            cold.i.payload.insert.eq(ser_mask.any()),
+            cold.i.payload.eob.eq(ser_eob & ~left.any()),
+        ]
+        ser_free = ~sending | (cold.i.ready & ~left.any())
+        needs_cold = cold_mask.any() | rmarks.eob
+        m.d.comb += cam.result.ready.eq(groups.w_rdy & (~needs_cold | ser_free))
+        taken = cam.result.valid & cam.result.ready
+        m.d.comb += [groups.w_en.eq(taken), groups.w_data.eq(entering)]
+        with m.If(cold.i.valid & cold.i.ready):
+            m.d.sync += [ser_mask.eq(left), ser_dummy.eq(0)]
+        with m.If(taken & needs_cold):
+            m.d.sync += [ser_keys.eq(rmarks.key), ser_mask.eq(cold_mask), ser_eob.eq(rmarks.eob),
+                         ser_dummy.eq(rmarks.eob & ~cold_mask.any())]
+
+        # ---- collector: the head beat takes its cold slots as the cold set answers ----------
+        head = group(groups.r_data)
         o = cold.o.payload
-        f = self.flags_layout(o.user)
+        got = Signal(L)            # the head's cold lanes already answered
+        got_dummy = Signal()       # the head's non-insert beat answered
+        cold_slot = [Signal(self.cold.slot_width, name=f"cold_slot{j}", reset_less=True)
+                     for j in range(L)]
+        batch_cold = Signal(self.layouts["batches"].members["cold"])  # this batch's, so far
+        batch_overflow = Signal()
+        waiting = head.cold & ~got
+        fill = _lowest(waiting)
+        dummy = head.eob & ~head.cold.any() & ~got_dummy
+        new_key = o.first & o.insert
+        keys_room = fifo_room(m, fifos["cold_keys"], "cold_keys")
+        m.d.comb += cold.o.ready.eq(groups.r_rdy & (waiting.any() | dummy) & (~new_key | keys_room))
+        answer = cold.o.valid & cold.o.ready
+        m.d.comb += [fifos["cold_keys"].w_en.eq(answer & new_key),
+                     fifos["cold_keys"].w_data.eq(o.key)]
+        filled = Mux(answer, fill, 0)
+        complete = groups.r_rdy & ~(waiting & ~filled).any() & (~dummy | answer)
+
+        # ---- classification stage: one whole beat with its slots --------------------------
+        ready_layout = data.StructLayout({
+            "hit": L, "slot": data.ArrayLayout(max(self.cam.slot_width, self.cold.slot_width), L),
+            "eos": L, "empty": L, "valid": L, "eob": 1,
+            "cold": len(batch_cold), "overflow": 1})
+        cls = Signal(ready_layout, reset_less=True)
+        cls_valid = Signal()
+        cls_fire = Signal()
+        load = complete & (~cls_valid | cls_fire)
+        m.d.comb += groups.r_en.eq(load)
+        new_in_batch = answer & new_key
+        overflow_now = answer & o.overflow
+        for j in range(L):
+            with m.If(filled[j]):
+                m.d.sync += cold_slot[j].eq(o.slot)
+        with m.If(load):
+            m.d.sync += [
+                cls.hit.eq(head.hit), cls.eos.eq(head.eos), cls.empty.eq(head.empty),
+                cls.valid.eq(head.valid), cls.eob.eq(head.eob),
+                cls.cold.eq(batch_cold + new_in_batch),
+                cls.overflow.eq(batch_overflow | overflow_now),
+                got.eq(0), got_dummy.eq(0),
+            ]
+            for j in range(L):
+                m.d.sync += cls.slot[j].eq(Mux(head.hit[j], head.hot_slot[j],
+                                               Mux(filled[j], o.slot, cold_slot[j])))
+        with m.Else():
+            m.d.sync += [got.eq(got | filled), got_dummy.eq(got_dummy | (answer & dummy))]
+        with m.If(load & head.eob):
+            m.d.sync += [batch_cold.eq(0), batch_overflow.eq(0)]
+        with m.Else():
+            m.d.sync += [batch_cold.eq(batch_cold + new_in_batch),
+                         batch_overflow.eq(batch_overflow | overflow_now)]
+        with m.If(load):
+            m.d.sync += cls_valid.eq(1)
+        with m.Elif(cls_fire):
+            m.d.sync += cls_valid.eq(0)
+
+        # Per lane, in order: does it close a sample, was that sample all hot?
         all_hot = Signal(init=1)       # every earlier lookup of the current sample was hot
+        hot = all_hot
+        look, ends, pop, non = [], [], [], []
+        for j in range(L):
+            v, e = cls.valid[j], cls.empty[j]
+            hot_j = hot & (cls.hit[j] | e)
+            end_j = v & cls.eos[j]
+            look.append(v & ~e)
+            ends.append(end_j)
+            pop.append(end_j & hot_j)
+            non.append(end_j & ~hot_j)
+            hot = Mux(end_j, 1, Mux(v, hot_j, hot))
         sample = Signal(range(self.max_batch_samples))
         popular = Signal(self.layouts["batches"].members["popular"])
         non_popular = Signal.like(popular)
-        cold_rows = Signal(self.layouts["batches"].members["cold"])
-        overflow = Signal()
+        samples_at = [sample + _popcount(ends[:j]) if j else sample for j in range(L)]
+        remap_lanes, n_remap = _compact(m, look, [Cat(cls.slot[j], cls.hit[j]) for j in range(L)],
+                                        "remap")
+        slot_bits = len(cls.slot[0])
+        pop_lanes, n_pop = _compact(m, pop, [s[:len(sample)] for s in samples_at], "popular")
+        non_lanes, n_non = _compact(m, non, [s[:len(sample)] for s in samples_at], "non_popular")
 
-        sample_hot = all_hot & (f.hit | f.empty)
-        new_cold = o.first & o.insert
-        needs = {"remap": ~f.empty, "cold_keys": new_cold, "popular": f.eos & sample_hot,
-                 "non_popular": f.eos & ~sample_hot, "batches": o.eob}
-        # Registered FIFO room (timing: the FIFO levels through w_rdy into the cold set's
-        # output queue were the critical path).
+        needs = {"remap": n_remap != 0, "popular": n_pop != 0, "non_popular": n_non != 0,
+                 "batches": cls.eob}
+        # Registered FIFO room (timing: the FIFO levels through w_rdy were the critical path).
         room = Cat(*(~need | fifo_room(m, fifos[name], name)
                      for name, need in needs.items())).all()
-        m.d.comb += cold.o.ready.eq(room)
-        fire = cold.o.valid & room
+        m.d.comb += cls_fire.eq(cls_valid & room)
         for name, need in needs.items():
-            m.d.comb += fifos[name].w_en.eq(fire & need)
+            m.d.comb += fifos[name].w_en.eq(cls_fire & need)
 
-        ends_popular = f.eos & sample_hot
-        ends_non_popular = f.eos & ~sample_hot
-        m.d.comb += [
-            fifos["remap"].w_data.eq(Cat(f.hit, Mux(f.hit, f.hot_slot, o.slot))),
-            fifos["cold_keys"].w_data.eq(o.key),
-            fifos["popular"].w_data.eq(sample),
-            fifos["non_popular"].w_data.eq(sample),
-        ]
+        def lane_beat(name, entries, count):
+            """The ``name`` lane beat of ``entries`` [{field: value}] and ``count`` of them."""
+            out = Signal(self.layouts[name])
+            for k, entry in enumerate(entries):
+                m.d.comb += [getattr(out, f)[k].eq(v) for f, v in entry.items()]
+            if L > 1:
+                m.d.comb += out.last.eq(count - 1)
+            return out
+
+        ends_popular, ends_non_popular = _popcount(pop), _popcount(non)
         summary = Signal(self.layouts["batches"])
         m.d.comb += [
+            fifos["remap"].w_data.eq(lane_beat(
+                "remap", [{"hot": e[slot_bits], "slot": e[:slot_bits]} for e in remap_lanes],
+                n_remap)),
+            fifos["popular"].w_data.eq(lane_beat(
+                "popular", [{"sample": e} for e in pop_lanes], n_pop)),
+            fifos["non_popular"].w_data.eq(lane_beat(
+                "non_popular", [{"sample": e} for e in non_lanes], n_non)),
             summary.popular.eq(popular + ends_popular),
             summary.non_popular.eq(non_popular + ends_non_popular),
-            summary.cold.eq(cold_rows + new_cold),
-            summary.overflow.eq(overflow | o.overflow),
+            summary.cold.eq(cls.cold),
+            summary.overflow.eq(cls.overflow),
             fifos["batches"].w_data.eq(summary),
         ]
 
-        # Lagged counters: `fire` drives 7 increment flip-flops, not the 336 counter bits'
-        # enables (timing: that fan-out, 5.6 ns of route, was the critical path).
+        # Lagged counters: the fire drives a few increment flip-flops, not the 336 counter
+        # bits' enables (timing: that fan-out, 5.6 ns of route, was the critical path).
         c = self.counters
-        incs = {"lookups": ~f.empty, "hits": f.hit & ~f.empty, "samples": f.eos,
-                "popular_samples": ends_popular, "cold_rows": new_cold, "batches": o.eob,
-                "overflows": o.overflow}
-        for name, inc in incs.items():
-            lagged_count(m, getattr(c, name), fire & inc, self.clear_counters, name)
-        with m.If(fire):
-            m.d.sync += all_hot.eq(f.eos | sample_hot)
-            with m.If(o.eob):
-                m.d.sync += [sample.eq(0), popular.eq(0), non_popular.eq(0), cold_rows.eq(0),
-                             overflow.eq(0)]
+        hit_lookups = [look[j] & cls.hit[j] for j in range(L)]
+        incs = {"lookups": (cls_fire, _popcount(look)), "hits": (cls_fire, _popcount(hit_lookups)),
+                "samples": (cls_fire, _popcount(ends)),
+                "popular_samples": (cls_fire, ends_popular),
+                "cold_rows": (answer, new_key), "batches": (cls_fire, cls.eob),
+                "overflows": (answer, o.overflow)}
+        for name, (fire, inc) in incs.items():
+            lagged_count(m, getattr(c, name), Mux(fire, inc, 0), self.clear_counters, name)
+        with m.If(cls_fire):
+            m.d.sync += all_hot.eq(hot)
+            with m.If(cls.eob):
+                m.d.sync += [sample.eq(0), popular.eq(0), non_popular.eq(0)]
             with m.Else():
-                m.d.sync += [sample.eq(sample + f.eos), popular.eq(popular + ends_popular),
-                             non_popular.eq(non_popular + ends_non_popular),
-                             cold_rows.eq(cold_rows + new_cold), overflow.eq(overflow | o.overflow)]
+                m.d.sync += [sample.eq(sample + _popcount(ends)),
+                             popular.eq(popular + ends_popular),
+                             non_popular.eq(non_popular + ends_non_popular)]
         return m

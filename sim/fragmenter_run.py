@@ -15,13 +15,15 @@ import numpy as np
 from amaranth.sim import Simulator
 
 from hotline.contract.cam import CAMOp
-from hotline.contract.streams import lookup_beats, pack, unpack
+from hotline.contract.streams import lane_groups, lane_pack, lane_unpack, lookup_beats, pack, \
+    unpack
 from hotline.hw.fragmenter import Fragmenter
 
 from . import streams
 from .harness import StreamHarness
 
 OUTPUTS = ("resp", "moves", "remap", "popular", "non_popular", "cold_keys", "batches")
+LANE_OUTPUTS = ("remap", "popular", "non_popular")  # lane beats: entries carry "beat"
 BACKENDS = ("verilator", "icarus", "amaranth")
 
 
@@ -65,15 +67,16 @@ class FragmenterSim:
         cmd = pack(self.layouts["cmd"], op=np.full(len(insert_keys), CAMOp.INSERT.value),
                    key=np.asarray(insert_keys, np.uint64))
         key, eos, eob, empty = lookup_beats(keys, sample_offsets, batch_size)
-        lookups = pack(self.layouts["lookups"], key=key, eos=eos, eob=eob, empty=empty)
+        lookups = lane_pack(self.layouts["lookups"], lane_groups(eob, self.config.lanes), key=key,
+                            eos=eos, eob=eob, empty=empty)
         if self.harness:
             raw, cycles, seconds = self.harness.run(
-                {"cmd": cmd.tolist(), "lookups": lookups.tolist()}, busy_in, busy_out,
+                {"cmd": cmd.tolist(), "lookups": lookups}, busy_in, busy_out,
                 progress=progress, watch="remap")
         else:
-            raw, cycles, seconds = self._run_amaranth(cmd.tolist(), lookups.tolist(), expect,
+            raw, cycles, seconds = self._run_amaranth(cmd.tolist(), lookups, expect,
                                                       busy_in, busy_out)
-        return {n: unpack(self.layouts[n], raw[n]) for n in OUTPUTS}, cycles, seconds
+        return {n: decode(self.layouts[n], raw[n], n) for n in OUTPUTS}, cycles, seconds
 
     def _run_amaranth(self, cmd, lookups, expect, busy_in, busy_out):
         dut = self.dut
@@ -106,9 +109,18 @@ class FragmenterSim:
         return raw, clock["now"] - clock["start"], time.perf_counter() - t0
 
 
-def expected_streams(run, responses):
+def decode(layout, beats, stream):
+    """{field: array} of ``stream``'s beats; a lane stream's per entry, with "beat"."""
+    if stream not in LANE_OUTPUTS:
+        return unpack(layout, beats)
+    fields, beat = lane_unpack(layout, beats)
+    return {**fields, "beat": beat}
+
+
+def expected_streams(run, responses, lanes=1):
     """The output streams the RTL must produce for model run ``run``, after inserts whose
-    model responses were ``responses`` [(status, slot, moves)]."""
+    model responses were ``responses`` [(status, slot, moves)], with ``lanes`` lanes (the
+    lane streams' entries with their "beat")."""
     nb = run.num_batches
     popular, non_popular = [], []
     for b in range(nb):
@@ -116,7 +128,8 @@ def expected_streams(run, responses):
         popular.append(bt["popular"])
         non_popular.append(bt["non_popular"])
     pop_n, non_n, cold_n = run.batch_sizes()
-    return {
+    beats = run.lane_beats(lanes)
+    want = {
         "resp": {"status": np.array([s for s, _, _ in responses], np.int64),
                  "slot": np.array([sl for _, sl, _ in responses], np.int64),
                  "moves": np.array([len(mv) for _, _, mv in responses], np.int64)},
@@ -129,6 +142,26 @@ def expected_streams(run, responses):
         "batches": {"popular": pop_n, "non_popular": non_n, "cold": cold_n,
                     "overflow": run.overflow.astype(np.int64)},
     }
+    for name in LANE_OUTPUTS:
+        want[name]["beat"] = beats[name]
+    return want
+
+
+def beat_cycles(run, lanes):
+    """The cycles the Fragmenter needs for ``run``'s lookups with ``lanes`` lanes, when no
+    output stalls: one per ``lookups`` beat, or c for a beat with c > 1 cold lookups (the
+    cold-key set takes one per cycle)."""
+    _, _, eob, empty = lookup_beats(np.zeros(int(run.sample_offsets[-1]), np.uint32),
+                                    run.sample_offsets, run.batch_size)
+    group = lane_groups(eob, lanes)
+    cold = np.bincount(group[~empty][~run.hot], minlength=int(group[-1]) + 1 if len(group) else 0)
+    return int(np.maximum(cold, 1).sum())
+
+
+def beat_counts(want):
+    """{stream: beats} of expected streams (what the Amaranth backend waits for)."""
+    return {n: (int(f["beat"][-1]) + 1 if len(f["beat"]) else 0) if "beat" in f
+            else len(next(iter(f.values()))) for n, f in want.items()}
 
 
 def compare(got, want):

@@ -12,7 +12,7 @@ import numpy as np
 
 from tqdm import tqdm
 
-from hotline.contract.config import AcceleratorConfig, max_batch_lookups
+from hotline.contract.config import LANES, AcceleratorConfig, max_batch_lookups
 from hotline.contract.errors import HotlineError
 from hotline.data.generator import calibrate, synth, table_stats
 from hotline.data.options import EPILOG_DATA, check_out, fraction, positive_int, say
@@ -88,6 +88,9 @@ def build_parser():
                    help="model: the bit-accurate numpy model (default); verilator / icarus / "
                         "amaranth: the Fragmenter RTL in that simulator, every output beat "
                         "checked against the model; adds cycles and lookups_per_cycle")
+    p.add_argument("--lanes", type=int, choices=LANES, default=1,
+                   help="lookup lanes: lookups per input beat and per cycle (default 1); the RTL "
+                        "backends report lookups_per_cycle against this many")
     p.add_argument("--build-dir", default="build/rtl", help="where RTL builds are kept")
     p.set_defaults(func=cmd_fragment)
 
@@ -324,7 +327,8 @@ def cmd_fragment(args):
     ds = _load(args)
     with _progress(ds.num_lookups, f"fragment ({args.backend})") as bar:
         res, _ = commands.fragment(ds, k, args.batch_size, args.profile_fraction, args.backend,
-                                   progress=bar.update, build_dir=args.build_dir)
+                                   progress=bar.update, build_dir=args.build_dir,
+                                   lanes=args.lanes)
     for n in res["notes"]:
         say(f"hotline: note: {n}")
     write_json(args.json, res)

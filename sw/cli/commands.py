@@ -119,13 +119,13 @@ def learn_in_rtl(window_keys, k, build_dir, distinct_keys=None):
 
 
 def fragment(ds, hot_rows, batch_size, profile_fraction=1.0, backend=MODEL_BACKEND, progress=None,
-             build_dir="build/rtl", config=None, rtl_cache=None, waves=False):
+             build_dir="build/rtl", config=None, rtl_cache=None, waves=False, lanes=1):
     """`hotline fragment` JSON plus the model's `FragmentRun`.
 
     RTL backends run the Fragmenter RTL on the same stream, check every output beat against
     the model (a mismatch is an error) and add ``cycles`` and ``lookups_per_cycle``.
     ``progress(n)`` gets lookups done. ``config`` fixes the accelerator geometry (default: sized
-    for this workload); ``rtl_cache`` (a dict) keeps built simulators across calls; ``waves``
+    for this workload, with ``lanes`` lookup lanes); ``rtl_cache`` (a dict) keeps built simulators across calls; ``waves``
     writes the first cycles of the RTL run to ``build_dir/<data>.vcd``.
     """
     if backend not in BACKENDS:
@@ -135,7 +135,8 @@ def fragment(ds, hot_rows, batch_size, profile_fraction=1.0, backend=MODEL_BACKE
     hot, window, keys, notes = plan(ds, hot_rows, profile_fraction)
     offsets = ds.sample_offsets
     config = config or AcceleratorConfig.for_workload(hot.size, batch_size,
-                                                      max_batch_lookups(offsets, batch_size))
+                                                      max_batch_lookups(offsets, batch_size),
+                                                      lanes=lanes)
     t0 = time.perf_counter()
     placement, run = model_fragment(keys, offsets, batch_size, hot.keys, config, ds.table_sizes,
                                     progress if backend == MODEL_BACKEND else None)
@@ -175,17 +176,19 @@ def rtl_fragment(backend, config, insert_keys, keys, offsets, batch_size, run, p
                  progress, build_dir, rtl_cache=None, waves=False):
     """Run the Fragmenter RTL and check it against the model run; the RTL-only JSON fields."""
     # lazy: Amaranth elaboration only for the RTL backends
-    from hotline.sim.fragmenter_run import FragmenterSim, RTLMismatch, compare, expected_streams
+    from hotline.sim.fragmenter_run import FragmenterSim, RTLMismatch, beat_counts, compare, \
+        expected_streams
+    # lazy: as above
     from hotline.sim.harness import HarnessError
 
-    want = expected_streams(run, placement.responses)
+    want = expected_streams(run, placement.responses, config.lanes)
     try:
         cache = {} if rtl_cache is None else rtl_cache
         if (config, backend, waves) not in cache:
             cache[config, backend, waves] = FragmenterSim(config, backend, build_dir, waves)
         sim = cache[config, backend, waves]
         got, cycles, seconds = sim.run(insert_keys, keys, offsets, batch_size, progress=progress,
-                                       expect={n: len(next(iter(f.values()))) for n, f in want.items()})
+                                       expect=beat_counts(want))
         compare(got, want)
     except HarnessError as e:
         raise HotlineError(str(e)) from None
@@ -193,6 +196,8 @@ def rtl_fragment(backend, config, insert_keys, keys, offsets, batch_size, run, p
         raise HotlineError(f"RTL ({backend}) and model disagree: {e}") from None
     lookups = int(run.counters.lookups)
     return {"cycles": cycles, "lookups_per_cycle": lookups / cycles if cycles else 0.0,
+            "lanes": config.lanes,
+            "lookups_per_cycle_per_lane": lookups / cycles / config.lanes if cycles else 0.0,
             "rtl_checked_against_model": True, "sim_seconds": seconds,
             "simulated_cycles_per_second": cycles / seconds if seconds else 0.0,
             "build_seconds": sim.build_seconds, "rtl_build_dir": str(sim.build_dir),
@@ -215,7 +220,9 @@ def fragment_table_rows(result):
         ("unique cold rows / batch", f"mean {cold.mean():,.1f}, max {cold.max():,}" if len(cold) else "-"),
     ]
     if "cycles" in result:
-        rows += [("cycles", result["cycles"]), ("lookups / cycle", result["lookups_per_cycle"]),
+        rows += [("cycles", result["cycles"]),
+                 ("lookups / cycle", f"{result['lookups_per_cycle']:.4f} "
+                                     f"({result['lanes']} lanes)"),
                  ("simulated cycles / s", f"{result['simulated_cycles_per_second']:,.0f}"),
                  ("every output beat = model", "yes")]
     return rows

@@ -21,9 +21,13 @@ import numpy as np
 
 from .errors import HotlineError
 
-__all__ = ["AcceleratorConfig", "PRODUCT", "pow2_at_least", "hot_slot_width", "cold_slot_width",
+__all__ = ["AcceleratorConfig", "PRODUCT", "LANES", "pow2_at_least", "hot_slot_width", "cold_slot_width",
            "max_batch_lookups", "learner_geometry", "LEARNER_WINDOW", "ENTRIES_PER_HOT_KEY",
            "ENTRIES_PER_HOT_KEY_BLIND", "MIN_ENTRIES"]
+
+
+#: The lane counts an accelerator can be built with.
+LANES = (1, 2, 4)
 
 
 def pow2_at_least(n) -> int:
@@ -68,7 +72,8 @@ class AcceleratorConfig:
     4-entry stash, 64 kicks) holding 14,745 hot rows; a 16384-entry cold-key set (2 x 4 ways,
     4-entry stash) numbering up to 8192 cold keys per batch, with 8 epoch bits (one clearing
     pass every 255 batches); batches of up to 1024 samples; a 16384-entry access learner
-    (2048 buckets x 8 ways).
+    (2048 buckets x 8 ways); one lookup lane (``lanes``: lookups per ``lookups`` beat and per
+    cycle, 1, 2 or 4; `hotline.contract.streams` has the lane beats).
     `for_workload` sizes the CAM, the cold-key set and the batch for one workload instead.
     """
     cam_entries: int = 16384
@@ -83,6 +88,12 @@ class AcceleratorConfig:
     max_batch_samples: int = 1024
     learner_buckets: int = 2048
     learner_ways: int = 8
+    lanes: int = 1
+
+    def __post_init__(self):
+        if self.lanes not in LANES:
+            raise HotlineError(f"lanes must be one of {', '.join(map(str, LANES))}, not "
+                               f"{self.lanes}")
 
     # The CAM holds the hot set at <= 90% occupancy: its first refused insert came at >= 96%
     # on every key family and real file measured (`python -m hotline.bench --only hashing`).
@@ -118,18 +129,19 @@ class AcceleratorConfig:
 
     @classmethod
     def for_workload(cls, hot_rows, batch_size, max_batch_lookups, learn=False,
-                     distinct_keys=None) -> "AcceleratorConfig":
+                     distinct_keys=None, lanes=1) -> "AcceleratorConfig":
         """The geometry for ``hot_rows`` hot keys and batches of ``batch_size`` samples with up
         to ``max_batch_lookups`` lookups: the CAM at <= ``CAM_LOAD``, the cold-key set at 2x the
         lookups; with ``learn``, an access learner sized by `learner_geometry` to learn the
-        ``hot_rows`` (``distinct_keys``: of the stream it watches), else the product's."""
+        ``hot_rows`` (``distinct_keys``: of the stream it watches), else the product's;
+        ``lanes`` lookup lanes."""
         max_keys = max(16, int(max_batch_lookups))
         buckets, ways = (learner_geometry(max(1, hot_rows), distinct_keys) if learn
                          else (cls.learner_buckets, cls.learner_ways))
         return cls(cam_entries=max(64, pow2_at_least(math.ceil(hot_rows / cls.CAM_LOAD))),
                    cold_capacity=max(64, pow2_at_least(2 * max_keys)), cold_max_keys=max_keys,
                    max_batch_samples=max(2, pow2_at_least(batch_size)),
-                   learner_buckets=buckets, learner_ways=ways)
+                   learner_buckets=buckets, learner_ways=ways, lanes=lanes)
 
     def cam_kwargs(self) -> dict:
         return dict(entries=self.cam_entries, ways=self.cam_ways, stash=self.cam_stash,
@@ -148,7 +160,7 @@ class AcceleratorConfig:
 
     def fragmenter_kwargs(self) -> dict:
         return dict(cam=self.cam_kwargs(), cold=self.cold_kwargs(),
-                    max_batch_samples=self.max_batch_samples)
+                    max_batch_samples=self.max_batch_samples, lanes=self.lanes)
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}

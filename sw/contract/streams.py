@@ -7,7 +7,8 @@ building any gateware, and the blocks build their ports from the same functions:
 
 - ``lookups`` {key, eos, eob, empty}: one beat per lookup, samples and batches in order
   (`lookup_beats`); ``eos`` closes a sample, ``eob`` a batch, ``empty`` stands for a sample
-  with no lookup;
+  with no lookup. With L lanes (`AcceleratorConfig.lanes`) a beat carries L of them (see
+  "Lane beats" below);
 - ``scatter_keys`` {end, key}: a scatter batch's keys, then a beat with ``end`` = 1;
 - ``cam_cmds`` {op, key}: CAM commands in bulk, as CAM_CMD writes are (`cam_cmd_layout`);
 - ``remap`` {hot, slot}: per lookup, its hot slot or its cold slot;
@@ -19,14 +20,25 @@ building any gateware, and the blocks build their ports from the same functions:
   (``move`` = 1, ``word`` as the CAM_MOVE register reads), then its response (``move`` = 0,
   ``word`` as CAM_RESP reads).
 
+Lane beats: with L > 1 lanes, ``lookups``, ``remap``, ``popular`` and ``non_popular`` carry up
+to L entries per beat: each per-entry field is an ``ArrayLayout(width, L)`` (entry ``i`` in
+lane ``i``), and a field ``last`` (``ceil_log2(L)`` bits) is the index of the beat's last
+entry; the other fields belong to the beat (``lookups.eob``: the beat closes its batch). A
+``lookups`` beat holds consecutive lookup beats of one batch (`lane_groups`: L per beat, a
+batch's first starts a new one). The Fragmenter answers each ``lookups`` beat with at most one
+beat per stream: ``remap`` its non-empty lookups, ``popular`` / ``non_popular`` the samples
+it closes, in order; a stream with no entry for it gets no beat. At L = 1 every layout is the
+same bits as the single-lookup one (``last`` has no bits). `lane_pack` / `lane_unpack` convert.
+
 ``RESULT_STREAMS`` is also the order of the streams in a ``RESULTS`` response of the host
 link. A payload is an unsigned integer, the first field in its least significant bits
 (`amaranth.lib.data.StructLayout`); `pack` and `unpack` convert whole arrays of beats.
 """
 import numpy as np
 from amaranth.lib import data
-from amaranth.utils import bits_for
+from amaranth.utils import bits_for, ceil_log2
 
+from .beats import lane_groups, lookup_beats
 from .config import AcceleratorConfig, cold_slot_width, hot_slot_width
 from .keys import KEY_BITS
 from .shapes import CAMOp
@@ -34,7 +46,8 @@ from .shapes import CAMOp
 __all__ = ["INPUT_STREAMS", "RESULT_STREAMS", "STREAMS", "BATCH_END", "DMA_DONE_FIELDS",
            "lookup_layout", "fragmenter_layouts", "batch_keys_layout", "dma_keys_layout",
            "dma_done_layout", "cam_cmd_layout", "CAM_EVENT_LAYOUT", "stream_layouts", "batch_end",
-           "batch_key", "pack", "unpack", "lookup_beats"]
+           "batch_key", "pack", "unpack", "lookup_beats", "lane_layout", "lane_groups", "lane_pack",
+           "lane_unpack", "lane_count"]
 
 INPUT_STREAMS = ("lookups", "scatter_keys", "cam_cmds")
 RESULT_STREAMS = ("remap", "popular", "non_popular", "batch_keys", "dma_done", "cam_events")
@@ -45,21 +58,33 @@ BATCH_END = "end"
 DMA_DONE_FIELDS = {"rows": 16, "errors": 16}
 
 
-def lookup_layout(key_width: int = KEY_BITS) -> data.StructLayout:
-    """The ``lookups`` payload."""
-    return data.StructLayout({"key": key_width, "eos": 1, "eob": 1, "empty": 1})
+def lane_layout(entry: dict, lanes: int, beat: dict = None) -> data.StructLayout:
+    """A lane beat's layout: each ``entry`` field {name: width} as ``ArrayLayout(width,
+    lanes)``, then the ``beat`` fields, then ``last`` (the last entry's lane). At one lane it
+    has the bits of ``entry`` + ``beat``."""
+    fields = {name: data.ArrayLayout(width, lanes) for name, width in entry.items()}
+    return data.StructLayout({**fields, **(beat or {}), "last": ceil_log2(lanes)})
+
+
+def lookup_layout(key_width: int = KEY_BITS, lanes: int = 1) -> data.StructLayout:
+    """The ``lookups`` payload (of ``lanes`` lookups; at one lane {key, eos, eob, empty})."""
+    if lanes == 1:
+        return data.StructLayout({"key": key_width, "eos": 1, "eob": 1, "empty": 1})
+    return data.StructLayout({"key": data.ArrayLayout(key_width, lanes),
+                              "eos": data.ArrayLayout(1, lanes), "eob": 1,
+                              "empty": data.ArrayLayout(1, lanes), "last": ceil_log2(lanes)})
 
 
 def fragmenter_layouts(*, hot_slot_width: int, cold_slot_width: int, max_batch_samples: int,
-                       cold_max_keys: int, key_width: int = KEY_BITS) -> dict:
-    """The Fragmenter's output payloads: ``remap``, ``popular``, ``non_popular``,
-    ``cold_keys`` and ``batches`` (a batch's summary)."""
+                       cold_max_keys: int, key_width: int = KEY_BITS, lanes: int = 1) -> dict:
+    """The Fragmenter's output payloads: ``remap``, ``popular``, ``non_popular`` (lane beats
+    of ``lanes`` entries), ``cold_keys`` and ``batches`` (a batch's summary)."""
     sample_width = bits_for(max_batch_samples - 1)
     count_width = bits_for(max_batch_samples)
     return {
-        "remap": data.StructLayout({"hot": 1, "slot": max(hot_slot_width, cold_slot_width)}),
-        "popular": data.StructLayout({"sample": sample_width}),
-        "non_popular": data.StructLayout({"sample": sample_width}),
+        "remap": lane_layout({"hot": 1, "slot": max(hot_slot_width, cold_slot_width)}, lanes),
+        "popular": lane_layout({"sample": sample_width}, lanes),
+        "non_popular": lane_layout({"sample": sample_width}, lanes),
         "cold_keys": data.StructLayout({"key": key_width}),
         "batches": data.StructLayout({"popular": count_width, "non_popular": count_width,
                                       "cold": bits_for(cold_max_keys * 2), "overflow": 1}),
@@ -102,8 +127,9 @@ def stream_layouts(config: AcceleratorConfig, key_width: int = KEY_BITS) -> dict
     f = fragmenter_layouts(hot_slot_width=hot_slot_width(config.cam_entries, config.cam_stash),
                            cold_slot_width=cold_slot_width(config.cold_max_keys),
                            max_batch_samples=config.max_batch_samples,
-                           cold_max_keys=config.cold_max_keys, key_width=key_width)
-    return {"lookups": lookup_layout(key_width), "scatter_keys": dma_keys_layout(key_width),
+                           cold_max_keys=config.cold_max_keys, key_width=key_width,
+                           lanes=config.lanes)
+    return {"lookups": lookup_layout(key_width, config.lanes), "scatter_keys": dma_keys_layout(key_width),
             "cam_cmds": cam_cmd_layout(key_width),
             "remap": f["remap"], "popular": f["popular"], "non_popular": f["non_popular"],
             "batch_keys": batch_keys_layout(f["cold_keys"], f["batches"]),
@@ -148,20 +174,76 @@ def unpack(layout: data.StructLayout, values) -> dict:
             for name, offset, width in _fields(layout)}
 
 
-def lookup_beats(keys, sample_offsets,
-                 batch_size) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(key, eos, eob, empty) arrays: one beat per lookup, one ``empty`` beat per empty sample."""
-    n = len(sample_offsets) - 1
-    lengths = np.diff(sample_offsets)
-    beats = np.maximum(lengths, 1)
-    ends = np.cumsum(beats) - 1
-    total = int(beats.sum())
-    key = np.zeros(total, np.uint64)
-    empty = np.zeros(total, bool)
-    empty[ends[lengths == 0]] = True
-    key[~empty] = np.asarray(keys, np.uint64)
-    eos = np.zeros(total, bool)
-    eos[ends] = True
-    eob = np.zeros(total, bool)
-    eob[ends[np.r_[np.arange(batch_size - 1, n, batch_size), n - 1]]] = True
-    return key, eos, eob, empty
+
+def _lane_fields(layout):
+    """(entry fields [(name, offset, element width)], beat fields [(name, offset, width)],
+    lanes) of a `lane_layout`."""
+    entry, beat, lanes = [], [], 1
+    for name, f in layout:
+        if isinstance(f.shape, data.ArrayLayout):
+            entry.append((name, f.offset, f.width // f.shape.length))
+            lanes = f.shape.length
+        elif name != "last":
+            beat.append((name, f.offset, f.width))
+    return entry, beat, lanes
+
+
+def lane_count(layout: data.StructLayout) -> int:
+    """The lanes of a lane beat layout (1 for a one-lane `lookup_layout`)."""
+    return _lane_fields(layout)[2]
+
+
+def _last_offset(layout):
+    """The offset of ``last`` (None in the one-lane `lookup_layout`, which has none)."""
+    return next((f.offset for name, f in layout if name == "last"), None)
+
+
+def lane_pack(layout: data.StructLayout, group, **arrays) -> list:
+    """Pack entries into lane beats of ``layout`` (a `lane_layout`, or `lookup_layout` at any
+    lane count): ``group`` [N], non-decreasing, the beat of each entry (at most L entries per
+    beat); ``arrays`` the fields per entry. A beat field takes its beat's last entry's value.
+    Returns one int per beat that has entries."""
+    group = np.asarray(group, np.int64)
+    entry, beat, lanes = _lane_fields(layout)
+    n = len(group)
+    if not n:
+        return []
+    new = np.r_[True, group[1:] != group[:-1]]
+    beat_of = np.cumsum(new) - 1
+    starts = np.nonzero(new)[0]
+    lane = np.arange(n) - starts[beat_of]
+    if lane.max() >= lanes:
+        raise ValueError(f"more than {lanes} entries in a lane beat")
+    out = np.zeros(len(starts), object)
+    for name, offset, width in entry:
+        if name in arrays:
+            v = (np.asarray(arrays[name]).astype(np.int64) & ((1 << width) - 1)).astype(object)
+            np.add.at(out, beat_of, v << (offset + lane * width).astype(object))
+    last_entry = np.r_[starts[1:], n] - 1
+    for name, offset, width in beat:
+        if name in arrays:
+            v = np.asarray(arrays[name]).astype(np.int64)[last_entry] & ((1 << width) - 1)
+            out += v.astype(object) << offset
+    last_offset = _last_offset(layout)
+    if last_offset is not None:
+        out += (lane[last_entry]).astype(object) << last_offset
+    return [int(x) for x in out]
+
+
+def lane_unpack(layout: data.StructLayout, values) -> tuple[dict, np.ndarray]:
+    """({field: int64 array per entry}, the beat of each entry) of lane beats ``values``; a
+    beat field is repeated for each entry of its beat."""
+    entry, beat, lanes = _lane_fields(layout)
+    v = np.array([int(x) for x in values] + [0], object)[:-1]
+    last_offset = _last_offset(layout)
+    count = (((v >> last_offset) & ((1 << ceil_log2(lanes)) - 1)).astype(np.int64) + 1
+             if last_offset is not None and len(v) else np.ones(len(v), np.int64))
+    take = np.arange(lanes)[None, :] < count[:, None]
+    cols = {}
+    for name, offset, width in entry:
+        per_lane = [((v >> (offset + k * width)) & ((1 << width) - 1)).astype(np.int64)
+                    for k in range(lanes)]
+        cols[name] = np.stack(per_lane, axis=1)[take] if len(v) else np.zeros(0, np.int64)
+    for name, offset, width in beat:
+        cols[name] = np.repeat(((v >> offset) & ((1 << width) - 1)).astype(np.int64), count)
+    return cols, np.repeat(np.arange(len(v)), count)

@@ -16,6 +16,7 @@ import numpy as np
 from hotline.contract.config import AcceleratorConfig
 from hotline.contract.errors import HotlineError
 from hotline.contract.keys import MAX_ROWS, ROW_BITS
+from hotline.contract.beats import lane_groups, lookup_beats
 
 from .cold_key_set import ColdKeySetModel, first_appearance
 from .popularity_cam import PopularityCAMModel
@@ -167,6 +168,19 @@ class FragmentRun:
         return {"popular": np.nonzero(pop)[0], "non_popular": np.nonzero(~pop)[0],
                 "hot": self.hot[l0:l1], "slot": self.slot[l0:l1],
                 "cold_keys": self.cold_keys[self.cold_offsets[b]:self.cold_offsets[b + 1]]}
+
+    def lane_beats(self, lanes):
+        """With ``lanes`` lookup lanes, the Fragmenter's output beat of each entry:
+        {"remap": per non-empty lookup, "popular" / "non_popular": per such sample, in order}.
+        A ``lookups`` lane beat is answered by at most one beat per stream, holding its
+        entries (`hotline.contract.streams`, lane beats)."""
+        _, eos, eob, empty = lookup_beats(np.zeros(int(self.sample_offsets[-1]), np.uint32),
+                                          self.sample_offsets, self.batch_size)
+        group = lane_groups(eob, lanes)
+        closing = group[eos]
+        return {name: np.unique(g, return_inverse=True)[1].astype(np.int64)
+                for name, g in (("remap", group[~empty]), ("popular", closing[self.popular]),
+                                ("non_popular", closing[~self.popular]))}
 
     def batch_sizes(self):
         """(popular, non_popular, unique_cold_rows) counts per batch, as int64 arrays."""

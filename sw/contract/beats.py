@@ -1,0 +1,38 @@
+"""Lookup beats as numpy arrays, without Amaranth (the host runtime and the models use them):
+one beat per lookup with its sample and batch marks (`lookup_beats`), and the lane beat each
+belongs to with L lanes (`lane_groups`). `hotline.contract.streams` packs them into payloads.
+"""
+import numpy as np
+
+__all__ = ["lookup_beats", "lane_groups"]
+
+
+def lookup_beats(keys, sample_offsets,
+                 batch_size) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(key, eos, eob, empty) arrays: one beat per lookup, one ``empty`` beat per empty sample."""
+    n = len(sample_offsets) - 1
+    lengths = np.diff(sample_offsets)
+    beats = np.maximum(lengths, 1)
+    ends = np.cumsum(beats) - 1
+    total = int(beats.sum())
+    key = np.zeros(total, np.uint64)
+    empty = np.zeros(total, bool)
+    empty[ends[lengths == 0]] = True
+    key[~empty] = np.asarray(keys, np.uint64)
+    eos = np.zeros(total, bool)
+    eos[ends] = True
+    eob = np.zeros(total, bool)
+    eob[ends[np.r_[np.arange(batch_size - 1, n, batch_size), n - 1]]] = True
+    return key, eos, eob, empty
+
+
+def lane_groups(eob, lanes: int) -> np.ndarray:
+    """The lane beat of each of a stream's beats (``eob``: each beat closes its batch):
+    ``lanes`` consecutive beats per lane beat, and a batch's first beat starts a new one."""
+    eob = np.asarray(eob, bool)
+    n = len(eob)
+    if not n:
+        return np.zeros(0, np.int64)
+    starts = np.r_[0, np.nonzero(eob[:-1])[0] + 1]
+    pos = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
+    return np.cumsum(pos % lanes == 0) - 1
