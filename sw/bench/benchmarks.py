@@ -10,8 +10,9 @@ Sections:
 - convert: ``hotline data convert --shards`` of the same text, fast reader against the
   reference parser, MB/s of uncompressed text (target 50);
 - fragment_rtl: the Fragmenter RTL on Verilator over the generated stream and every real
-  file (B = 1024), in lookups per cycle against the ideal 1.0, every beat checked against the
-  model; and the simulators' speed (simulated cycles/s) on one short stream, Verilator beside
+  file (B = 1024) with 1, 2 and 4 lookup lanes, in lookups per cycle against the ideal L and
+  against its schedule (`beat_cycles`: one cycle per beat, c for c > 1 cold lookups), every
+  beat checked against the model; and the simulators' speed (simulated cycles/s) on one short stream, Verilator beside
   Icarus and the Amaranth simulator;
 - hashing: occupancy at the first refused CAM insert (bit-exact model) for every key family
   (random; dense rows of one and of 26 tables, random and rank order; the distinct keys of
@@ -68,6 +69,7 @@ Sections:
 """
 import argparse
 import csv
+import dataclasses
 import gzip
 import io
 import json
@@ -83,7 +85,7 @@ import numpy as np
 
 import hotline
 from hotline.cli.commands import fragment
-from hotline.contract.config import AcceleratorConfig, max_batch_lookups
+from hotline.contract.config import LANES, AcceleratorConfig, max_batch_lookups
 from hotline.contract.link import result_beat_bytes
 from hotline.contract.streams import RESULT_STREAMS, stream_layouts
 from hotline.data.drift import hot_share_decay
@@ -199,6 +201,7 @@ def bench_convert(quick, repeat=3):
 
 
 def bench_fragment_rtl(quick):
+    from hotline.sim.fragmenter_run import beat_cycles  # lazy: (see bench_cam)
     if not simulator_available("verilator"):
         return {"skipped": "verilator is not available"}, []
     batch = 1024
@@ -211,12 +214,18 @@ def bench_fragment_rtl(quick):
         max(hot_rows), batch, max(max_batch_lookups(ds.sample_offsets, batch) for ds in datasets))
     cache, streams = {}, []
     with tempfile.TemporaryDirectory() as tmp:
-        for ds, k in zip(datasets, hot_rows):
-            res, _ = fragment(ds, k, batch, backend="verilator", build_dir=tmp, config=config,
-                              rtl_cache=cache)
-            streams.append({key: res[key] for key in (
-                "data", "samples", "lookups", "hot_rows", "cycles", "lookups_per_cycle",
-                "simulated_cycles_per_second", "popular_fraction", "hot_lookup_fraction")})
+        for lanes in LANES:
+            for ds, k in zip(datasets, hot_rows):
+                res, run = fragment(ds, k, batch, backend="verilator", build_dir=tmp,
+                                    config=dataclasses.replace(config, lanes=lanes),
+                                    rtl_cache=cache)
+                streams.append({**{key: res[key] for key in (
+                    "data", "lanes", "samples", "lookups", "hot_rows", "cycles",
+                    "lookups_per_cycle", "simulated_cycles_per_second", "popular_fraction",
+                    "hot_lookup_fraction")},
+                    "lookups_per_cycle_per_lane": res["lookups_per_cycle"] / lanes,
+                    "schedule_cycles": beat_cycles(run, lanes),
+                    "cycles_over_schedule": res["cycles"] / beat_cycles(run, lanes)})
         # Simulator speed, same short stream and geometry on each backend.
         short = open_data(f"synth:criteo-kaggle:{100 if quick else 500}")
         speed = {}
@@ -230,11 +239,16 @@ def bench_fragment_rtl(quick):
     v = speed["verilator"]["cycles_per_second"]
     for name, r in speed.items():
         r["verilator_speedup"] = v / r["cycles_per_second"]
-    result = {"batch_size": batch, "accelerator": config.as_dict(), "ideal_lookups_per_cycle": 1.0,
-              "streams": streams, "simulator_speed": {"data": short.name, **speed},
-              "min_lookups_per_cycle": min(x["lookups_per_cycle"] for x in streams)}
-    rows = [["fragmenter RTL lookups/cycle", x["data"][:40], f"{x['lookups_per_cycle']:.4f}",
-             "ideal 1.0", x["lookups_per_cycle"]] for x in streams]
+    result = {"batch_size": batch, "accelerator": config.as_dict(),
+              "ideal_lookups_per_cycle": "lanes", "streams": streams,
+              "simulator_speed": {"data": short.name, **speed},
+              "min_lookups_per_cycle_per_lane": {
+                  lanes: min(x["lookups_per_cycle_per_lane"] for x in streams
+                             if x["lanes"] == lanes) for lanes in LANES}}
+    rows = [[f"fragmenter RTL lookups/cycle, {x['lanes']} lane(s)", x["data"][:40],
+             f"{x['lookups_per_cycle']:.4f} (cold {1 - x['hot_lookup_fraction']:.2f}, "
+             f"{x['cycles_over_schedule']:.4f}x schedule)", f"ideal {x['lanes']}.0",
+             x["lookups_per_cycle_per_lane"]] for x in streams]
     rows += [[f"{name} speed", short.name, f"{r['cycles_per_second']:,.0f} cycles/s",
               "Verilator", 1 / r["verilator_speedup"]] for name, r in speed.items()]
     return result, rows
