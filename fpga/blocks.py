@@ -55,10 +55,11 @@ BLOCK_FLOW = {"accelerator": {"synth_args": "-noflatten", "inline": STAGES,
 # did not).
 BLOCK_SEEDS = {"accelerator": (1, 2, 3)}
 
-_CAM = {"ecp5-85f": lambda: PopularityCAM(**PRODUCT.cam_kwargs(), primitive="ecp5"),
+_CAM = {"ecp5-85f": lambda lanes: PopularityCAM(**PRODUCT.cam_kwargs(), primitive="ecp5",
+                                                lanes=lanes),
         # 4 ways: the UP5K's 30 block RAMs, 256 x 16 each, cannot hold 2 x 264-bit buckets
         # (34 needed); the iCE40 is out of the product, this block keeps its flow in CI.
-        "ice40-up5k": lambda: PopularityCAM(1024, ways=4, max_kicks=16)}
+        "ice40-up5k": lambda lanes: PopularityCAM(1024, ways=4, max_kicks=16, lanes=lanes)}
 _LEARNER = {"ecp5-85f": lambda: AccessLearner(primitive="ecp5"),
             "ice40-up5k": lambda: AccessLearner(buckets=64, ways=4, count_bits=16)}
 _COLD = {"ecp5-85f": lambda: ColdKeySet(**PRODUCT.cold_kwargs(), primitive="ecp5"),
@@ -93,9 +94,9 @@ def _accelerator(dev):
 
 
 BLOCKS = {
-    "cam": lambda dev: _CAM[dev](),
+    "cam": lambda dev, lanes=1: _CAM[dev](lanes),
     "learner": lambda dev: _LEARNER[dev](),
-    "cam+learner": lambda dev: (_CAM[dev](), _LEARNER[dev]()),
+    "cam+learner": lambda dev: (_CAM[dev](1), _LEARNER[dev]()),
     "cold-key-set": lambda dev: _COLD[dev](),
     "accelerator": _accelerator,
     "hash-tabulation": lambda dev: HashProbe("tabulation"),
@@ -103,24 +104,28 @@ BLOCKS = {
 }
 
 
-def report(block, device, build_dir="build/synth", freq_mhz=None, seed=None):
+def report(block, device, build_dir="build/synth", freq_mhz=None, seed=None, lanes=1):
     """Synthesis, placement and timing report of ``block`` on ``device`` (``seed``: nextpnr's;
-    None: the block's ``BLOCK_SEEDS``, else 1)."""
+    None: the block's ``BLOCK_SEEDS``, else 1; ``lanes``: the ``cam`` block's lookup lanes)."""
     if block not in BLOCKS:
         raise ValueError(f"unknown block {block!r} (choose from {', '.join(BLOCKS)})")
     if device not in DEVICES:
         raise ValueError(f"unknown device {device!r} (choose from {', '.join(DEVICES)})")
+    if lanes != 1 and block != "cam":
+        raise ValueError(f"lanes is an option of the cam block, not of {block!r}")
     freq = freq_mhz or BLOCK_TARGET_MHZ.get((block, device), TARGET_MHZ[device])
-    name = block.replace("+", "_").replace("-", "_")
+    # A build directory per lane count, so the reports of 1, 2 and 4 lanes stay side by side.
+    name = block.replace("+", "_").replace("-", "_") + (f"_l{lanes}" if lanes != 1 else "")
+    options = {"lanes": lanes} if block == "cam" else {}
     seeds = (seed,) if seed is not None else BLOCK_SEEDS.get(block, (1,))
     for i, s in enumerate(seeds):
         try:
-            out = synth_report(BLOCKS[block](device), device, name=name, freq_mhz=freq,
+            out = synth_report(BLOCKS[block](device, **options), device, name=name, freq_mhz=freq,
                                build_dir=build_dir, seed=s, **BLOCK_FLOW.get(block, {}))
             break
         except PlaceRouteError:
             if i == len(seeds) - 1:
                 raise
-    out["block"] = block
+    out["block"], out["lanes"] = block, lanes
     out["bram_fraction"] = out["bram"] / out["bram_available"] if out["bram_available"] else 0.0
     return out

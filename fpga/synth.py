@@ -27,9 +27,11 @@ __all__ = ["DEVICES", "PinTop", "PlaceRouteError", "PlaceRouteTimeout", "SCRIPT_
 # with its read port's collision semantics intact: Yosys reads the attribute only from Verilog,
 # and memory_libmap then registers the write port and puts a bypass mux behind the block RAM
 # (docs/toolchain.md item 8). Make the collision don't-care on those memories; all of them have
-# one read and one write port, hence the one-bit mask.
-NO_RW_CHECK = ("proc; memory_collect; setparam -set RD_COLLISION_X_MASK 1'1 "
-               "t:$mem_v2 a:no_rw_check %i r:RD_PORTS=1 %i r:WR_PORTS=1 %i")
+# one write port and one read port, or two (a dual-read BucketTable: unmarked, it took twice
+# the block RAMs), hence a mask bit per read port.
+NO_RW_CHECK = "proc; memory_collect; " + "; ".join(
+    f"setparam -set RD_COLLISION_X_MASK {n}'b{'1' * n} "
+    f"t:$mem_v2 a:no_rw_check %i r:RD_PORTS={n} %i r:WR_PORTS=1 %i" for n in (1, 2))
 # Yosys commands every synthesis of the project runs after reading the design.
 SCRIPT_AFTER_READ = f"{KEEP_REPLICAS}; {NO_RW_CHECK}"
 

@@ -1,21 +1,25 @@
 """CAMLookupPipeline: the PopularityCAM's lookup path, shared with its command engine.
 
-Interface (``g`` a `CAMGeometry`):
+Interface (``g`` a `CAMGeometry`, ``lanes`` lookups per beat):
 
-- ``lookup`` In stream {key, user}; ``result`` Out stream {hit, slot, user}, in order.
-- ``read_addr`` Out ArrayLayout(bucket_bits, 2): the two tables' read addresses (a register,
-  ``s1.bucket``); ``bucket_data`` In ArrayLayout(bucket_layout, 2): their words,
-  ``BucketTable.LATENCY`` = 3 cycles later.
-- ``engine`` In(`CAMEngineSignature`): the command engine's side. While ``engine.idle``, the
-  pipeline reads the lookup's buckets; otherwise ``s1`` carries ``engine.key`` and loads
-  ``engine.addr`` when ``engine.load``, so the engine's reads come back through the same key
-  compares: ``engine.way_hit`` (s5, ``MATCH_LATENCY`` = 2 cycles after ``bucket_data``) is the
-  match of the engine's key in the words it read.
+- ``lookup`` In stream {key: ArrayLayout(key_width, lanes), user}; ``result`` Out stream
+  {hit: ArrayLayout(1, lanes), slot: ArrayLayout(slot_width, lanes), user}, in order, one
+  beat per lookup beat.
+- ``read_addr`` Out ArrayLayout(ArrayLayout(bucket_bits, 2), lanes): per lane, the two
+  tables' read addresses (a register, ``s1``'s bucket); ``bucket_data`` In
+  ArrayLayout(ArrayLayout(bucket_layout, 2), lanes): their words, ``BucketTable.LATENCY`` = 3
+  cycles later.
+- ``engine`` In(`CAMEngineSignature`): the command engine's side, on lane 0. While
+  ``engine.idle``, the pipeline reads the lookup's buckets; otherwise lane 0 of ``s1`` carries
+  ``engine.key`` and loads ``engine.addr`` when ``engine.load``, so the engine's reads come
+  back through lane 0's key compares: ``engine.way_hit`` (s5, ``MATCH_LATENCY`` = 2 cycles
+  after ``bucket_data``) is the match of the engine's key in the words it read. The other
+  lanes' addresses are don't-care then.
 
-Timing: one lookup per cycle sustained; ``LATENCY`` = 7 cycles from the ``lookup`` handshake
+Timing: one beat per cycle sustained; ``LATENCY`` = 7 cycles from the ``lookup`` handshake
 to ``result.valid`` when ``result`` is not stalled (s1 hash, 3 cycles of block RAM, s4 and s5
 key compares, the output register). The pipeline never stalls: results wait in an `OutputQueue`
-of ``queue_depth + 1`` entries, and ``lookup.ready`` is low while the lookups accepted and not
+of ``queue_depth + 1`` entries, and ``lookup.ready`` is low while the beats accepted and not
 yet delivered could fill it, while the engine is busy, and while a command waits
 (``engine.cmd_pending``). ``result.ready`` reaches ``lookup.ready`` through a register only.
 """
@@ -44,8 +48,9 @@ class CAMEngineSignature(wiring.Signature):
 
 
 class CAMLookupPipeline(wiring.Component):
-    """Key -> (hit, slot) through both tables' block RAMs and the stash (see the module
-    docstring); ``g`` a `CAMGeometry`, ``user_width`` the lookup's sideband."""
+    """Keys -> (hit, slot) through both tables' block RAMs and the stash (see the module
+    docstring); ``g`` a `CAMGeometry`, ``user_width`` the lookup's sideband, ``lanes`` the
+    lookups per beat."""
     LATENCY = 7
     MATCH_LATENCY = 2  # bucket_data -> way_hit
     # The key compares are split at bytes (timing: s3b's key reaches the compares beside both
@@ -53,90 +58,106 @@ class CAMLookupPipeline(wiring.Component):
     MATCH_PART = 8
 
     @staticmethod
-    def ports(g, user_width):
+    def ports(g, user_width, lanes=1):
         """The lookup stream ports (PopularityCAM has the same)."""
         return {
-            "lookup": In(stream.Signature(data.StructLayout({"key": g.key_width,
-                                                             "user": user_width}))),
+            "lookup": In(stream.Signature(data.StructLayout(
+                {"key": data.ArrayLayout(g.key_width, lanes), "user": user_width}))),
             "result": Out(stream.Signature(data.StructLayout(
-                {"hit": 1, "slot": g.slot_width, "user": user_width}))),
+                {"hit": data.ArrayLayout(1, lanes), "slot": data.ArrayLayout(g.slot_width, lanes),
+                 "user": user_width}))),
         }
 
-    def __init__(self, g, user_width, queue_depth):
-        self.g, self.user_width, self.queue_depth = g, user_width, queue_depth
+    def __init__(self, g, user_width, queue_depth, lanes=1):
+        self.g, self.user_width, self.queue_depth, self.lanes = g, user_width, queue_depth, lanes
         super().__init__({
-            **self.ports(g, user_width),
-            "read_addr": Out(data.ArrayLayout(g.bucket_bits, 2)),
-            "bucket_data": In(data.ArrayLayout(g.bucket_layout, 2)),
+            **self.ports(g, user_width, lanes),
+            "read_addr": Out(data.ArrayLayout(data.ArrayLayout(g.bucket_bits, 2), lanes)),
+            "bucket_data": In(data.ArrayLayout(data.ArrayLayout(g.bucket_layout, 2), lanes)),
             "engine": In(CAMEngineSignature(g)),
         })
 
     def elaborate(self, platform):
         m = Module()
-        g, eng, tables = self.g, self.engine, (0, 1)
+        g, eng, tables, lanes = self.g, self.engine, (0, 1), range(self.lanes)
         taken = self.lookup.valid & self.lookup.ready
         queue, room = OutputQueue.behind_pipeline(m, self.result, self.queue_depth, taken)
         m.d.comb += self.lookup.ready.eq(room & eng.idle & ~eng.cmd_pending)
 
-        # Data registers have no reset: only the valid flags matter after a reset.
         buckets = data.ArrayLayout(g.bucket_bits, 2)
         parts = [(lo, min(lo + self.MATCH_PART, g.key_width))
                  for lo in range(0, g.key_width, self.MATCH_PART)]
+
+        def stage(**fields):
+            # The beat's user sideband and each lane's ``fields``; data registers have no
+            # reset: only the valid flags matter after a reset.
+            return Signal(data.StructLayout({
+                "user": self.user_width,
+                "lane": data.ArrayLayout(data.StructLayout(fields), self.lanes)}), reset_less=True)
+
         valid = Signal(6)  # stages s1, s2, s3, s3b, s4, s5
-        s1 = Signal(data.StructLayout({"key": g.key_width, "user": self.user_width,
-                                       "bucket": buckets}), reset_less=True)
-        s2 = Signal(data.StructLayout({"key": g.key_width, "user": self.user_width,
-                                       "bucket": buckets, "stash_hit": g.stash}), reset_less=True)
+        s1 = stage(key=g.key_width, bucket=buckets)
+        s2 = stage(key=g.key_width, bucket=buckets, stash_hit=g.stash)
         s3 = Signal.like(s2)
         s3b = Signal.like(s2)  # aligned with bucket_data
         # s4: per table and way, the entry's valid bit and the equality of each key part
-        s4 = Signal(data.StructLayout({
-            "user": self.user_width, "bucket": buckets, "stash_hit": g.stash,
-            "match": data.ArrayLayout(data.ArrayLayout(1 + len(parts), g.ways), 2)}),
-            reset_less=True)
-        s5 = Signal(data.StructLayout({"user": self.user_width, "bucket": buckets,
-                                       "way_hit": data.ArrayLayout(g.ways, 2),
-                                       "stash_hit": g.stash}), reset_less=True)
+        s4 = stage(bucket=buckets, stash_hit=g.stash,
+                   match=data.ArrayLayout(data.ArrayLayout(1 + len(parts), g.ways), 2))
+        s5 = stage(bucket=buckets, stash_hit=g.stash, way_hit=data.ArrayLayout(g.ways, 2))
         m.d.sync += [
             valid.eq(Cat(taken, valid[:5])),
-            # The engine's reads carry its key, so s5.way_hit is its home match too: the
-            # 2 x ways key compares are shared (each is 33 bits wide, fed by block RAM).
-            s1.key.eq(Mux(eng.idle, self.lookup.payload.key, eng.key)),
-            s1.user.eq(self.lookup.payload.user),
-            s2.key.eq(s1.key), s2.user.eq(s1.user), s2.bucket.eq(s1.bucket),
-            s2.stash_hit.eq(Cat(g.stash_match(eng.stash_valid, eng.stash_key, s1.key))),
+            s1.user.eq(self.lookup.payload.user), s2.user.eq(s1.user),
             s3.eq(s2),
             s3b.eq(s3),
-            s4.user.eq(s3b.user), s4.bucket.eq(s3b.bucket), s4.stash_hit.eq(s3b.stash_hit),
-            s5.user.eq(s4.user), s5.bucket.eq(s4.bucket), s5.stash_hit.eq(s4.stash_hit),
+            s4.user.eq(s3b.user), s5.user.eq(s4.user),
         ]
-        for t in tables:
-            word = self.bucket_data[t]
-            for w in range(g.ways):
-                m.d.sync += [
-                    s4.match[t][w].eq(Cat(word[w].valid, *(word[w].key[lo:hi] == s3b.key[lo:hi]
-                                                           for lo, hi in parts))),
-                    s5.way_hit[t][w].eq(s4.match[t][w].all()),
-                ]
-        m.d.comb += [self.read_addr.eq(s1.bucket), eng.way_hit.eq(s5.way_hit)]
-        # The read address: the lookup's hash while idle, else the engine's bucket, which it
-        # stages a cycle ahead: only flip-flops select it, and the hash is all the logic in
-        # front of it.
-        with m.If(eng.idle):
-            m.d.sync += [s1.bucket[t].eq(g.hash(t, self.lookup.payload.key)) for t in tables]
-        with m.Elif(eng.load):
-            m.d.sync += [s1.bucket[t].eq(eng.addr[t]) for t in tables]
+        for lane in lanes:
+            key = self.lookup.payload.key[lane]
+            l1, l2, l3b, l4, l5 = (s.lane[lane] for s in (s1, s2, s3b, s4, s5))
+            m.d.sync += [
+                # The engine's reads carry its key down lane 0, so its s5.way_hit is the
+                # engine's home match too: lane 0's 2 x ways key compares are shared (each is
+                # 33 bits wide, fed by block RAM).
+                l1.key.eq(Mux(eng.idle, key, eng.key) if lane == 0 else key),
+                l2.key.eq(l1.key), l2.bucket.eq(l1.bucket),
+                l2.stash_hit.eq(Cat(g.stash_match(eng.stash_valid, eng.stash_key, l1.key))),
+                l4.bucket.eq(l3b.bucket), l4.stash_hit.eq(l3b.stash_hit),
+                l5.bucket.eq(l4.bucket), l5.stash_hit.eq(l4.stash_hit),
+            ]
+            for t in tables:
+                word = self.bucket_data[lane][t]
+                for w in range(g.ways):
+                    m.d.sync += [
+                        l4.match[t][w].eq(Cat(word[w].valid, *(word[w].key[lo:hi] == l3b.key[lo:hi]
+                                                               for lo, hi in parts))),
+                        l5.way_hit[t][w].eq(l4.match[t][w].all()),
+                    ]
+            m.d.comb += self.read_addr[lane].eq(l1.bucket)
+            # The read address: the lookup's hash while idle, else (lane 0) the engine's
+            # bucket, which it stages a cycle ahead: only flip-flops select it, and the hash is
+            # all the logic in front of it. The other lanes read only for lookups.
+            lookup_bucket = [l1.bucket[t].eq(g.hash(t, key)) for t in tables]
+            if lane == 0:
+                with m.If(eng.idle):
+                    m.d.sync += lookup_bucket
+                with m.Elif(eng.load):
+                    m.d.sync += [l1.bucket[t].eq(eng.addr[t]) for t in tables]
+            else:
+                m.d.sync += lookup_bucket
 
-        slot = C(0, g.slot_width)
-        for t in tables:
-            for w in range(g.ways):
-                slot |= Mux(s5.way_hit[t][w], g.slot(t, s5.bucket[t], w), 0)
-        for i in range(g.stash):
-            slot |= Mux(s5.stash_hit[i], g.stash_slot(i), 0)
+            slot = C(0, g.slot_width)
+            for t in tables:
+                for w in range(g.ways):
+                    slot |= Mux(l5.way_hit[t][w], g.slot(t, l5.bucket[t], w), 0)
+            for i in range(g.stash):
+                slot |= Mux(l5.stash_hit[i], g.stash_slot(i), 0)
+            m.d.comb += [
+                queue.i.payload.hit[lane].eq(Cat(l5.way_hit[0], l5.way_hit[1], l5.stash_hit).any()),
+                queue.i.payload.slot[lane].eq(slot),
+            ]
         m.d.comb += [
+            eng.way_hit.eq(s5.lane[0].way_hit),
             queue.i.valid.eq(valid[5]),
-            queue.i.payload.hit.eq(Cat(s5.way_hit[0], s5.way_hit[1], s5.stash_hit).any()),
-            queue.i.payload.slot.eq(slot),
             queue.i.payload.user.eq(s5.user),
         ]
         return m

@@ -8,21 +8,27 @@ entries. Each table is a ``hotline.hw.bram.BucketTable`` (block RAM, read every 
 registered output). Two stages share the tables (``CAMGeometry`` holds their common shape):
 
 - `CAMLookupPipeline` (``hw/cam_lookup_pipeline.py``): reads both tables every cycle, compares
-  the keys and answers lookups; the command engine's reads go through it too, so the key
-  compares are built once.
+  the keys and answers lookups; the command engine's reads go through its lane 0, so the key
+  compares are built once per lane.
 - `CAMCommandEngine` (``hw/cam_command_engine.py``): the insert/delete/clear state machine, the
-  stash, and the tables' only write port.
+  stash, and the tables' only writer.
+
+Lanes: a lookup beat carries ``lanes`` (1, 2 or 4) keys, each with its own hash, stash and
+table compares and slot. Lane 0 reads each table through the block RAM's read port; lane 1
+through its write port, which the engine leaves free while lookups run (commands block
+lookups), so 2 lanes take no more block RAM than 1. Lanes 2 and 3 read a replica of each
+table in the same way; the engine writes every replica and reads replica 0.
 
 Slots (contract: the device hot table is indexed by them):
 ``slot = t * entries // 2 + bucket * ways + way`` for table entries, ``entries + i`` for stash
 entry ``i``.
 
-Lookup: ``lookup`` (key, user) -> ``result`` (hit, slot, user); in order, one per cycle
-sustained, latency ``LATENCY`` = 7 cycles from the ``lookup`` handshake cycle to ``result.valid``
-when ``result`` is not stalled. The pipeline itself never stalls: its results wait in an
-``OutputQueue`` of ``QUEUE_DEPTH + 1`` entries, and ``lookup.ready`` is low while the lookups
-accepted and not yet delivered could fill it (no loss, duplication or bubble; ``result.ready``
-reaches ``lookup.ready`` through a register only).
+Lookup: ``lookup`` (key[lanes], user) -> ``result`` (hit[lanes], slot[lanes], user); in
+order, one beat (``lanes`` lookups) per cycle sustained, latency ``LATENCY`` = 7 cycles from
+the ``lookup`` handshake cycle to ``result.valid`` when ``result`` is not stalled. The pipeline
+itself never stalls: its results wait in an ``OutputQueue`` of ``QUEUE_DEPTH + 1`` beats, and
+``lookup.ready`` is low while the beats accepted and not yet delivered could fill it (no loss,
+duplication or bubble; ``result.ready`` reaches ``lookup.ready`` through a register only).
 
 Commands: ``cmd`` (op, key) -> ``resp`` (status, slot, moves), one response per command.
 Ordering rule: a valid ``cmd`` blocks new lookups; lookups accepted before it see the table
@@ -64,31 +70,37 @@ class PopularityCAM(wiring.Component):
     ``max_kicks`` (relocations per insert), ``seeds`` (the two hash functions' seeds), ``hash_family``,
     ``primitive`` (the tables' ``BucketTable`` primitive: None infers block RAM, for
     simulation and any FPGA; "ecp5": DP16KD instances, needed for 125 MHz on ECP5 speed grade
-    6, at most 16384 entries).
+    6, at most 16384 entries), ``lanes`` (lookups per beat: 1, 2 or 4).
 
-    Ports: ``lookup`` In stream {key, user}; ``result`` Out stream {hit, slot, user};
+    Ports: ``lookup`` In stream {key: ArrayLayout(key_width, lanes), user}; ``result`` Out
+    stream {hit: ArrayLayout(1, lanes), slot: ArrayLayout(slot_width, lanes), user};
     ``cmd`` In stream {op: CAMOp, key}; ``resp`` Out stream {status: CAMStatus, slot, moves};
     ``moves`` Out stream {src, dst}. Timing is in the module docstring.
     """
     LATENCY = CAMLookupPipeline.LATENCY
-    # Results the queue holds besides its output register: enough for one lookup per cycle
-    # (LATENCY lookups are outstanding then), with room to spare for a stall of the consumer.
+    # Results the queue holds besides its output register: enough for one beat per cycle
+    # (LATENCY beats are outstanding then), with room to spare for a stall of the consumer.
     QUEUE_DEPTH = 8
+    LANES = (1, 2, 4)
 
     def __init__(self, entries=16384, *, ways=8, key_width=32, user_width=8, stash=4,
-                 max_kicks=64, seeds=(1, 2), hash_family="tabulation", primitive=None):
+                 max_kicks=64, seeds=(1, 2), hash_family="tabulation", primitive=None, lanes=1):
+        if lanes not in self.LANES:
+            raise ValueError(f"lanes must be one of {self.LANES}, not {lanes}")
         self.geometry = g = CAMGeometry(entries, ways, key_width, stash, max_kicks, seeds,
                                         hash_family)
         self.entries, self.ways, self.key_width, self.user_width = entries, ways, key_width, user_width
         self.stash, self.max_kicks, self.seeds = stash, max_kicks, g.seeds
-        self.primitive, self.hash_family = primitive, hash_family
+        self.primitive, self.hash_family, self.lanes = primitive, hash_family, lanes
         self.buckets, self.slot_width, self.hashes = g.buckets, g.slot_width, g.hashes
-        super().__init__({**CAMLookupPipeline.ports(g, user_width), **CAMCommandEngine.ports(g)})
+        super().__init__({**CAMLookupPipeline.ports(g, user_width, lanes),
+                          **CAMCommandEngine.ports(g)})
 
     def elaborate(self, platform):
         m = Module()
         g = self.geometry
-        m.submodules.pipeline = pipeline = CAMLookupPipeline(g, self.user_width, self.QUEUE_DEPTH)
+        m.submodules.pipeline = pipeline = CAMLookupPipeline(g, self.user_width, self.QUEUE_DEPTH,
+                                                             self.lanes)
         m.submodules.engine = engine = CAMCommandEngine(g)
         wiring.connect(m, wiring.flipped(self.lookup), pipeline.lookup)
         wiring.connect(m, pipeline.result, wiring.flipped(self.result))
@@ -96,15 +108,23 @@ class PopularityCAM(wiring.Component):
         wiring.connect(m, engine.resp, wiring.flipped(self.resp))
         wiring.connect(m, engine.moves, wiring.flipped(self.moves))
         wiring.connect(m, engine.pipe, pipeline.engine)
-        for t in (0, 1):
-            m.submodules[f"table{t}"] = table = BucketTable(
-                depth=g.buckets, ways=g.ways, width=g.entry_layout.size, primitive=self.primitive)
-            m.d.comb += [
-                table.read_addr.eq(pipeline.read_addr[t]),
-                pipeline.bucket_data[t].eq(table.read_data),
-                engine.bucket_data[t].eq(table.read_data),
-                table.write_addr.eq(engine.write_addr[t]),
-                table.write_en.eq(engine.write_en[t]),
-                table.write_data.eq(engine.write_data),
-            ]
+        # Replica r serves lanes 2r (read port) and 2r + 1 (the write port's, see BucketTable).
+        for r, first in enumerate(range(0, self.lanes, 2)):
+            ports = min(2, self.lanes - first)
+            for t in (0, 1):
+                table = BucketTable(depth=g.buckets, ways=g.ways, width=g.entry_layout.size,
+                                    primitive=self.primitive, read_ports=ports)
+                m.submodules[f"table{t}_{r}" if r else f"table{t}"] = table
+                m.d.comb += [
+                    table.read_addr.eq(pipeline.read_addr[first][t]),
+                    pipeline.bucket_data[first][t].eq(table.read_data),
+                    table.write_addr.eq(engine.write_addr[t]),
+                    table.write_en.eq(engine.write_en[t]),
+                    table.write_data.eq(engine.write_data),
+                ]
+                if ports == 2:
+                    m.d.comb += [table.read2_addr.eq(pipeline.read_addr[first + 1][t]),
+                                 pipeline.bucket_data[first + 1][t].eq(table.read2_data)]
+                if r == 0:
+                    m.d.comb += engine.bucket_data[t].eq(table.read_data)
         return m

@@ -1,5 +1,6 @@
-"""PopularityCAM benchmark: lookup throughput, load factor at the first failed insert, and
-simulator speed (Amaranth simulator and cocotb + Verilator), every run checked against the model.
+"""PopularityCAM benchmark: lookup throughput (per lane count: L lookups per cycle expected
+without backpressure), load factor at the first failed insert, and simulator speed (Amaranth
+simulator and cocotb + Verilator), every run checked against the model.
 
 ``python -m hotline.sim.bench_popularity_cam [--json OUT]`` prints the `measure` dict.
 """
@@ -50,7 +51,9 @@ def speed(stats):
 
 def measure(entries=16384, *, seeds=(0, 1, 2), amaranth_lookups=5000,
             verilator_lookups=200_000, build_dir=None):
-    """Dict of measurements (keys named by what they measure; load factors are fractions)."""
+    """Dict of measurements (keys named by what they measure; load factors are fractions;
+    ``lookups_per_cycle`` is one lane's, ``lookups_per_cycle_by_lanes`` each lane count's, in
+    the Amaranth simulator)."""
     rng = np.random.default_rng(0)
     out = {"entries": entries}
     loads = []
@@ -67,10 +70,14 @@ def measure(entries=16384, *, seeds=(0, 1, 2), amaranth_lookups=5000,
 
     keys = (real_keys(HOT_SETS[0][0]) if (DATA_DIR / HOT_SETS[0][0]).exists()
             else rng.integers(0, 1 << 32, 50_000))
-    cam = PopularityCAM(entries)
-    st = tb.run_amaranth(cam, lookup_script(cam, keys, amaranth_lookups, rng))
-    out["amaranth"] = speed({**st.stats(), "wall_s": st.wall_s})
-    out["lookups_per_cycle"] = st.stats()["lookups_per_cycle"]
+    out["lookups_per_cycle_by_lanes"] = {}
+    for lanes in PopularityCAM.LANES:
+        cam = PopularityCAM(entries, lanes=lanes)
+        st = tb.run_amaranth(cam, lookup_script(cam, keys, amaranth_lookups, rng))
+        if lanes == 1:
+            out["amaranth"] = speed({**st.stats(), "wall_s": st.wall_s})
+        out["lookups_per_cycle_by_lanes"][str(lanes)] = st.stats()["lookups_per_cycle"]
+    out["lookups_per_cycle"] = out["lookups_per_cycle_by_lanes"]["1"]
 
     if simulator_available("verilator"):
         cam = PopularityCAM(entries)

@@ -8,8 +8,13 @@ them with the expectation. The same Stepper drives the Amaranth simulator (`run_
 and cocotb (`run`, which exports the CAM and runs the cocotb test `run_scripts` below on
 Verilator or Icarus).
 
-Ordering: a command is presented only after every earlier lookup was accepted, and a lookup is
-presented while the last command before it is still waiting (the CAM must then hold the lookup
+Lanes: a CAM with ``lanes`` > 1 takes a run of consecutive lookups ``lanes`` at a time, one
+beat each (`lookup_beats`); the last beat of a run may be short, its spare lanes repeat its
+first key and their results are not recorded. A beat's user bits are its first lookup's, and
+`expect` gives each of its lookups those.
+
+Ordering: a command is presented only after every earlier lookup beat was accepted, and a beat
+is presented while the last command before it is still waiting (the CAM must then hold the beat
 back), so script order is the order the CAM sees. A reset is asserted once everything before
 it was accepted; outputs still in flight are lost, so each pre-reset stream must be a prefix of
 its expectation, and the stream after the last reset must match it exactly.
@@ -95,15 +100,28 @@ def colliding(model, n, rng, both=False):
     return rng.permutation(found)[:n]
 
 
-def expect(model, s):
+def lookup_beats(kind, lanes):
+    """The lookups of a script in beats: (pos, beat), the script index of each lookup and its
+    beat's number. A beat holds up to ``lanes`` consecutive lookups and no command or reset."""
+    pos = np.flatnonzero(kind == LOOKUP)
+    run_starts = np.diff(pos, prepend=-2) != 1
+    run_start = pos[run_starts][np.cumsum(run_starts) - 1]
+    return pos, np.cumsum((pos - run_start) % lanes == 0) - 1
+
+
+def expect(model, s, lanes=1):
     """Expected outputs per stream: int64 rows, column 0 the epoch (resets seen so far).
 
-    result rows: (epoch, hit, slot, user); resp: (epoch, status, slot, moves, moves accepted in
-    this epoch before the response); moves: (epoch, src, dst).
+    result rows, one per lookup: (epoch, hit, slot, user), ``user`` the arg of the first
+    lookup of its beat of ``lanes``; resp: (epoch, status, slot, moves, moves accepted in this
+    epoch before the response); moves: (epoch, src, dst).
     """
     model.reset()
     rows = {name: [] for name in STREAMS}
-    kind, arg, key = s["kind"], s["arg"], s["key"]
+    kind, key = s["kind"], s["key"]
+    pos, beat = lookup_beats(kind, lanes)
+    arg = s["arg"].copy()
+    arg[pos] = arg[pos[np.searchsorted(beat, beat)]]
     epoch = moved = 0
     starts = np.flatnonzero(np.diff(kind, prepend=-1) != 0)
     for start, stop in zip(starts, np.append(starts[1:], len(kind))):
@@ -140,7 +158,8 @@ def model_for(cam):
 
 
 def widths(cam):
-    return {"key_width": cam.key_width, "user_width": cam.user_width, "slot_width": cam.slot_width}
+    return {"key_width": cam.key_width, "user_width": cam.user_width, "slot_width": cam.slot_width,
+            "lanes": cam.lanes}
 
 
 def _save(path, s, expected, widths, stall=0.0, seed=0):
@@ -154,26 +173,33 @@ def _load(path):
     with np.load(path) as f:
         s = {name: f[name] for name in ("kind", "arg", "key")}
         expected = {name: f[f"exp_{name}"] for name in STREAMS}
-        meta = {name: int(f[name]) for name in ("key_width", "user_width", "slot_width", "seed")}
+        meta = {name: int(f[name]) for name in ("key_width", "user_width", "slot_width", "lanes",
+                                                "seed")}
         return s, expected, meta, float(f["stall"])
 
 
 class Stepper:
-    """Per-cycle stimulus and handshake recorder for one script.
+    """Per-cycle stimulus and handshake recorder for one script, lookups in beats of ``lanes``.
 
     Each cycle: ``inputs()`` gives the port values to drive (payloads as packed integers, None
     for valid low); ``outputs(...)`` takes what the ports showed in the same cycle (before the
     clock edge) and records the transfers.
     """
 
-    def __init__(self, s, expected, *, key_width, user_width, slot_width, stall=0.0, seed=0):
+    def __init__(self, s, expected, *, key_width, user_width, slot_width, lanes=1, stall=0.0,
+                 seed=0):
         self.s, self.expected = s, expected
-        self.kw, self.uw, self.sw = key_width, user_width, slot_width
+        self.kw, self.uw, self.sw, self.lanes = key_width, user_width, slot_width, lanes
         self.stall = stall
         self.rng = np.random.default_rng(seed)
         kind = s["kind"]
         big = len(kind)
-        self.lpos = np.append(np.flatnonzero(kind == LOOKUP), big)
+        pos, beat = lookup_beats(kind, lanes)
+        # lpos: each beat's first lookup; lanes of each beat holding a lookup
+        first = np.searchsorted(beat, np.arange(beat[-1] + 1 if len(beat) else 0))
+        self.lpos = np.append(pos[first], big)
+        self.beat_lookups = np.diff(np.append(first, len(pos)))
+        self.in_flight = []  # lookups per beat accepted and not yet answered, this epoch
         self.cpos = np.append(np.flatnonzero(kind == COMMAND), big)
         self.rpos = np.append(np.flatnonzero(kind == RESET), big)
         self.li = self.ci = self.ri = 0
@@ -201,6 +227,7 @@ class Stepper:
                 self.ri += 1
                 self.epoch += 1
                 self.count = dict.fromkeys(STREAMS, 0)
+                self.in_flight = []
             return {"rst": 1, "lookup": None, "cmd": None, "ready": {n: 0 for n in STREAMS}}
         lpos, cpos = self.lpos[self.li], self.cpos[self.ci]
         if not self.cmd_on and cpos < min(lpos, reset_at):
@@ -210,7 +237,11 @@ class Stepper:
             self.lookup_on = self._go()
         lookup = cmd = None
         if self.lookup_on:
-            lookup = int(self.s["key"][lpos]) | int(self.s["arg"][lpos]) << self.kw
+            n = self.beat_lookups[self.li]
+            keys = self.s["key"][lpos:lpos + n].tolist()
+            keys += keys[:1] * (self.lanes - n)
+            lookup = sum(int(k) << self.kw * i for i, k in enumerate(keys)) \
+                | int(self.s["arg"][lpos]) << self.kw * self.lanes
         if self.cmd_on:
             cmd = int(self.s["arg"][cpos]) | int(self.s["key"][cpos]) << 2
         return {"rst": 0, "lookup": lookup, "cmd": cmd,
@@ -223,6 +254,7 @@ class Stepper:
             return
         if self.lookup_on and lookup_ready:
             self.lookup_cycles = [(self.lookup_cycles or [self.cycles])[0], self.cycles]
+            self.in_flight.append(self.beat_lookups[self.li])
             self.li += 1
             self.lookup_on = False
         if self.cmd_on and cmd_ready:
@@ -232,14 +264,22 @@ class Stepper:
         fire = {n: valid[n] and inputs["ready"][n] for n in STREAMS}
         # resp before moves: a move accepted in the same cycle as its response is an error.
         unpack = {
-            "resp": lambda p: (p & 3, (p >> 2) & smask, p >> (2 + self.sw), self.count["moves"]),
-            "moves": lambda p: (p & smask, p >> self.sw),
-            "result": lambda p: (p & 1, (p >> 1) & smask, p >> (1 + self.sw)),
+            "resp": lambda p: [(p & 3, (p >> 2) & smask, p >> (2 + self.sw), self.count["moves"])],
+            "moves": lambda p: [(p & smask, p >> self.sw)],
+            "result": self._results,
         }
         for name in STREAMS:
             if fire[name]:
-                self.got[name].append((self.epoch, *unpack[name](payload[name])))
-                self.count[name] += 1
+                rows = unpack[name](payload[name])
+                self.got[name] += [(self.epoch, *row) for row in rows]
+                self.count[name] += len(rows)
+
+    def _results(self, p):
+        """A result beat's (hit, slot, user) per lane that carried a lookup."""
+        lanes, smask = self.lanes, (1 << self.sw) - 1
+        user = p >> lanes * (1 + self.sw)
+        return [(p >> i & 1, p >> lanes + i * self.sw & smask, user)
+                for i in range(self.in_flight.pop(0) if self.in_flight else lanes)]
 
     @property
     def done(self):
@@ -250,7 +290,7 @@ class Stepper:
     def stats(self):
         """Cycles, lookups, and lookups per cycle between the first and last lookup handshake."""
         span = self.lookup_cycles[-1] - self.lookup_cycles[0] + 1 if self.lookup_cycles else 0
-        lookups = len(self.lpos) - 1
+        lookups = int(self.beat_lookups.sum())
         return {"cycles": self.cycles, "lookups": lookups,
                 "lookups_per_cycle": lookups / span if span else 0.0}
 
@@ -280,7 +320,7 @@ def max_cycles(s, entries_per_clear):
 def run_amaranth(cam, s, *, stall=0.0, seed=0):
     """Run script ``s`` on ``cam`` in the Amaranth simulator; return the checked Stepper
     (its ``wall_s`` is the simulation wall time)."""
-    st = Stepper(s, expect(model_for(cam), s), stall=stall, seed=seed, **widths(cam))
+    st = Stepper(s, expect(model_for(cam), s, cam.lanes), stall=stall, seed=seed, **widths(cam))
     rst = Signal()
     sim = Simulator(ResetInserter(rst)(cam))
     sim.add_clock(1e-8)
@@ -370,7 +410,7 @@ def run(cam, scripts, *, build_dir, simulator="verilator"):
     """
     build_dir = Path(build_dir)
     build_dir.mkdir(parents=True, exist_ok=True)
-    paths = [_save(build_dir / f"{name}.npz", s, expect(model_for(cam), s), widths(cam),
+    paths = [_save(build_dir / f"{name}.npz", s, expect(model_for(cam), s, cam.lanes), widths(cam),
                    stall=stall, seed=i)
              for i, (name, s, stall) in enumerate(scripts)]
     job = build_dir / "cam_scripts.json"

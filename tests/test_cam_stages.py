@@ -80,39 +80,52 @@ def tables_of(model, g):
     return tables
 
 
-def run_pipeline(g, model, lookups, *, stall, seed, engine_reads=()):
-    """Lookups (keys) through a CAMLookupPipeline over ``model``'s tables; returns the results
-    [(hit, slot, user)], the cycles from each accepted lookup to its result, and the
-    ``way_hit`` seen for each engine read (key, (bucket0, bucket1))."""
-    dut = CAMLookupPipeline(g, user_width=8, queue_depth=8)
+def run_pipeline(g, model, lookups, *, stall, seed, engine_reads=(), lanes=1):
+    """Lookups (keys) through a CAMLookupPipeline over ``model``'s tables, in beats of
+    ``lanes`` (user: the beat's number); returns the results [(hit, slot, user)] per lookup,
+    the cycles from each accepted beat to its result, and the ``way_hit`` seen for each engine
+    read (key, (bucket0, bucket1))."""
+    dut = CAMLookupPipeline(g, user_width=8, queue_depth=8, lanes=lanes)
     tables = tables_of(model, g)
     rng = np.random.default_rng(seed)
     results, latency, hits = [], [], []
+    beats = np.asarray(lookups).reshape(-1, lanes)
+    pair_bits = 2 * g.ways * g.entry_layout.size
+
+    def read(ctx, addrs):
+        """Block RAM: this cycle's words are those addressed LATENCY cycles ago; the address
+        of each lane read this cycle goes in ``addrs``."""
+        ctx.set(dut.bucket_data.as_value(),
+                sum(tables.pair(a) << lane * pair_bits for lane, a in enumerate(addrs[0])))
+
+    def address(ctx, addrs):
+        flat = unpack(ctx.get(dut.read_addr.as_value()), g.bucket_bits, 2 * lanes)
+        addrs.append([flat[2 * lane:2 * lane + 2] for lane in range(lanes)])
 
     async def bench(ctx):
         ctx.set(dut.engine.idle, 1)
         ctx.set(dut.engine.stash_valid, int(sum(int(v) << i for i, v in enumerate(model.stash_valid))))
         ctx.set(dut.engine.stash_key.as_value(),
                 sum(int(k) << i * g.key_width for i, k in enumerate(model.stash_keys)))
-        addrs = deque([(0, 0)] * BucketTable.LATENCY, maxlen=BucketTable.LATENCY)
+        addrs = deque([[(0, 0)] * lanes] * BucketTable.LATENCY, maxlen=BucketTable.LATENCY)
         sent, taken_at, cycle = 0, deque(), 0
         while len(results) < len(lookups):
-            # block RAM: this cycle's word is the one addressed LATENCY cycles ago
-            ctx.set(dut.bucket_data.as_value(), tables.pair(addrs[0]))
-            ctx.set(dut.lookup.valid, sent < len(lookups) and rng.random() >= stall)
-            if sent < len(lookups):
-                ctx.set(dut.lookup.payload, {"key": int(lookups[sent]), "user": sent & 0xff})
+            read(ctx, addrs)
+            ctx.set(dut.lookup.valid, sent < len(beats) and rng.random() >= stall)
+            if sent < len(beats):
+                ctx.set(dut.lookup.payload, {"key": [int(k) for k in beats[sent]],
+                                             "user": sent & 0xff})
             ctx.set(dut.result.ready, rng.random() >= stall)
             await ctx.delay(1e-9)  # comb settles: read the handshakes of this cycle
             took = ctx.get(dut.lookup.valid) and ctx.get(dut.lookup.ready)
             if ctx.get(dut.result.valid) and ctx.get(dut.result.ready):
                 p = ctx.get(dut.result.payload)
-                results.append((int(p.hit), int(p.slot), int(p.user)))
+                results.extend((int(p.hit[i]), int(p.slot[i]), int(p.user)) for i in range(lanes))
                 latency.append(cycle - taken_at.popleft())
             if took:
                 taken_at.append(cycle)
                 sent += 1
-            addrs.append(tuple(unpack(ctx.get(dut.read_addr.as_value()), g.bucket_bits, 2)))
+            address(ctx, addrs)
             await ctx.tick()
             cycle += 1
         # the engine's reads: s1 takes its key and buckets, the compare comes back as way_hit
@@ -122,9 +135,9 @@ def run_pipeline(g, model, lookups, *, stall, seed, engine_reads=()):
             ctx.set(dut.engine.addr.as_value(), buckets[0] | buckets[1] << g.bucket_bits)
             ctx.set(dut.engine.load, 1)
             for step in range(BucketTable.LATENCY + CAMLookupPipeline.MATCH_LATENCY + 1):
-                ctx.set(dut.bucket_data.as_value(), tables.pair(addrs[0]))
+                read(ctx, addrs)
                 await ctx.delay(1e-9)
-                addrs.append(tuple(unpack(ctx.get(dut.read_addr.as_value()), g.bucket_bits, 2)))
+                address(ctx, addrs)
                 await ctx.tick()
                 ctx.set(dut.engine.load, 0)
                 assert not ctx.get(dut.lookup.ready)  # lookups wait while the engine works
@@ -138,9 +151,10 @@ def lookup_keys(g, rng, stored, n):
     return np.where(rng.random(n) < 0.6, rng.choice(stored, n), absent)
 
 
+@pytest.mark.parametrize("lanes", [1, 2, 4])
 @pytest.mark.parametrize("stall", [0.0, 0.4])
 @pytest.mark.parametrize("family", ["dense", "tables", "real"])
-def test_pipeline_answers_as_model(family, stall):
+def test_pipeline_answers_as_model(family, stall, lanes):
     g = geometry(**SMALL)
     rng = np.random.default_rng(3)
     if family == "dense":        # rows 0.. of one table
@@ -153,23 +167,26 @@ def test_pipeline_answers_as_model(family, stall):
     model = filled_model(g, keys)
     assert model.stash_valid.any()  # the stash answers too
     lookups = lookup_keys(g, rng, keys, 400)
-    results, latency, _ = run_pipeline(g, model, lookups, stall=stall, seed=5)
+    results, latency, _ = run_pipeline(g, model, lookups, stall=stall, seed=5, lanes=lanes)
     hit, slot = model.lookup(lookups)
     assert [r[0] for r in results] == hit.astype(int).tolist()
     assert [r[1] for r in results] == np.where(hit, slot, 0).tolist()
-    assert [r[2] for r in results] == [i & 0xff for i in range(len(lookups))]
+    assert [r[2] for r in results] == [i // lanes & 0xff for i in range(len(lookups))]
     if stall == 0.0:
         assert set(latency) == {CAMLookupPipeline.LATENCY}
 
 
-def test_pipeline_serves_engine_reads():
-    """The engine's key goes down s1 with its buckets; way_hit is its match in both words."""
+@pytest.mark.parametrize("lanes", [1, 4])
+def test_pipeline_serves_engine_reads(lanes):
+    """The engine's key goes down lane 0's s1 with its buckets; way_hit is its match in both
+    words."""
     g = geometry(**SMALL)
     keys = np.arange(40, dtype=np.uint64) << 3
     model = filled_model(g, keys)
     reads = [(int(k), (model._bucket(0, k), model._bucket(1, k))) for k in keys[:12]]
     reads.append((12345678, (0, 1)))
-    _, _, hits = run_pipeline(g, model, keys[:4], stall=0.0, seed=1, engine_reads=reads)
+    _, _, hits = run_pipeline(g, model, keys[:4], stall=0.0, seed=1, engine_reads=reads,
+                              lanes=lanes)
     for (key, buckets), got in zip(reads, hits):
         want = [int(sum(int(model.valid[t, buckets[t], w] and model.keys[t, buckets[t], w] == key) << w
                         for w in range(g.ways))) for t in (0, 1)]

@@ -3,6 +3,7 @@ from collections import deque
 
 import numpy as np
 import pytest
+from amaranth import Cat, Mux, Signal
 from amaranth.back import verilog
 from amaranth.sim import Simulator
 from helpers import param, real_file
@@ -46,7 +47,8 @@ def test_enums_agree():
 
 
 @pytest.mark.parametrize("bad", [dict(entries=48), dict(ways=3), dict(entries=4, ways=4),
-                                 dict(stash=0), dict(max_kicks=0), dict(seeds=(1, 1))])
+                                 dict(stash=0), dict(max_kicks=0), dict(seeds=(1, 1)),
+                                 dict(lanes=3)])
 def test_rejects_bad_parameters(bad):
     with pytest.raises(ValueError):
         PopularityCAM(**{"entries": 64, **bad})
@@ -129,13 +131,15 @@ def test_model_real_hot_set_load_factor():
 
 # ---- RTL in the Amaranth simulator ----------------------------------------------------------
 
-def test_latency_and_full_throughput():
-    cam = PopularityCAM(**SMALL)
+@pytest.mark.parametrize("lanes", PopularityCAM.LANES)
+def test_latency_and_full_throughput(lanes):
+    cam = PopularityCAM(**SMALL, lanes=lanes)
     rng = np.random.default_rng(4)
     keys = rng.choice(1 << 32, 12, replace=False)
     s = tb.concat(tb.commands(tb.INSERT, keys[:6]), tb.lookups(np.tile(keys, 20), 8, rng))
     st = run_amaranth(cam, s)
     assert st.got["result"][0][1] == 1
+    assert st.stats()["lookups_per_cycle"] == lanes  # one beat per cycle, every lane used
     # A second run records the cycle of every lookup handshake and result transfer.
     starts, ends = [], []
     sim = Simulator(cam)
@@ -146,7 +150,7 @@ def test_latency_and_full_throughput():
         await ctx.tick().until(cam.lookup.ready)
         ctx.set(cam.lookup.valid, 1)
         for cycle in range(300):
-            ctx.set(cam.lookup.payload.key, int(keys[cycle % 12]))
+            ctx.set(cam.lookup.payload.key, [int(keys[(cycle + i) % 12]) for i in range(lanes)])
             _, _, taken, done = await ctx.tick().sample(cam.lookup.ready, cam.result.valid)
             if taken and len(starts) < 200:
                 starts.append(cycle)
@@ -196,10 +200,31 @@ def reset_mid_stream(keys, rng):
                      tb.lookups(keys, 8, rng))
 
 
+class DualPortDP16KDModel(DP16KDModel):
+    """DP16KDModel, and port A read as BucketTable's second read port uses it (REGMODE_A
+    "OUTREG": data two cycles after the address, as port B's). A word read in a cycle in which
+    port A writes comes out as all ones: BucketTable calls that data undefined, so a lane that
+    used it would see a valid entry that is not there."""
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        p = self.ports
+        reads = "o_DOA0" in p
+        assert p["p_REGMODE_A"] == ("OUTREG" if reads else "NOREG")
+        if reads:
+            width = p["p_DATA_WIDTH_A"]
+            rd = m.submodules.array.read_port()
+            written, out = Signal(), Signal(width)
+            m.d.comb += [rd.addr.eq(Cat(p[f"i_ADA{i}"] for i in range({9: 3, 18: 4}[width], 14))),
+                         Cat(p[f"o_DOA{i}"] for i in range(width)).eq(out)]
+            m.d.sync += [written.eq(p["i_WEA"]), out.eq(Mux(written, -1, rd.data))]
+        return m
+
+
 def test_ecp5_tables_match_model(monkeypatch):
     """The DP16KD tables (33-bit entries: 4 blocks per lane, the last holding 6 bits) on the
     mixed and adversarial scripts, with stalls."""
-    monkeypatch.setattr(BucketTable, "dp16kd", DP16KDModel)
+    monkeypatch.setattr(BucketTable, "dp16kd", DualPortDP16KDModel)
     cam = PopularityCAM(**SMALL, primitive="ecp5")
     rng = np.random.default_rng(15)
     pool = rng.choice(1 << 32, 100, replace=False)
@@ -218,6 +243,16 @@ def test_ecp5_tables_structure():
     text = verilog.convert(PopularityCAM(16384, ways=4, primitive="ecp5"), name="top",
                            emit_src=False)
     assert text.count("DP16KD #(") == 2 * 4 * 4
+
+
+@pytest.mark.parametrize("lanes", [2, 4])
+def test_ecp5_lanes_structure(lanes):
+    """Two lanes read both ports of the same block RAMs; four, two replicas of them."""
+    text = verilog.convert(PopularityCAM(1024, ways=8, primitive="ecp5", lanes=lanes), name="top",
+                           emit_src=False)
+    blocks = 2 * 8 * 2 * lanes // 2  # per replica: 2 tables x 8 ways x 2 blocks per entry
+    assert text.count("DP16KD #(") == text.count('.REGMODE_A("OUTREG")') == blocks
+    assert text.count(".DOA0(") == blocks
 
 
 @pytest.mark.parametrize("depth", [1, 3, 8])
@@ -255,6 +290,25 @@ def test_output_queue_against_reference(depth):
     sim.run()
 
 
+def lanes_script(cam, rng, n=600):
+    """Random commands and lookup runs, then the adversarial script (collisions, full tables,
+    clear, reset): every lookup run split into beats of ``cam.lanes``, short last beats too."""
+    pool = rng.choice(1 << 32, 100, replace=False)
+    return tb.concat(tb.mixed(pool, n, cam.user_width, rng, clear_rate=0.02),
+                     adversarial(model_for(cam), rng))
+
+
+@pytest.mark.parametrize("lanes, primitive", [
+    (2, None), (4, "ecp5"), param(2, "ecp5", slow=True), param(4, None, slow=True)])
+def test_rtl_lanes_match_model(lanes, primitive, monkeypatch):
+    """Lookup beats of 2 and 4 lanes against the model, with stalls: inferred tables, and the
+    DP16KD ones whose port A reads lane 1 (and 3) while no command runs."""
+    monkeypatch.setattr(BucketTable, "dp16kd", DualPortDP16KDModel)
+    cam = PopularityCAM(**SMALL, primitive=primitive, lanes=lanes)
+    st = run_amaranth(cam, lanes_script(cam, np.random.default_rng(21)), stall=0.3, seed=22)
+    assert {r[1] for r in st.got["resp"]} == {0, 1, 2, 3} and st.got["moves"]
+
+
 def test_rtl_adversarial_matches_model():
     cam = PopularityCAM(**SMALL)
     st = run_amaranth(cam, adversarial(model_for(cam), np.random.default_rng(7)), stall=0.25, seed=8)
@@ -271,10 +325,11 @@ def test_rtl_reset_mid_stream():
 
 
 @pytest.mark.realdata
-def test_rtl_real_hot_set_default_geometry():
+@pytest.mark.parametrize("lanes", [1, 4])
+def test_rtl_real_hot_set_default_geometry(lanes):
     keys = real_keys()
     rng = np.random.default_rng(11)
-    cam = PopularityCAM()
+    cam = PopularityCAM(lanes=lanes)
     hot = tb.hot_first(keys)[:1500]
     s = tb.concat(tb.commands(tb.INSERT, hot), tb.lookups(keys[:3000], cam.user_width, rng))
     st = run_amaranth(cam, s, stall=0.1, seed=12)
@@ -308,11 +363,28 @@ def test_cocotb_small_geometry(simulator, tmp_path):
 
 
 @pytest.mark.rtl
+@pytest.mark.parametrize("lanes, simulator", [
+    (4, "verilator"), param(2, "verilator", slow=True),
+    *(param(lanes, "icarus", slow=True) for lanes in (2, 4))])
+def test_cocotb_lanes(lanes, simulator, tmp_path):
+    cam = PopularityCAM(**SMALL, lanes=lanes)
+    rng = np.random.default_rng(23)
+    pool = rng.choice(1 << 32, 100, replace=False)
+    run_cocotb_scripts(cam, [
+        ("lanes", lanes_script(cam, rng, 3000), 0.3),
+        ("lanes_nostall", tb.mixed(pool, 2000, cam.user_width, rng), 0.0),
+        ("reset", reset_mid_stream(pool[:40], rng), 0.2),
+    ], tmp_path, simulator)
+
+
+@pytest.mark.rtl
 @pytest.mark.realdata
-@pytest.mark.parametrize("simulator", [param(s, slow=s == "icarus") for s in SIMULATORS])
-def test_cocotb_real_index_stream(simulator, tmp_path):
+@pytest.mark.parametrize("simulator, lanes", [
+    ("verilator", 1), param("icarus", 1, slow=True),
+    *(param("verilator", lanes, slow=True) for lanes in (2, 4))])
+def test_cocotb_real_index_stream(simulator, lanes, tmp_path):
     keys = real_keys()
-    cam = PopularityCAM()
+    cam = PopularityCAM(lanes=lanes)
     rng = np.random.default_rng(14)
     hot = tb.hot_first(keys)
     run_cocotb_scripts(cam, [
