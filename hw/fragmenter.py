@@ -110,7 +110,7 @@ class Fragmenter(wiring.Component):
                                                "empty": L, "valid": L, "eob": 1})
         self.cam = PopularityCAM(**self.cam_args, key_width=key_width,
                                  user_width=self.marks_layout.size,
-                                 **({"lanes": L} if L > 1 else {}))
+                                 lanes=L)
         self.cold = ColdKeySet(**self.cold_args, key_width=key_width)
         self.LATENCY = self.cam.LATENCY + 1 + self.cold.LATENCY + 1
         self.layouts = fragmenter_layouts(
