@@ -11,6 +11,7 @@ BATCH_SIZE ?= 1024
 HOT_ROWS   ?= 16384
 SAMPLES    ?= 100000
 WAVES      ?= 0
+LANES      ?= 1
 
 .PHONY: all setup icarus test test-fast test-full test-ci test-readme sim bench bench-quick train fpga clean
 
@@ -54,7 +55,7 @@ test-readme: $(STAMP) icarus
 sim: $(STAMP)
 	$(BIN)/hotline sim --backend $(BACKEND) --batch-size $(BATCH_SIZE) --hot-rows $(HOT_ROWS) \
 	    --samples $(SAMPLES) $(if $(DATA),--data $(DATA)) $(if $(filter 1,$(WAVES)),--waves) \
-	    --real --out build/sim
+	    --lanes $(LANES) --real --out build/sim
 
 bench: $(STAMP)
 	$(BIN)/python -m hotline.bench --out bench/results.json

@@ -161,6 +161,18 @@ def test_sim_on_verilator_checks_the_rtl(tmp_path, capsys, simulator_or_skip):
     assert run["cycles"] >= run["lookups"]
 
 
+def test_sim_in_lanes_on_the_amaranth_simulator(tmp_path, capsys):
+    """``hotline sim --lanes 2``: the Fragmenter RTL takes lane beats, every beat = model,
+    and lookups/cycle is measured against 2 (more than one lookup per cycle)."""
+    assert main(["sim", "--backend", "amaranth", "--samples", "120", "--hot-rows", "300",
+                 "--batch-size", "32", "--lanes", "2", "--out", str(tmp_path / "sim")]) == 0
+    assert "2 lookup lane(s)" in capsys.readouterr().out
+    res = json.loads((tmp_path / "sim" / "sim.json").read_text())
+    run = res["runs"][0]
+    assert res["accelerator"]["lanes"] == 2 and run["lanes"] == 2
+    assert run["rtl_checked_against_model"] and 1.0 < run["lookups_per_cycle"] <= 2.0
+
+
 def test_profile_with_the_learner_rtl(tmp_path, simulator_or_skip):
     simulator_or_skip("verilator")
     path = real_file("criteo_kaggle/train_head1999.csv.gz")

@@ -88,9 +88,7 @@ def build_parser():
                    help="model: the bit-accurate numpy model (default); verilator / icarus / "
                         "amaranth: the Fragmenter RTL in that simulator, every output beat "
                         "checked against the model; adds cycles and lookups_per_cycle")
-    p.add_argument("--lanes", type=int, choices=LANES, default=1,
-                   help="lookup lanes: lookups per input beat and per cycle (default 1); the RTL "
-                        "backends report lookups_per_cycle against this many")
+    _lanes_arg(p)
     p.add_argument("--build-dir", default="build/rtl", help="where RTL builds are kept")
     p.set_defaults(func=cmd_fragment)
 
@@ -115,6 +113,7 @@ def build_parser():
                    help="hot rows for data files: min(--hot-rows, F x distinct keys) (default 0.1)")
     p.add_argument("--waves", action="store_true",
                    help="write the first 20000 cycles of each RTL run as OUT/rtl/<data>.vcd")
+    _lanes_arg(p)
     p.add_argument("--out", default="build/sim", help="directory for JSON and PNG (default build/sim)")
     p.set_defaults(func=cmd_sim)
 
@@ -359,6 +358,12 @@ def cmd_gather(args):
     return 0
 
 
+def _lanes_arg(p):
+    p.add_argument("--lanes", type=int, choices=LANES, default=1,
+                   help="lookup lanes of the Fragmenter RTL: lookups per input beat and per "
+                        "cycle (default 1); lookups_per_cycle is measured against this many")
+
+
 def cmd_sim(args):
     backend, why = commands.pick_backend(args.backend)
     if why:
@@ -375,7 +380,8 @@ def cmd_sim(args):
     # One accelerator geometry for every stream, so the RTL is built once.
     config = AcceleratorConfig.for_workload(
         args.hot_rows, args.batch_size,
-        max(max_batch_lookups(d.sample_offsets, args.batch_size) for d in datasets))
+        max(max_batch_lookups(d.sample_offsets, args.batch_size) for d in datasets),
+        lanes=args.lanes)
     results, rows, cache = [], [], {}
     for spec, ds in zip(sources, datasets):
         k = args.hot_rows
@@ -407,7 +413,7 @@ def cmd_sim(args):
     if backend != commands.MODEL_BACKEND:
         headers += ["cycles", "lookups/cycle", "cycles/s", "= model"]
     print(f"accelerator: CAM {config.cam_entries:,} entries, cold-key set {config.cold_capacity:,}"
-          f" entries; backend {backend}; B={args.batch_size}; K={args.hot_rows:,} for the "
+          f" entries, {config.lanes} lookup lane(s); backend {backend}; B={args.batch_size}; K={args.hot_rows:,} for the "
           f"generator, min(K, {args.hot_fraction:g} x distinct keys) for files")
     print(table(rows, headers))
     print(f"\nJSON: {out / 'sim.json'}; plots: {out}/*.png")
