@@ -7,6 +7,8 @@ target, its CAM and cold-key set on DP16KD block RAMs; iCE40 UP5K gets a reduced
 fits (1024-entry CAM) at 30 MHz. The whole ``accelerator`` (HotlineAccelerator: fragmenter,
 learner, row DMA with a 64-bit AXI4 master, CSRs) has its own target, 100 MHz on ECP5.
 """
+import dataclasses
+
 from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
@@ -81,17 +83,19 @@ class HashProbe(wiring.Component):
         return m
 
 
-def _accelerator(dev):
+def _accelerator(dev, lanes=1):
     if dev == "ecp5-85f":  # the product: a 64-bit AXI4 master, 32 tables
-        return HotlineAccelerator.from_config(PRODUCT, learner=dict(primitive="ecp5"),
-                                              primitive="ecp5")
+        return HotlineAccelerator.from_config(dataclasses.replace(PRODUCT, lanes=lanes),
+                                              learner=dict(primitive="ecp5"), primitive="ecp5")
     return HotlineAccelerator(
         fragmenter=dict(cam=dict(entries=1024, ways=4, max_kicks=16),
                         cold=dict(capacity=1024, max_keys=1024),
-                        max_batch_samples=256),
+                        max_batch_samples=256, lanes=lanes),
         learner=dict(buckets=64, ways=4, count_bits=16),
         dma=dict(data_width=32, fifo_beats=32, max_chunks=16, max_burst_beats=8, num_tables=8))
 
+
+LANE_BLOCKS = ("cam", "accelerator")  # the blocks built with L lookup lanes
 
 BLOCKS = {
     "cam": lambda dev, lanes=1: _CAM[dev](lanes),
@@ -106,17 +110,19 @@ BLOCKS = {
 
 def report(block, device, build_dir="build/synth", freq_mhz=None, seed=None, lanes=1):
     """Synthesis, placement and timing report of ``block`` on ``device`` (``seed``: nextpnr's;
-    None: the block's ``BLOCK_SEEDS``, else 1; ``lanes``: the ``cam`` block's lookup lanes)."""
+    None: the block's ``BLOCK_SEEDS``, else 1; ``lanes``: the lookup lanes of the ``cam`` and
+    ``accelerator`` blocks)."""
     if block not in BLOCKS:
         raise ValueError(f"unknown block {block!r} (choose from {', '.join(BLOCKS)})")
     if device not in DEVICES:
         raise ValueError(f"unknown device {device!r} (choose from {', '.join(DEVICES)})")
-    if lanes != 1 and block != "cam":
-        raise ValueError(f"lanes is an option of the cam block, not of {block!r}")
+    if lanes != 1 and block not in LANE_BLOCKS:
+        raise ValueError(f"lanes is an option of the {' and '.join(LANE_BLOCKS)} blocks, not of "
+                         f"{block!r}")
     freq = freq_mhz or BLOCK_TARGET_MHZ.get((block, device), TARGET_MHZ[device])
     # A build directory per lane count, so the reports of 1, 2 and 4 lanes stay side by side.
     name = block.replace("+", "_").replace("-", "_") + (f"_l{lanes}" if lanes != 1 else "")
-    options = {"lanes": lanes} if block == "cam" else {}
+    options = {"lanes": lanes} if block in LANE_BLOCKS else {}
     seeds = (seed,) if seed is not None else BLOCK_SEEDS.get(block, (1,))
     for i, s in enumerate(seeds):
         try:

@@ -44,6 +44,10 @@ class BoardTop(wiring.Component):
     def __init__(self, spec, timeout=None):
         if spec.core_hz < min_sync_hz(spec.uart_hz, spec.divisor, spec.rx_depth):
             raise ValueError(f"{spec.name}: the accelerator clock is too slow to drain the UART")
+        if spec.config.lanes != 1:
+            # The bridge's input streams are one link word per beat (HostLinkBridge).
+            raise ValueError(f"{spec.name}: a board top takes one lookup lane, not "
+                             f"{spec.config.lanes}")
         self.spec = spec
         self.accelerator = HotlineAccelerator.from_config(spec.config, spec.data_width, 32,
                                                           spec.num_tables, learner=spec.learner)

@@ -48,6 +48,7 @@ from .batch_key_merge import BatchKeyMerge
 from .buffered_fifo import BufferedFIFO
 from .csr import CSRBank
 from .fragmenter import Fragmenter
+from .onehot import lowest_one_hot, one_hot_select
 from .lagged_counter import lagged_count
 from .register_slice import RegisterSlice
 from .row_dma import RowDMA
@@ -92,7 +93,7 @@ class HotlineAccelerator(wiring.Component):
             "NUM_TABLES": d.num_tables, "ROW_BITS": d.row_bits, "DATA_WIDTH": d.data_width,
             "ADDR_WIDTH": d.addr_width,
             "LEARNER_ENTRIES": self.learner.buckets * self.learner.ways,
-            "MAX_BATCH_SAMPLES": f.max_batch_samples})
+            "MAX_BATCH_SAMPLES": f.max_batch_samples, "LANES": f.lanes})
         super().__init__({
             "axil": In(AXI4LiteSignature(CSR_ADDR_WIDTH)),
             "bus": Out(AXI4Signature(d.addr_width, d.data_width)),
@@ -155,6 +156,32 @@ class HotlineAccelerator(wiring.Component):
         w = self.fragmenter.cam.slot_width
         return Cat(move.src, C(0, 15 - w), move.dst, C(0, 15 - w), C(0, 1), C(1, 1))
 
+    def _learner_tap(self, m, learner, tapped, start):
+        """The learner counts the non-empty lookups of the ``tapped`` beats. With L > 1 lanes it
+        takes one key per cycle, so it counts every L-th beat (the first after ``start``, then
+        each L beats later), one lane per cycle: a sampled beat's keys are out before the
+        next one comes (`hotline.contract.beats.learner_sample` is the model's rule)."""
+        beat, lanes = self.lookups.payload, self.fragmenter.lanes
+        if lanes == 1:
+            m.d.comb += [learner.lookups.valid.eq(tapped & ~beat.empty),
+                         learner.lookups.payload.eq(beat.key)]
+            return
+        phase = Signal(range(lanes))   # tapped beats since start, mod L (L a power of two)
+        keys = Signal.like(beat.key, reset_less=True)
+        left = Signal(lanes)           # the sampled beat's lanes still to count
+        lane = lowest_one_hot(left)
+        m.d.comb += [learner.lookups.valid.eq(left.any()),
+                     learner.lookups.payload.eq(one_hot_select(lane, [keys[j] for j in range(lanes)]))]
+        with m.If(start):
+            m.d.sync += phase.eq(0)
+        with m.Elif(tapped):
+            m.d.sync += phase.eq(phase + 1)
+        with m.If(tapped & (phase == 0) & ~start):
+            m.d.sync += [keys.eq(beat.key),
+                         left.eq(Cat((beat.last >= j) & ~beat.empty[j] for j in range(lanes)))]
+        with m.Else():
+            m.d.sync += left.eq(left & ~lane)
+
     def _core(self, bus, axil, soft):
         """Everything the soft reset resets: the blocks, the CSR bank and their glue, on
         ``bus`` (the quiesce gate's master side) and ``axil``; ``soft``: the reset's request
@@ -179,11 +206,9 @@ class HotlineAccelerator(wiring.Component):
 
         # ---- lookups: fragmenter, and the learner's tap on accepted beats ---------------
         wiring.connect(m, wiring.flipped(self.lookups), frag.lookups)
-        beat = self.lookups.payload
+        tapped = self.lookups.valid & self.lookups.ready & learner_tap
+        self._learner_tap(m, learner, tapped, control_stb & control[2])
         m.d.comb += [
-            learner.lookups.valid.eq(self.lookups.valid & self.lookups.ready & learner_tap
-                                     & ~beat.empty),
-            learner.lookups.payload.eq(beat.key),
             learner.start.eq(control_stb & control[2]),
             learner.stop.eq(control_stb & control[3]),
             frag.clear_counters.eq(clear_counters),

@@ -48,7 +48,7 @@ from .buffered_fifo import BufferedFIFO
 from .cold_key_set import ColdKeySet
 from .fifo_room import fifo_room
 from .lagged_counter import lagged_count
-from .onehot import one_hot_select
+from .onehot import lowest_one_hot, one_hot_select
 from .popularity_cam import PopularityCAM
 
 __all__ = ["Fragmenter", "COUNTERS"]
@@ -59,11 +59,6 @@ COUNTER_BITS = 48
 
 def _popcount(bits):
     return sum((b for b in bits), C(0, bits_for(len(bits))))
-
-
-def _lowest(mask):
-    """One-hot of the lowest set bit of ``mask`` (0 when none is)."""
-    return (mask & (~mask + 1))[:len(mask)]
 
 
 def _compact(m, select, values, name):
@@ -183,7 +178,7 @@ class Fragmenter(wiring.Component):
         ser_mask = Signal(L)
         ser_eob = Signal()     # the serialized beat closes its batch
         ser_dummy = Signal()   # ... and has no cold lookup: one non-insert beat
-        lane = _lowest(ser_mask)
+        lane = lowest_one_hot(ser_mask)
         left = ser_mask & ~lane
         sending = ser_mask.any() | ser_dummy
         m.d.comb += [
@@ -213,7 +208,7 @@ class Fragmenter(wiring.Component):
         batch_cold = Signal(self.layouts["batches"].members["cold"])  # this batch's, so far
         batch_overflow = Signal()
         waiting = head.cold & ~got
-        fill = _lowest(waiting)
+        fill = lowest_one_hot(waiting)
         dummy = head.eob & ~head.cold.any() & ~got_dummy
         new_key = o.first & o.insert
         keys_room = fifo_room(m, fifos["cold_keys"], "cold_keys")

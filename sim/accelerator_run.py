@@ -16,8 +16,8 @@ import numpy as np
 from hotline.contract.config import AcceleratorConfig, max_batch_lookups
 from hotline.contract.errors import HotlineError
 from hotline.contract.keys import split_keys
-from hotline.contract.streams import BATCH_END, lane_count, lookup_beats, pack, stream_layouts, \
-    unpack
+from hotline.contract.streams import BATCH_END, lane_count, lane_groups, lookup_beats, \
+    pack_lookups, stream_layouts, unpack
 from hotline.host.host_memory import HostMemory
 from hotline.host.simulators import simulator_available
 from hotline.hw.accelerator import HotlineAccelerator
@@ -60,10 +60,10 @@ def gather_job(keys, sample_offsets, batch_size, insert_keys, config, table_size
     for a, c in zip(addr.tolist(), content):
         mem.array[a:a + row_bytes] = c
     mem.flush()
-    key, eos, eob, empty = lookup_beats(keys, sample_offsets, batch_size)
-    beats = pack(stream_layouts(config)["lookups"], key=key, eos=eos, eob=eob, empty=empty)
-    ends = np.nonzero(eob)[0] + 1
-    batches = [b.tolist() for b in np.split(beats, ends[:-1])] if len(beats) else []
+    beats = pack_lookups(stream_layouts(config)["lookups"], keys, sample_offsets, batch_size)
+    _, _, eob, _ = lookup_beats(keys, sample_offsets, batch_size)
+    ends = (lane_groups(eob, config.lanes)[eob] + 1).tolist()
+    batches = [beats[a:b] for a, b in zip([0] + ends[:-1], ends)]
     windows = [(b, b + max(r, 1) * rb) for b, r, rb in tables.values()]
     windows.append((staging[0], staging[0] + banks * staging[2] * staging[1]))
     job = {"memory": str(mem.path), "tables": tables, "staging": staging, "windows": windows,

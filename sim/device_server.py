@@ -33,7 +33,7 @@ import cocotb
 from cocotb.triggers import ClockCycles
 
 from hotline.contract.config import AcceleratorConfig
-from hotline.contract.link import INFO, MAX_PAYLOAD, encode, pack_results, unpack_u64
+from hotline.contract.link import INFO, MAX_PAYLOAD, encode, pack_results, unpack_beats
 from hotline.contract.streams import RESULT_STREAMS
 from hotline.host.link import FrameError, FrameReader, LinkError
 from hotline.host.sim_device import kill_server, spawn_server
@@ -83,8 +83,10 @@ class Server:
         self.tb = tb
         self.max_request = spec.get("max_request", MAX_PAYLOAD)
         self.input_beats = spec.get("input_beats")
-        self.feeders = {"LOOKUPS": Feeder(tb.lookups), "SCATTER_KEYS": Feeder(tb.scatter_keys),
-                        "CAM_CMDS": Feeder(tb.cam_cmds)}
+        streams = {"LOOKUPS": "lookups", "SCATTER_KEYS": "scatter_keys", "CAM_CMDS": "cam_cmds"}
+        self.feeders = {kind: Feeder(getattr(tb, name)) for kind, name in streams.items()}
+        self.widths = {kind: len(getattr(tb.dut, f"{name}__payload"))
+                       for kind, name in streams.items()}
         self.taken = dict.fromkeys(RESULT_STREAMS, 0)
 
     def open_session(self, payload):
@@ -112,8 +114,11 @@ class Server:
             value = await tb.csr.read_dword(int.from_bytes(payload[:4], "little"))
             return "DATA", int(value).to_bytes(4, "little")
         if kind in self.feeders:
-            beats = [int(v) for v in unpack_u64(payload)]
             feeder = self.feeders[kind]
+            try:
+                beats = unpack_beats(payload, self.widths[kind])
+            except ValueError as e:
+                return "ERROR", f"{kind}: {e}".encode()
             if self.input_beats is not None and feeder.queued + len(beats) > self.input_beats:
                 if len(beats) > self.input_beats:
                     return "ERROR", f"{kind}: {len(beats)} beats exceed the {self.input_beats}" \

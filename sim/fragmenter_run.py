@@ -15,15 +15,15 @@ import numpy as np
 from amaranth.sim import Simulator
 
 from hotline.contract.cam import CAMOp
-from hotline.contract.streams import lane_groups, lane_pack, lane_unpack, lookup_beats, pack, \
-    unpack
+from hotline.contract.streams import LANE_STREAMS, lane_groups, lane_unpack, lookup_beats, pack, \
+    pack_lookups, unpack
 from hotline.hw.fragmenter import Fragmenter
 
 from . import streams
 from .harness import StreamHarness
 
 OUTPUTS = ("resp", "moves", "remap", "popular", "non_popular", "cold_keys", "batches")
-LANE_OUTPUTS = ("remap", "popular", "non_popular")  # lane beats: entries carry "beat"
+LANE_OUTPUTS = LANE_STREAMS[1:]  # the outputs in lane beats: their entries carry "beat"
 BACKENDS = ("verilator", "icarus", "amaranth")
 
 
@@ -66,9 +66,7 @@ class FragmenterSim:
         """
         cmd = pack(self.layouts["cmd"], op=np.full(len(insert_keys), CAMOp.INSERT.value),
                    key=np.asarray(insert_keys, np.uint64))
-        key, eos, eob, empty = lookup_beats(keys, sample_offsets, batch_size)
-        lookups = lane_pack(self.layouts["lookups"], lane_groups(eob, self.config.lanes), key=key,
-                            eos=eos, eob=eob, empty=empty)
+        lookups = pack_lookups(self.layouts["lookups"], keys, sample_offsets, batch_size)
         if self.harness:
             raw, cycles, seconds = self.harness.run(
                 {"cmd": cmd.tolist(), "lookups": lookups}, busy_in, busy_out,

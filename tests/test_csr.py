@@ -55,7 +55,7 @@ def test_map_lookup_and_order():
 
 def test_hotline_map_contents():
     m = HOTLINE_REGISTERS
-    assert m.ID.value.to_bytes(4, "big") == b"HOTL" and m.VERSION.value == (1 << 16 | 2)
+    assert m.ID.value.to_bytes(4, "big") == b"HOTL" and m.VERSION.value == (1 << 16 | 3)
     for name in ("CAM_ENTRIES", "COLD_MAX_KEYS", "NUM_TABLES", "ROW_BITS", "DATA_WIDTH",
                  "ADDR_WIDTH", "LEARNER_ENTRIES", "MAX_BATCH_SAMPLES", "STATUS", "ERROR_CAUSE",
                  "LEARNER_KEY", "LEARNER_COUNT"):

@@ -14,6 +14,7 @@ import pytest
 
 import hotline
 from helpers import param, real_file
+from hotline.contract.beats import learner_sample
 from hotline.contract.cam import CAMStatus
 from hotline.contract.config import AcceleratorConfig
 from hotline.data import open_data
@@ -107,18 +108,34 @@ def build_dir(tmp_path_factory):
     return tmp_path_factory.mktemp("simdev-learner")
 
 
-# the generator in the default tier (no data needed); the real stream (same RTL path) slow
-@pytest.mark.parametrize("source", [param("criteo", slow=True), "generator"])
-def test_learner_and_hot_set_updates_match_model(source, tmp_path, build_dir, simulator_or_skip):
+# the generator in the default tier (no data needed), at 1 and 2 lanes; the real stream (same
+# RTL path) and 4 lanes slow (4 lanes in CI too: lookup beats of three link words)
+@pytest.mark.parametrize("source,lanes", [param("criteo", 1, slow=True), ("generator", 1),
+                                          ("generator", 2),
+                                          param("generator", 4, slow=True, marks=pytest.mark.ci),
+                                          param("criteo", 4, slow=True)])
+def test_learner_and_hot_set_updates_match_model(source, lanes, tmp_path, build_dir,
+                                                 simulator_or_skip):
+    """With L lanes the lookups go as lane beats (over several link words), the results come
+    back in lane beats, and the learner counts every L-th beat: all equal to model://."""
     simulator_or_skip("verilator")
     ds = stream(source)
-    config = dataclasses.replace(AcceleratorConfig.for_workload(K, B, 26 * B), **LEARNER)
+    config = dataclasses.replace(AcceleratorConfig.for_workload(K, B, 26 * B), **LEARNER,
+                                 lanes=lanes)
     want, _ = run("model://", ds, config, tmp_path)
     got, seconds = run("sim://verilator", ds, config, tmp_path, build_dir=build_dir)
     assert_same(got, want)
     # the sequence did what it claims on the reference
     learned = want["learned"]
-    assert learned.counted == ds.sample_offsets[5 * B] - ds.sample_offsets[B]
+    phase, counted = 0, 0
+    for i in range(1, 5):
+        o = ds.sample_offsets[i * B:(i + 1) * B + 1]
+        sample, phase = learner_sample(ds.keys[o[0]:o[-1]], o - o[0], lanes, phase)
+        counted += len(sample)
+    assert learned.counted == counted
+    assert counted == (ds.sample_offsets[5 * B] - ds.sample_offsets[B] if lanes == 1
+                       else pytest.approx((ds.sample_offsets[5 * B] - ds.sample_offsets[B]) / lanes,
+                                          rel=0.1))
     assert 0 < learned.dropped < learned.counted // 2
     assert (learned.counts > 0).all(), "the 256-entry table should be full"
     assert int(learned.counts.sum()) == learned.counted - learned.dropped

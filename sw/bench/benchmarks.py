@@ -29,8 +29,10 @@ Sections:
   K = 5% and 10% of the distinct keys, at the geometry `learner_geometry` sizes (target 0.98;
   0.95 on the user-item files), beside the H3 / fixed 16,384-entry learner of the same run, and
   simulator speeds (``--quick``: one Criteo file and MovieLens);
-- synthesis: LUT4 / FF / block RAM / Fmax of cam, learner and cam+learner on LFE5U-85F-6
-  (target 125 MHz, <= 50% of the block RAM), the whole accelerator (target 100 MHz), the two
+- synthesis: LUT4 / FF / block RAM / Fmax of cam (1, 2 and 4 lookup lanes), learner and
+  cam+learner on LFE5U-85F-6 (target 125 MHz, <= 50% of the block RAM), the whole accelerator
+  at 1, 2 and 4 lanes (target 100 MHz), with the lookups/s at Fmax (L x Fmax) beside the
+  43-140M lookups/s a GPU node needs, the two
   bucket hashes alone (hash-tabulation, hash-h3: LUT4 and Fmax, about 15 s each) and the
   1024-entry CAM on iCE40 UP5K (``--quick``: the iCE40 CAM only);
 - dma: RowDMA read-channel utilisation (beats per cycle from the first AR to the last B,
@@ -330,21 +332,30 @@ def bench_learner(quick):
 
 def bench_synthesis(quick):
     from hotline.fpga.blocks import report  # lazy: (see bench_cam)
-    jobs = ([("cam", "ice40-up5k")] if quick else
-            [("cam", "ecp5-85f"), ("learner", "ecp5-85f"), ("cam+learner", "ecp5-85f"),
-             ("accelerator", "ecp5-85f"), ("hash-tabulation", "ecp5-85f"),
-             ("hash-h3", "ecp5-85f"), ("cam", "ice40-up5k")])
+    jobs = ([("cam", "ice40-up5k", 1)] if quick else
+            [("cam", "ecp5-85f", 1), ("cam", "ecp5-85f", 2), ("cam", "ecp5-85f", 4),
+             ("learner", "ecp5-85f", 1), ("cam+learner", "ecp5-85f", 1),
+             ("accelerator", "ecp5-85f", 1), ("accelerator", "ecp5-85f", 2),
+             ("accelerator", "ecp5-85f", 4), ("hash-tabulation", "ecp5-85f", 1),
+             ("hash-h3", "ecp5-85f", 1), ("cam", "ice40-up5k", 1)])
     out, rows = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        for block, device in jobs:
+        for block, device, lanes in jobs:
+            name = block if lanes == 1 else f"{block} ({lanes} lanes)"
             try:
-                r = report(block, device, tmp)
+                r = report(block, device, tmp, lanes=lanes)
             except RuntimeError as e:  # e.g. a place and route over its time limit
-                out.append({"block": block, "device": device, "error": str(e)})
-                rows.append([f"{block} Fmax", device, "failed", str(e).split(";")[0], "-"])
+                out.append({"block": block, "device": device, "lanes": lanes, "error": str(e)})
+                rows.append([f"{name} Fmax", device, "failed", str(e).split(";")[0], "-"])
                 continue
             r.pop("build_dir")
             out.append(r)
+            if block in ("cam", "accelerator"):  # L lookups per cycle at Fmax
+                r["lookups_per_s_at_fmax"] = lanes * r["fmax_mhz"] * 1e6
+                rows.append([f"{name} lookups/s at Fmax", device,
+                             f"{r['lookups_per_s_at_fmax'] / 1e6:.0f}M",
+                             "a GPU node: 43-140M", r["lookups_per_s_at_fmax"] / 140e6])
+            block = name
             rows.append([f"{block} Fmax", device, f"{r['fmax_mhz']} MHz",
                          f"target {r['freq_mhz']:g} MHz", r["fmax_mhz"] / r["freq_mhz"]])
             if block.startswith("hash-"):  # logic alone: its cost is its LUT4

@@ -165,6 +165,8 @@ def build_parser():
     p.add_argument("--seed", type=int, help="nextpnr's placement seed (default: 1; the whole "
                    "accelerator: 1, then 2, then 3 while one fails or runs past its time "
                    "limit)")
+    p.add_argument("--lanes", type=int, choices=LANES, default=1,
+                   help="lookup lanes of the cam and accelerator blocks (default 1)")
     p.add_argument("--build-dir", default="build/synth")
     p.add_argument("--json", metavar="OUT")
     p.set_defaults(func=cmd_fpga_report)
@@ -425,13 +427,14 @@ def cmd_fpga_report(args):
     say(f"hotline fpga: synthesising {args.block} for {args.device} (the first YoWASP run "
          f"compiles the tools, about a minute)")
     try:
-        r = report(args.block, args.device, args.build_dir, args.freq, args.seed)
-    except RuntimeError as e:
+        r = report(args.block, args.device, args.build_dir, args.freq, args.seed, args.lanes)
+    except (RuntimeError, ValueError) as e:
         raise HotlineError(str(e)) from None
     if args.json:
         write_json(args.json, r)
     print(table([
-        ("block / device", f"{r['block']} / {r['device']}"),
+        ("block / device", f"{r['block']} / {r['device']}"
+                           + (f", {r['lanes']} lanes" if r["lanes"] != 1 else "")),
         ("nextpnr seed", r["seed"]),
         ("LUT4", f"{r['lut4']:,} of {r['lut4_available']:,}"),
         ("FF", f"{r['ff']:,} of {r['ff_available']:,}"),

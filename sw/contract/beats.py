@@ -4,7 +4,7 @@ belongs to with L lanes (`lane_groups`). `hotline.contract.streams` packs them i
 """
 import numpy as np
 
-__all__ = ["lookup_beats", "lane_groups"]
+__all__ = ["lookup_beats", "lane_groups", "learner_sample"]
 
 
 def lookup_beats(keys, sample_offsets,
@@ -36,3 +36,15 @@ def lane_groups(eob, lanes: int) -> np.ndarray:
     starts = np.r_[0, np.nonzero(eob[:-1])[0] + 1]
     pos = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
     return np.cumsum(pos % lanes == 0) - 1
+
+
+def learner_sample(keys, sample_offsets, lanes: int, phase: int = 0):
+    """(the keys the access learner counts of one batch, the phase after it) on an accelerator
+    with ``lanes`` lanes: every non-empty lookup at one lane; else the lookups of every L-th
+    lane beat, ``phase`` being the beats since the learner started, mod L (the learner takes
+    one key per cycle)."""
+    _, _, eob, empty = lookup_beats(keys, sample_offsets, len(sample_offsets) - 1)
+    group = lane_groups(eob, lanes)
+    beats = int(group[-1]) + 1 if len(group) else 0
+    take = ((group + phase) % lanes == 0)[~empty]
+    return np.asarray(keys)[take], (phase + beats) % lanes

@@ -13,7 +13,8 @@ executed twice). The same bytes run over a loopback TCP socket to the co-simulat
 (``sim://``) and over a UART to a board.
 
 Requests: ``WRITE32`` {addr u32, value u32}, ``READ32`` {addr u32} -> ``DATA`` {value u32},
-``LOOKUPS`` {beats: u64 each, the accelerator's ``lookups`` payloads},
+``LOOKUPS`` {beats: the accelerator's ``lookups`` payloads, each in `beat_words` u64 words,
+low word first: one word at one lane (`pack_beats`)},
 ``SCATTER_KEYS`` {beats: u64 each, ``scatter_keys`` payloads}, ``CAM_CMDS`` {beats: u64 each,
 ``cam_cmds`` payloads: CAM commands in bulk, in order with the other stream beats}, ``RESULTS`` -> ``DATA`` {per
 result stream, in `hotline.contract.streams.RESULT_STREAMS` order: count u32 then the beats,
@@ -41,7 +42,7 @@ import numpy as np
 
 __all__ = ["MAGIC", "HEADER", "TYPES", "NAMES", "MAX_PAYLOAD", "CRC32_POLY", "CRC32_INIT",
            "MAX_RESULT_BITS", "LINK_BAUD", "INFO", "INFO_FIELDS", "crc32", "header_crc", "encode",
-           "pack_u64", "unpack_u64", "result_beat_bytes", "pack_results", "unpack_results"]
+           "pack_u64", "unpack_u64", "beat_words", "pack_beats", "unpack_beats", "result_beat_bytes", "pack_results", "unpack_results"]
 
 MAGIC = 0xA5
 HEADER = struct.Struct("<BBHIH")  # magic, type, seq, length, hcrc
@@ -79,8 +80,30 @@ def encode(kind: str, seq: int, payload: bytes = b"") -> bytes:
 
 
 def pack_u64(values) -> bytes:
-    """Input-stream beats as the ``LOOKUPS`` / ``SCATTER_KEYS`` payload."""
+    """Input-stream beats of up to 64 bits as the ``LOOKUPS`` / ``SCATTER_KEYS`` payload."""
     return np.asarray(values, np.uint64).astype("<u8").tobytes()
+
+
+def beat_words(width: int) -> int:
+    """u64 words an input beat of a ``width``-bit payload takes (a lane beat of lookups may
+    be wider than one word)."""
+    return max(1, -(-width // 64))
+
+
+def pack_beats(values, width: int) -> bytes:
+    """Input-stream beats of ``width`` bits, each in `beat_words` words, low word first."""
+    words = beat_words(width)
+    if words == 1:
+        return pack_u64(values)
+    return b"".join(int(v).to_bytes(8 * words, "little") for v in values)
+
+
+def unpack_beats(payload: bytes, width: int) -> list:
+    """The beats of a `pack_beats` payload (a length not a multiple of a beat is an error)."""
+    size = 8 * beat_words(width)
+    if len(payload) % size:
+        raise ValueError(f"{len(payload)} bytes are not whole {size}-byte beats")
+    return [int.from_bytes(payload[i:i + size], "little") for i in range(0, len(payload), size)]
 
 
 def unpack_u64(payload: bytes) -> np.ndarray:

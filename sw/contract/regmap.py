@@ -278,7 +278,7 @@ def _bit(name, lsb, doc):
 
 
 ID_VALUE = 0x484F544C  # "HOTL"
-VERSION_MAJOR, VERSION_MINOR = 1, 2
+VERSION_MAJOR, VERSION_MINOR = 1, 3
 VERSION_VALUE = VERSION_MAJOR << 16 | VERSION_MINOR
 CAM_OPS = tuple((op.name.lower(), int(op)) for op in CAMOp)
 CAM_STATUSES = tuple((status.name.lower(), int(status)) for status in CAMStatus)
@@ -333,6 +333,8 @@ HOTLINE_REGISTERS = RegisterMap([
     Register("ADDR_WIDTH", 0x024, "ro", "AXI4 master address width in bits."),
     Register("LEARNER_ENTRIES", 0x028, "ro", "Access-learner entries (LEARNER_ADDR range)."),
     Register("MAX_BATCH_SAMPLES", 0x02C, "ro", "Samples per batch the fragmenter buffers."),
+    Register("LANES", 0x030, "ro", "Lookup lanes: lookups per `lookups` beat and per cycle "
+             "(1, 2 or 4)."),
     # ---- control and status: 0x040 - 0x07f ---------------------------------------------------
     Register("CONTROL", 0x040, "wo", "Commands: each set bit acts once.", fields=(
         _bit("clear_counters", 0, "Zero every 64-bit counter."),

@@ -43,13 +43,15 @@ from .config import AcceleratorConfig, cold_slot_width, hot_slot_width
 from .keys import KEY_BITS
 from .shapes import CAMOp
 
-__all__ = ["INPUT_STREAMS", "RESULT_STREAMS", "STREAMS", "BATCH_END", "DMA_DONE_FIELDS",
+__all__ = ["INPUT_STREAMS", "RESULT_STREAMS", "STREAMS", "LANE_STREAMS", "pack_lookups", "BATCH_END", "DMA_DONE_FIELDS",
            "lookup_layout", "fragmenter_layouts", "batch_keys_layout", "dma_keys_layout",
            "dma_done_layout", "cam_cmd_layout", "CAM_EVENT_LAYOUT", "stream_layouts", "batch_end",
            "batch_key", "pack", "unpack", "lookup_beats", "lane_layout", "lane_groups", "lane_pack",
            "lane_unpack", "lane_count"]
 
 INPUT_STREAMS = ("lookups", "scatter_keys", "cam_cmds")
+# The streams in lane beats (L entries per beat with L lanes).
+LANE_STREAMS = ("lookups", "remap", "popular", "non_popular")
 RESULT_STREAMS = ("remap", "popular", "non_popular", "batch_keys", "dma_done", "cam_events")
 STREAMS = INPUT_STREAMS + RESULT_STREAMS
 
@@ -228,6 +230,14 @@ def lane_pack(layout: data.StructLayout, group, **arrays) -> list:
     if last_offset is not None:
         out += (lane[last_entry]).astype(object) << last_offset
     return [int(x) for x in out]
+
+
+def pack_lookups(layout: data.StructLayout, keys, sample_offsets, batch_size) -> list:
+    """The ``lookups`` beats (of ``layout``, at its lane count) of a stream: `lookup_beats`
+    packed into lane beats."""
+    key, eos, eob, empty = lookup_beats(keys, sample_offsets, batch_size)
+    return lane_pack(layout, lane_groups(eob, lane_count(layout)), key=key, eos=eos, eob=eob,
+                     empty=empty)
 
 
 def lane_unpack(layout: data.StructLayout, values) -> tuple[dict, np.ndarray]:

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hotline.contract.beats import learner_sample
 from hotline.contract.config import AcceleratorConfig
 from hotline.contract.errors import HotlineError
 from hotline.contract.keys import MAX_ROWS, MAX_TABLES, ROW_BITS
@@ -526,6 +527,7 @@ class ModelDevice(Device):
         else:
             self._learner.clear()
         self._counting = True
+        self._learner_phase = 0     # lane beats since the start, mod lanes (learner_sample)
 
     def _learner_stop(self):
         self._counting = False
@@ -534,7 +536,9 @@ class ModelDevice(Device):
 
     def _push(self, batch_id, keys, offsets):
         if self._counting:
-            self._learner.update(keys)
+            counted, self._learner_phase = learner_sample(keys, offsets, self.config.lanes,
+                                                          self._learner_phase)
+            self._learner.update(counted)
         before = Counters(**self._model.counters.as_dict())
         run = self._model.fragment(keys, offsets, len(offsets) - 1)
         for k, v in self._model.counters.as_dict().items():

@@ -18,6 +18,7 @@ object (``load_hot_set`` starts it, ``update_hot_set`` continues it); the access
 through CONTROL / CONFIG.learner_tap and its readout registers (docs/device-api.md).
 """
 import abc
+import dataclasses
 import secrets
 import struct
 import time
@@ -25,9 +26,9 @@ import time
 import numpy as np
 
 from hotline.contract.cam import CAMOp, CAMStatus
-from hotline.contract.link import MAX_PAYLOAD, encode, pack_u64, unpack_results
-from hotline.contract.streams import RESULT_STREAMS, batch_end, lookup_beats, pack, stream_layouts, \
-    unpack
+from hotline.contract.link import MAX_PAYLOAD, beat_words, encode, pack_beats, unpack_results
+from hotline.contract.streams import LANE_STREAMS, RESULT_STREAMS, batch_end, lane_unpack, pack, \
+    pack_lookups, stream_layouts, unpack
 from hotline.model.device_model import HotPlacement
 
 from .device import COUNTER_NAMES, BatchResult, Device, LearnerReadout
@@ -59,6 +60,8 @@ class LinkDevice(Device):
                            "result_beats": dict.fromkeys(RESULT_STREAMS, 0)}
         self.regs = RegisterFile(self._read32, self._write32)
         self.layouts = stream_layouts(self.config)
+        # The lane streams' results are kept one entry per item (the one-lane layouts).
+        self.entry_layouts = stream_layouts(dataclasses.replace(self.config, lanes=1))
         self._config = {"gather_enable": 0, "learner_tap": 0, "cam_events": 0}  # CONFIG as written
         # The hot set's slot bookkeeping (load_hot_set, update_hot_set): each held key's hot
         # slot and each used slot's key; None until the CAM is cleared in this session.
@@ -146,10 +149,11 @@ class LinkDevice(Device):
                 return rkind, rpayload
         return None, "silent"
 
-    def _send_beats(self, kind, beats):
+    def _send_beats(self, kind, beats, width=64):
         # A stream is continuous on the device, so frame boundaries between beats are free.
-        data = pack_u64(beats)
-        step = self.max_request // 8 * 8
+        data = pack_beats(beats, width)
+        size = 8 * beat_words(width)
+        step = self.max_request // size * size
         for at in range(0, len(data), step):
             self.request(kind, data[at:at + step])
 
@@ -169,8 +173,11 @@ class LinkDevice(Device):
             raise LinkError(f"{self.url}: a RESULTS answer that does not parse ({e}): is the "
                             f"device built for this configuration?") from None
         for name, beats in zip(RESULT_STREAMS, streams):
-            self.pending[name].extend(beats)
             self.link_stats["result_beats"][name] += len(beats)
+            if name in LANE_STREAMS and self.config.lanes > 1:
+                beats = pack(self.entry_layouts[name],
+                             **lane_unpack(self.layouts[name], beats)[0]).tolist()
+            self.pending[name].extend(beats)
 
     def _take(self, name, n):
         beats, self.pending[name] = self.pending[name][:n], self.pending[name][n:]
@@ -334,9 +341,8 @@ class LinkDevice(Device):
 
     def _push(self, batch_id, keys, offsets):
         n = len(offsets) - 1
-        key, eos, eob, empty = lookup_beats(keys, offsets, n)
-        self._send_beats("LOOKUPS", pack(self.layouts["lookups"], key=key, eos=eos, eob=eob,
-                                         empty=empty))
+        layout = self.layouts["lookups"]
+        self._send_beats("LOOKUPS", pack_lookups(layout, keys, offsets, n), layout.size)
         bank = batch_id % self.staging.banks if self.staging is not None else 0
         return {"batch_id": batch_id, "bank": bank, "samples": n, "lookups": len(keys)}
 
@@ -354,9 +360,10 @@ class LinkDevice(Device):
         ends = [i for i, v in enumerate(self.pending["batch_keys"]) if batch_end(v)]
         bk = unpack(self.layouts["batch_keys"], self._take("batch_keys", ends[0] + 1))
         summary = {k: int(v[-1]) for k, v in bk.items()}
-        remap = unpack(self.layouts["remap"], self._take("remap", p["lookups"]))
-        pop = unpack(self.layouts["popular"], self._take("popular", summary["popular"]))["sample"]
-        non = unpack(self.layouts["non_popular"],
+        entries = self.entry_layouts
+        remap = unpack(entries["remap"], self._take("remap", p["lookups"]))
+        pop = unpack(entries["popular"], self._take("popular", summary["popular"]))["sample"]
+        non = unpack(entries["non_popular"],
                      self._take("non_popular", summary["non_popular"]))["sample"]
         g = {"rows": 0, "errors": 0}
         if gather:

@@ -10,7 +10,7 @@ response and drops the input words and result beats it left; the answer carries 
 session's nonce), asks ``INFO`` (memory window, largest request), checks the ID register,
 soft-resets the accelerator (CONTROL.soft_reset: CAM, cold-key set, learner, streams,
 counters and registers to their power-on state), checks that the device's CAM_ENTRIES,
-COLD_MAX_KEYS and MAX_BATCH_SAMPLES match ``config``, and takes the bus widths from
+COLD_MAX_KEYS, MAX_BATCH_SAMPLES and LANES match ``config``, and takes the bus widths from
 DATA_WIDTH / ADDR_WIDTH. So nothing of an earlier session (a host that died mid-batch
 included) reaches this one.
 
@@ -45,7 +45,7 @@ from .link_device import LinkDevice
 READ_WAIT = 0.05  # s a port read blocks with nothing arriving (the request loop's poll)
 PORT_ERRORS = (serial.SerialException, OSError)
 CHECKED = (("CAM_ENTRIES", "cam_entries"), ("COLD_MAX_KEYS", "cold_max_keys"),
-           ("MAX_BATCH_SAMPLES", "max_batch_samples"))
+           ("MAX_BATCH_SAMPLES", "max_batch_samples"), ("LANES", "lanes"))
 
 
 def _words(lo, hi):
