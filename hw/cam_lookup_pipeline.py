@@ -88,22 +88,23 @@ class CAMLookupPipeline(wiring.Component):
         parts = [(lo, min(lo + self.MATCH_PART, g.key_width))
                  for lo in range(0, g.key_width, self.MATCH_PART)]
 
-        def stage(**fields):
+        def stage(name, **fields):
             # The beat's user sideband and each lane's ``fields``; data registers have no
             # reset: only the valid flags matter after a reset.
             return Signal(data.StructLayout({
                 "user": self.user_width,
-                "lane": data.ArrayLayout(data.StructLayout(fields), self.lanes)}), reset_less=True)
+                "lane": data.ArrayLayout(data.StructLayout(fields), self.lanes)}),
+                name=name, reset_less=True)
 
         valid = Signal(6)  # stages s1, s2, s3, s3b, s4, s5
-        s1 = stage(key=g.key_width, bucket=buckets)
-        s2 = stage(key=g.key_width, bucket=buckets, stash_hit=g.stash)
+        s1 = stage("s1", key=g.key_width, bucket=buckets)
+        s2 = stage("s2", key=g.key_width, bucket=buckets, stash_hit=g.stash)
         s3 = Signal.like(s2)
         s3b = Signal.like(s2)  # aligned with bucket_data
         # s4: per table and way, the entry's valid bit and the equality of each key part
-        s4 = stage(bucket=buckets, stash_hit=g.stash,
+        s4 = stage("s4", bucket=buckets, stash_hit=g.stash,
                    match=data.ArrayLayout(data.ArrayLayout(1 + len(parts), g.ways), 2))
-        s5 = stage(bucket=buckets, stash_hit=g.stash, way_hit=data.ArrayLayout(g.ways, 2))
+        s5 = stage("s5", bucket=buckets, stash_hit=g.stash, way_hit=data.ArrayLayout(g.ways, 2))
         m.d.sync += [
             valid.eq(Cat(taken, valid[:5])),
             s1.user.eq(self.lookup.payload.user), s2.user.eq(s1.user),

