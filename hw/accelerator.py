@@ -397,6 +397,7 @@ class HotlineAccelerator(wiring.Component):
             "scatter_rows": scatter_rows, "dma_bytes_read": dma.bytes_read,
             "dma_bytes_written": dma.bytes_written, "window_errors": dma.window_errors,
             "axi_errors": dma.axi_errors, "learner_dropped": learner.dropped,
+            "learner_counted": learner.counted,
         }
         for name, value in counters.items():
             m.d.comb += getattr(csr, name).eq(value)

@@ -63,7 +63,8 @@ def test_hotline_map_contents():
     counters = [r.name for r in m if r.width == 64]
     assert counters == ["CYCLES", "LOOKUPS", "HITS", "SAMPLES", "POPULAR_SAMPLES", "COLD_ROWS",
                         "BATCHES", "OVERFLOWS", "GATHER_ROWS", "SCATTER_ROWS", "DMA_BYTES_READ",
-                        "DMA_BYTES_WRITTEN", "WINDOW_ERRORS", "AXI_ERRORS", "LEARNER_DROPPED"]
+                        "DMA_BYTES_WRITTEN", "WINDOW_ERRORS", "AXI_ERRORS", "LEARNER_DROPPED",
+                        "LEARNER_COUNTED"]
     assert all(m[c].access == "ro" for c in counters)
     assert {r.access for r in m} == {"ro", "rw", "wo", "rc"}
     assert (m.CAM_RESP.access, m.CAM_MOVE.access, m.CAM_CMD.access) == ("rc", "rc", "wo")

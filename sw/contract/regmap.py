@@ -308,6 +308,8 @@ COUNTERS = (
     ("WINDOW_ERRORS", "dma", "DMA requests refused by the table or staging window checks."),
     ("AXI_ERRORS", "dma", "AXI4 master responses other than OKAY."),
     ("LEARNER_DROPPED", "learner", "Lookups the access learner could not count."),
+    ("LEARNER_COUNTED", "learner", "Lookups the access learner took since its last clear "
+     "(with L > 1 lanes those of every L-th lookups beat; wraps at 2^32)."),
 )
 
 # The Fragmenter's counters, as its `counters` port names them.

@@ -66,7 +66,6 @@ class LinkDevice(Device):
         # The hot set's slot bookkeeping (load_hot_set, update_hot_set): each held key's hot
         # slot and each used slot's key; None until the CAM is cleared in this session.
         self._slot_of = self._at = None
-        self._learner_lookups = 0   # LOOKUPS at learner_start
 
     # -- transport ------------------------------------------------------------------------
     @abc.abstractmethod
@@ -314,17 +313,14 @@ class LinkDevice(Device):
         # STATUS.learner_active shows; no lookup is sent before.
         r.write("CONTROL", learner_start=1)
         self._poll("STATUS", "learner_active", "the access learner did not start")
-        self._learner_lookups = r.read("LOOKUPS")
 
     def _learner_stop(self):
         r = self.regs
         r.write("CONTROL", learner_stop=1)
         self._set_config(learner_tap=0)
-        # The learner has no counter of the lookups it counted: every lookup of the batches
-        # pushed while it counted is one (the fragmenter's LOOKUPS since the start, mod 2^32
-        # like the learner's own counters). Its pipeline drained 8 cycles after the last of
-        # them, long before these reads: the table is final.
-        counted = (r.read("LOOKUPS") - self._learner_lookups) % 2**32
+        # Its pipeline drained 8 cycles after the last lookup it took, long before these
+        # reads: the table and its counters are final.
+        counted = r.read("LEARNER_COUNTED")
         dropped = r.read("LEARNER_DROPPED")
         entries = r.read("LEARNER_ENTRIES")
         keys, counts = np.zeros(entries, np.uint32), np.zeros(entries, np.uint64)
