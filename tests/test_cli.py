@@ -161,6 +161,14 @@ def test_sim_on_verilator_checks_the_rtl(tmp_path, capsys, simulator_or_skip):
     assert run["cycles"] >= run["lookups"]
 
 
+def test_fpga_report_lanes_only_for_the_lane_blocks(capsys):
+    """``--lanes`` with a block that has no lanes is one error line, before any synthesis."""
+    assert main(["fpga", "report", "learner", "--lanes", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "lanes is an option of the cam and accelerator blocks, not of 'learner'" in err
+    assert err.count("hotline: error") == 1
+
+
 def test_sim_in_lanes_on_the_amaranth_simulator(tmp_path, capsys):
     """``hotline sim --lanes 2``: the Fragmenter RTL takes lane beats, every beat = model,
     and lookups/cycle is measured against 2 (more than one lookup per cycle)."""
@@ -353,6 +361,7 @@ def test_a_simulator_that_exits_is_one_error_line(tmp_path, monkeypatch, capsys)
     (["fpga", "build", "--board", "nope"], "fpga build: argument --board: invalid choice"),
     (["train", "x", "--mode", "hotline"], "train: the following arguments are required"),
     (["data", "synth", "--samples", "x", "--out", "y"], "data synth: argument --samples"),
+    (["sim", "--lanes", "3"], "sim: argument --lanes: invalid choice: 3"),
 ])
 def test_usage_errors_are_one_line(argv, message):
     r = run(*argv)

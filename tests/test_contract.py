@@ -7,17 +7,20 @@ import numpy as np
 import pytest
 from amaranth.hdl import UnusedElaboratable
 
-from hotline.contract import cam, config, keys, streams
+from hotline.contract import cam, config, keys, link, streams
+from hotline.contract.beats import learner_sample
 from hotline.contract.config import AcceleratorConfig, max_batch_lookups
+from hotline.contract.errors import HotlineError
 from hotline.hw.accelerator import HotlineAccelerator
 
 CONFIGS = [AcceleratorConfig(),
            AcceleratorConfig(cam_entries=2048, cold_capacity=2048, cold_max_keys=1024,
                              max_batch_samples=256),
-           AcceleratorConfig.for_workload(300, 100, 2600)]
+           AcceleratorConfig.for_workload(300, 100, 2600),
+           AcceleratorConfig(lanes=2), AcceleratorConfig.for_workload(300, 100, 2600, lanes=4)]
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=["product", "board", "workload"])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=["product", "board", "workload", "lanes2", "lanes4"])
 def test_stream_layouts_are_the_tops_ports(cfg):
     """`stream_layouts` (no gateware built) = the payload shapes of the top built from the same
     configuration, for every stream the host sees."""
@@ -38,6 +41,48 @@ def test_pack_unpack_and_batch_end():
     assert [streams.batch_key(b) for b in beats[:2]] == [7, 0xFFFFFFFF]
     f = streams.unpack(layout, beats)
     assert f["key"].tolist() == [7, 0xFFFFFFFF, 0] and f["cold"].tolist() == [0, 0, 2]
+
+
+def test_lane_beats_group_a_batch_and_round_trip():
+    """Lane beats hold up to L consecutive lookups of one batch; packing and unpacking give
+    the entries back, with their beat; at one lane the bits are the one-lookup layout's; on
+    the link a beat takes whole u64 words."""
+    key, eos, eob, empty = streams.lookup_beats([5, 6, 7, 8, 9], [0, 2, 2, 3, 5], 3)
+    # samples: [5, 6] [] [7] | [8, 9]; batches of 3 samples: the first closes at 7
+    assert streams.lane_groups(eob, 4).tolist() == [0, 0, 0, 0, 1, 1]
+    assert streams.lane_groups(eob, 2).tolist() == [0, 0, 1, 1, 2, 2]
+    assert streams.lane_groups(eob, 1).tolist() == list(range(6))
+    rng = np.random.default_rng(0)
+    for lanes in config.LANES:
+        layout = streams.lookup_layout(32, lanes)
+        k = rng.integers(0, 1 << 32, 500)
+        e, s, b = rng.random(500) < 0.1, rng.random(500) < 0.3, rng.random(500) < 0.02
+        group = streams.lane_groups(b, lanes)
+        beats = streams.lane_pack(layout, group, key=k, eos=s, eob=b, empty=e)
+        assert len(beats) == group[-1] + 1 and max(beats) < 1 << layout.size
+        fields, beat = streams.lane_unpack(layout, beats)
+        assert (fields["key"] == k).all() and (fields["empty"] == e).all()
+        assert (beat == group).all()
+        assert link.unpack_beats(link.pack_beats(beats, layout.size), layout.size) == beats
+        if lanes == 1:
+            assert beats == streams.pack(layout, key=k, eos=s, eob=b, empty=e).tolist()
+    assert streams.lane_layout({"hot": 1, "slot": 15}, 1).size == 16
+    with pytest.raises(ValueError, match="more than 2 entries"):
+        streams.lane_pack(streams.lookup_layout(32, 2), [0, 0, 0], key=[1, 2, 3])
+    with pytest.raises(HotlineError, match="lanes must be one of 1, 2, 4, not 3"):
+        AcceleratorConfig(lanes=3)
+
+
+def test_the_learner_samples_every_lth_lane_beat():
+    keys = np.arange(10, 20)
+    offsets = np.r_[0, np.arange(1, 11)]          # 10 one-lookup samples, one batch
+    assert learner_sample(keys, offsets, 1)[0].tolist() == keys.tolist()
+    got, phase = learner_sample(keys, offsets, 2)  # beats [10 11] [12 13] ...: every other
+    assert got.tolist() == [10, 11, 14, 15, 18, 19] and phase == 1
+    got, phase = learner_sample(keys, offsets, 2, phase)
+    assert got.tolist() == [12, 13, 16, 17] and phase == 0
+    got, _ = learner_sample(keys, offsets, 4, 3)  # beats of 4, 4, 2: the second is the 4th
+    assert got.tolist() == [14, 15, 16, 17]
 
 
 def test_lookup_beats_mark_samples_and_batches():
