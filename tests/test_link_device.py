@@ -62,6 +62,7 @@ def test_busy_fetches_results_then_resends_under_a_new_seq():
     # BUSY and ACK (14 each) and DATA with a count per stream and two 2-byte remap beats
     assert (stats["bytes_out"], stats["bytes_in"]) == (3 * 14 + 32,
                                                        3 * 14 + 4 * len(RESULT_STREAMS) + 4)
+    assert (stats["idle_fetches"], stats["idle_fetch_bytes"]) == (0, 0)
 
 
 def test_busy_until_the_timeout_raises():
@@ -72,6 +73,10 @@ def test_busy_until_the_timeout_raises():
         dev.request("LOOKUPS", b"\x00" * 8)
     assert 0.3 <= time.monotonic() - t0 < 2
     assert {k for k, _, _ in dev.sent} == {"LOOKUPS", "RESULTS"} and dev.link_stats["busy"] > 1
+    # every fetch brought nothing: each is an idle poll, its request and answer counted
+    stats = dev.link_stats
+    assert stats["idle_fetches"] == stats["fetches"] > 0
+    assert stats["idle_fetch_bytes"] == stats["fetches"] * (14 + 14 + 4 * len(RESULT_STREAMS))
 
 
 def test_nak_and_corrupt_response_resend_the_same_seq_and_stale_answers_are_skipped():

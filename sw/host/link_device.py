@@ -54,9 +54,11 @@ class LinkDevice(Device):
         self.max_request = MAX_PAYLOAD
         #: requests (``fetches`` of them RESULTS), recovery events (frames resent after a NAK,
         #: corruption or silence; BUSY answers),
-        #: bytes on the wire each way, and the result beats received per stream
+        #: bytes on the wire each way, and the result beats received per stream;
+        #: ``idle_fetches`` / ``idle_fetch_bytes``: RESULTS exchanges that brought no beat (the
+        #: host polled while the device worked: their number depends on the device's speed)
         self.link_stats = {"requests": 0, "fetches": 0, "resends": 0, "busy": 0, "bytes_out": 0,
-                           "bytes_in": 0,
+                           "bytes_in": 0, "idle_fetches": 0, "idle_fetch_bytes": 0,
                            "result_beats": dict.fromkeys(RESULT_STREAMS, 0)}
         self.regs = RegisterFile(self._read32, self._write32)
         self.layouts = stream_layouts(self.config)
@@ -171,6 +173,10 @@ class LinkDevice(Device):
         except (ValueError, struct.error) as e:
             raise LinkError(f"{self.url}: a RESULTS answer that does not parse ({e}): is the "
                             f"device built for this configuration?") from None
+        if not any(streams):
+            self.link_stats["idle_fetches"] += 1
+            self.link_stats["idle_fetch_bytes"] += len(encode("RESULTS", 0, b"")) + len(
+                encode("DATA", 0, payload))
         for name, beats in zip(RESULT_STREAMS, streams):
             self.link_stats["result_beats"][name] += len(beats)
             if name in LANE_STREAMS and self.config.lanes > 1:
