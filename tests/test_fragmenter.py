@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from helpers import real_file
+from helpers import param, real_file
 from hotline.model.device_model import model_fragment
 from hotline.data import Dataset, load_dataset
 from hotline.contract.config import AcceleratorConfig
@@ -80,7 +80,8 @@ def test_real_streams_in_lanes_verilator(rel, batch, limit, lanes, rtl):
           batch, hot.keys)
 
 
-@pytest.mark.parametrize("lanes", [1, 2, 4])
+# 4 lanes in the slow tier (the README's --lanes 4 command runs in CI)
+@pytest.mark.parametrize("lanes", [1, 2, param(4, slow=True)])
 def test_lanes_keep_the_one_cold_lookup_per_cycle_schedule(lanes, rtl):
     """On Criteo batches of 1024 without stalls, a lookups beat takes one cycle, or c cycles
     when c > 1 of its lookups are cold (`beat_cycles`): no bubble between beats or batches."""
@@ -142,7 +143,7 @@ def test_adversarial_batches(simulator, rtl):
             assert run.counters.popular_samples == ds.num_samples
 
 
-@pytest.mark.parametrize("lanes", [2, 4])
+@pytest.mark.parametrize("lanes", [2, param(4, slow=True)])
 def test_adversarial_batches_in_lanes(lanes, rtl):
     """Lane beats: partial last beats of a batch, empty lanes, all-cold beats (the cold set
     serializes them), one-sample batches and overflow, with and without stalls."""
