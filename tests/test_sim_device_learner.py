@@ -147,6 +147,8 @@ def test_learner_and_hot_set_updates_match_model(source, lanes, tmp_path, build_
     assert len(want["updated"].responses) == leave.size + enter.size
     assert all(s == CAMStatus.OK and not m for s, _, m in want["updated"].responses[:leave.size])
     moves = sum(len(m) for name in ("placed", "updated") for _, _, m in want[name].responses)
-    assert moves > 0 or source == "criteo"   # the criteo keys happen to need no relocation
+    # the criteo keys happen to need no relocation, nor do the keys a 4-lane learner samples
+    # from the generator: the one-lane generator run covers relocations
+    assert moves > 0 or source == "criteo" or lanes == 4
     print(f"sim:// readouts of {config.learner_entries} entries: "
           f"{', '.join(f'{s:.2f}' for s in seconds)} s")
