@@ -254,10 +254,17 @@ class LinkDevice(Device):
         codes = np.array([int(CAMOp[op.upper()]) for op, _ in ops], np.uint64)
         keys = np.array([key for _, key in ops], np.uint64)
         self._send_beats("CAM_CMDS", pack(self.layouts["cam_cmds"], op=codes, key=keys))
+        # Responses among the events so far, counted as they arrive (the wait polls often:
+        # re-reading every pending event each time was quadratic in the hot set).
+        count = {"events": 0, "responses": 0}
+
         def responses():
-            events = self.pending["cam_events"]
-            return len(events) - int(unpack(self.layouts["cam_events"], events)["move"].sum()) \
-                if events else 0
+            fresh = self.pending["cam_events"][count["events"]:]
+            if fresh:
+                moves = int(unpack(self.layouts["cam_events"], fresh)["move"].sum())
+                count["events"] += len(fresh)
+                count["responses"] += len(fresh) - moves
+            return count["responses"]
         self._wait(lambda: responses() >= len(ops), f"{len(ops)} CAM commands")
         out, moves, taken = [], [], 0
         for v in self.pending["cam_events"]:
