@@ -42,7 +42,7 @@ def test_report_tries_the_next_seed_after_a_failed_place_and_route(monkeypatch, 
             raise PlaceRouteTimeout("nextpnr did not finish")
         return {"seed": seed, "bram": 1, "bram_available": 2}
     monkeypatch.setattr(blocks, "synth_report", fake)
-    monkeypatch.setitem(blocks.BLOCKS, "accelerator", lambda dev: None)
+    monkeypatch.setitem(blocks.BLOCKS, "accelerator", lambda dev, lanes=1: None)
     assert blocks.report("accelerator", "ecp5-85f", build_dir=tmp_path)["seed"] == 3
     assert tried == [1, 2, 3]
     tried.clear()

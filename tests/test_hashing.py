@@ -224,8 +224,11 @@ def test_bench_synthesis_builds_both_hash_blocks(monkeypatch):
 
     built = []
 
-    def fake_report(block, device, build_dir):
+    lanes_built = []
+
+    def fake_report(block, device, build_dir, lanes=1):
         built.append((block, device))
+        lanes_built.append((block, lanes))
         return {"block": block, "device": device, "build_dir": build_dir, "fmax_mhz": 200.0,
                 "freq_mhz": 125.0, "lut4": 100, "bram": 0, "bram_available": 208,
                 "bram_fraction": 0.0}
@@ -234,6 +237,9 @@ def test_bench_synthesis_builds_both_hash_blocks(monkeypatch):
     out, rows = bench_synthesis(quick=False)
     assert {("hash-tabulation", "ecp5-85f"), ("hash-h3", "ecp5-85f")} <= set(built)
     assert {r["block"] for r in out} >= {"hash-tabulation", "hash-h3"}
+    # and the lane blocks at every lane count, with their lookups/s at Fmax
+    assert {(b, n) for b in ("cam", "accelerator") for n in (1, 2, 4)} <= set(lanes_built)
+    assert any(row[0] == "accelerator (4 lanes) lookups/s at Fmax" for row in rows)
     built.clear()
     bench_synthesis(quick=True)
     assert not any(block.startswith("hash-") for block, _ in built)
