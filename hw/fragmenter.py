@@ -31,7 +31,8 @@ L lookups per cycle while at most one in L lookups is cold), also across batch b
 batches in the product configuration). Latency ``LATENCY`` cycles from a ``lookups``
 handshake to the FIFO write through the cold set (``cam.LATENCY + 2`` without cold lookups),
 plus the FIFOs' own. An output whose FIFO holds more than ``fifo_depth - 3`` entries stalls
-the pipeline only when the beat at its end needs that FIFO; nothing is lost or duplicated.
+the pipeline only when the beat at its end needs that FIFO (a beat that closes a sample
+needs both sample FIFOs); nothing is lost or duplicated.
 Read all output streams concurrently.
 """
 from amaranth import *
@@ -223,7 +224,9 @@ class Fragmenter(wiring.Component):
         ready_layout = data.StructLayout({
             "hit": L, "slot": data.ArrayLayout(max(self.cam.slot_width, self.cold.slot_width), L),
             "eos": L, "empty": L, "valid": L, "eob": 1,
-            "cold": len(batch_cold), "overflow": 1})
+            "cold": len(batch_cold), "overflow": 1,
+            # the output FIFOs the beat may write: the room check needs only these registers
+            "needs_remap": 1, "needs_samples": 1})
         cls = Signal(ready_layout, reset_less=True)
         cls_valid = Signal()
         cls_fire = Signal()
@@ -238,6 +241,8 @@ class Fragmenter(wiring.Component):
             m.d.sync += [
                 cls.hit.eq(head.hit), cls.eos.eq(head.eos), cls.empty.eq(head.empty),
                 cls.valid.eq(head.valid), cls.eob.eq(head.eob),
+                cls.needs_remap.eq((head.valid & ~head.empty).any()),
+                cls.needs_samples.eq((head.valid & head.eos).any()),
                 cls.cold.eq(batch_cold + new_in_batch),
                 cls.overflow.eq(batch_overflow | overflow_now),
                 got.eq(0), got_dummy.eq(0),
@@ -280,12 +285,16 @@ class Fragmenter(wiring.Component):
         pop_lanes, n_pop = _compact(m, pop, [s[:len(sample)] for s in samples_at], "popular")
         non_lanes, n_non = _compact(m, non, [s[:len(sample)] for s in samples_at], "non_popular")
 
-        needs = {"remap": n_remap != 0, "popular": n_pop != 0, "non_popular": n_non != 0,
+        needs = {"remap": cls.needs_remap, "popular": n_pop != 0, "non_popular": n_non != 0,
                  "batches": cls.eob}
-        # Registered FIFO room (timing: the FIFO levels through w_rdy were the critical path).
-        room = Cat(*(~need | fifo_room(m, fifos[name], name)
-                     for name, need in needs.items())).all()
-        m.d.comb += cls_fire.eq(cls_valid & room)
+        # Registered FIFO room, checked against registered needs (timing: the FIFO levels
+        # through w_rdy, then the sample classification in front of the beat FIFO's read
+        # enable, were critical paths). A beat that closes a sample waits for room in both
+        # sample FIFOs, since which one it writes comes out of the classification.
+        rooms = {name: fifo_room(m, fifos[name], name) for name in needs}
+        m.d.comb += cls_fire.eq(cls_valid & (~cls.needs_remap | rooms["remap"])
+                                & (~cls.needs_samples | (rooms["popular"] & rooms["non_popular"]))
+                                & (~cls.eob | rooms["batches"]))
         for name, need in needs.items():
             m.d.comb += fifos[name].w_en.eq(cls_fire & need)
 
