@@ -15,8 +15,7 @@ import numpy as np
 from amaranth.sim import Simulator
 
 from hotline.contract.cam import CAMOp
-from hotline.contract.streams import LANE_STREAMS, lane_groups, lane_unpack, lookup_beats, pack, \
-    pack_lookups, unpack
+from hotline.contract.streams import LANE_STREAMS, lane_unpack, pack, pack_lookups, unpack
 from hotline.hw.fragmenter import Fragmenter
 
 from . import streams
@@ -149,9 +148,7 @@ def beat_cycles(run, lanes):
     """The cycles the Fragmenter needs for ``run``'s lookups with ``lanes`` lanes, when no
     output stalls: one per ``lookups`` beat, or c for a beat with c > 1 cold lookups (the
     cold-key set takes one per cycle)."""
-    _, _, eob, empty = lookup_beats(np.zeros(int(run.sample_offsets[-1]), np.uint32),
-                                    run.sample_offsets, run.batch_size)
-    group = lane_groups(eob, lanes)
+    group, _, empty = run.beat_groups(lanes)
     cold = np.bincount(group[~empty][~run.hot], minlength=int(group[-1]) + 1 if len(group) else 0)
     return int(np.maximum(cold, 1).sum())
 

@@ -43,7 +43,8 @@ from .config import AcceleratorConfig, cold_slot_width, hot_slot_width
 from .keys import KEY_BITS
 from .shapes import CAMOp
 
-__all__ = ["INPUT_STREAMS", "RESULT_STREAMS", "STREAMS", "LANE_STREAMS", "pack_lookups", "BATCH_END", "DMA_DONE_FIELDS",
+__all__ = ["INPUT_STREAMS", "RESULT_STREAMS", "STREAMS", "LANE_STREAMS", "pack_lookups",
+           "BATCH_END", "DMA_DONE_FIELDS",
            "lookup_layout", "fragmenter_layouts", "batch_keys_layout", "dma_keys_layout",
            "dma_done_layout", "cam_cmd_layout", "CAM_EVENT_LAYOUT", "stream_layouts", "batch_end",
            "batch_key", "pack", "unpack", "lookup_beats", "lane_layout", "lane_groups", "lane_pack",
@@ -131,7 +132,8 @@ def stream_layouts(config: AcceleratorConfig, key_width: int = KEY_BITS) -> dict
                            max_batch_samples=config.max_batch_samples,
                            cold_max_keys=config.cold_max_keys, key_width=key_width,
                            lanes=config.lanes)
-    return {"lookups": lookup_layout(key_width, config.lanes), "scatter_keys": dma_keys_layout(key_width),
+    return {"lookups": lookup_layout(key_width, config.lanes),
+            "scatter_keys": dma_keys_layout(key_width),
             "cam_cmds": cam_cmd_layout(key_width),
             "remap": f["remap"], "popular": f["popular"], "non_popular": f["non_popular"],
             "batch_keys": batch_keys_layout(f["cold_keys"], f["batches"]),
