@@ -11,8 +11,10 @@ Sections:
   reference parser, MB/s of uncompressed text (target 50);
 - fragment_rtl: the Fragmenter RTL on Verilator over the generated stream and every real
   file (B = 1024) with 1, 2 and 4 lookup lanes, in lookups per cycle against the ideal L and
-  against its schedule (`beat_cycles`: one cycle per beat, c for c > 1 cold lookups), every
-  beat checked against the model; and the simulators' speed (simulated cycles/s) on one short stream, Verilator beside
+  against its schedule (`beat_cycles`: one beat per cycle while the cold set, one cold lookup
+  per cycle behind a 32-beat FIFO, keeps up), with the worst lanes figure per L against
+  0.95 L, every beat checked against the model; and the simulators' speed (simulated
+  cycles/s) on one short stream, Verilator beside
   Icarus and the Amaranth simulator;
 - hashing: occupancy at the first refused CAM insert (bit-exact model) for every key family
   (random; dense rows of one and of 26 tables, random and rank order; the distinct keys of
@@ -241,12 +243,14 @@ def bench_fragment_rtl(quick):
     v = speed["verilator"]["cycles_per_second"]
     for name, r in speed.items():
         r["verilator_speedup"] = v / r["cycles_per_second"]
+    worst = {lanes: min(x["lookups_per_cycle_per_lane"] for x in streams if x["lanes"] == lanes)
+             for lanes in LANES}
     result = {"batch_size": batch, "accelerator": config.as_dict(),
               "ideal_lookups_per_cycle": "lanes", "streams": streams,
               "simulator_speed": {"data": short.name, **speed},
-              "min_lookups_per_cycle_per_lane": {
-                  lanes: min(x["lookups_per_cycle_per_lane"] for x in streams
-                             if x["lanes"] == lanes) for lanes in LANES}}
+              "min_lookups_per_cycle_per_lane": worst,
+              "target_per_lane": 0.95,
+              "meets_target": {lanes: w >= 0.95 for lanes, w in worst.items()}}
     rows = [[f"fragmenter RTL lookups/cycle, {x['lanes']} lane(s)", x["data"][:40],
              f"{x['lookups_per_cycle']:.4f} (cold {1 - x['hot_lookup_fraction']:.2f}, "
              f"{x['cycles_over_schedule']:.4f}x schedule)", f"ideal {x['lanes']}.0",
