@@ -332,6 +332,9 @@ def bench_learner(quick):
              f"{v[k]:.4f}", f"{v['h3_fixed_16384'][k]:.4f} H3/16384; target {v['target']}",
              v[k] / v["target"]]
             for name, v in r["coverage"].items() for k in ("K=5%", "K=10%")]
+    rows += [[f"learner coverage ratio K=10%, {lanes}", name[:30], f"{v['coverage']:.4f}",
+              f"{v['exact_top_k_of_seen']:.4f} exact top K of the keys seen", v["coverage"]]
+             for name, by_lanes in r["lanes"].items() for lanes, v in by_lanes.items()]
     return r, rows
 
 
