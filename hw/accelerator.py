@@ -47,6 +47,7 @@ from .axi_quiesce import AXI4Quiesce
 from .batch_key_merge import BatchKeyMerge
 from .buffered_fifo import BufferedFIFO
 from .csr import CSRBank
+from .fifo_room import fifo_room
 from .fragmenter import Fragmenter
 from .onehot import lowest_one_hot, one_hot_select
 from .lagged_counter import lagged_count
@@ -237,16 +238,19 @@ class HotlineAccelerator(wiring.Component):
         m.submodules.scatter_cmds = scatter_cmds = BufferedFIFO(width=1, depth=self.CMD_DEPTH)
         m.d.comb += [scatter_cmds.w_en.eq(csr.scatter_cmd_stb),
                      scatter_cmds.w_data.eq(csr.field_of("SCATTER_CMD", "bank"))]
-        # The engine's done records carry no direction: remember each batch's, in order.
+        # The engine's done records carry no direction: remember each batch's, in order. Its
+        # room is registered (`fifo_room`: 30 batches may await their done records; timing:
+        # the FIFO level reached the command handshake and the level itself).
         m.submodules.directions = directions = BufferedFIFO(width=1, depth=32)
+        directions_room = fifo_room(m, directions, "directions")
         gather_bank = Signal()
         banks = csr.field_of("STAGING_BANKS", "banks")
         with m.If(clear_counters):
             m.d.sync += gather_bank.eq(0)
         with m.FSM(name="dma_feed"):
             with m.State("IDLE"):
-                with m.If(~directions.w_rdy):
-                    pass  # 32 batches await their done records: wait for the host to take one
+                with m.If(~directions_room):
+                    pass  # 30 batches await their done records: wait for the host to take one
                 with m.Elif(gather.valid):
                     m.d.comb += [dma.cmd.valid.eq(1), dma.cmd.payload.bank.eq(gather_bank)]
                     with m.If(dma.cmd.ready):
@@ -268,11 +272,14 @@ class HotlineAccelerator(wiring.Component):
                 wiring.connect(m, wiring.flipped(self.scatter_keys), dma.keys)
                 with m.If(self.scatter_keys.valid & dma.keys.ready & self.scatter_keys.payload.end):
                     m.next = "IDLE"
+        # A batch's direction is written when its command is taken, dozens of cycles before its
+        # done record (RowDMA.CMD_TO_KEY + KEY_TO_AR at least), so it is always there to read:
+        # done is not gated by the FIFO's r_rdy (timing: the level reached done's payload).
         m.d.comb += [
             directions.w_en.eq(dma.cmd.valid & dma.cmd.ready),
             directions.w_data.eq(dma.cmd.payload.scatter),
-            self.dma_done.valid.eq(dma.done.valid & directions.r_rdy),
-            dma.done.ready.eq(self.dma_done.ready & directions.r_rdy),
+            self.dma_done.valid.eq(dma.done.valid),
+            dma.done.ready.eq(self.dma_done.ready),
             directions.r_en.eq(dma.done.valid & self.dma_done.ready),
             self.dma_done.payload.rows.eq(dma.done.payload.rows),
             self.dma_done.payload.errors.eq(dma.done.payload.errors),

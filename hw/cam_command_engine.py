@@ -20,7 +20,6 @@ Timing: ``cmd.ready`` = idle and no response waiting. A valid ``cmd`` blocks new
 reset the engine clears the tables (``buckets`` cycles) before it is idle.
 """
 from contextlib import contextmanager
-from types import SimpleNamespace
 
 from amaranth import *
 from amaranth.lib import data, stream, wiring
@@ -105,7 +104,8 @@ class CAMCommandEngine(wiring.Component):
         waits = BucketTable.LATENCY
         home_waits = waits + CAMLookupPipeline.MATCH_LATENCY - 1
         states = ["CLEAR", "IDLE", "HOME_READ", *(f"HOME_WAIT{i}" for i in range(home_waits)),
-                  "HOME_MATCH", "HOME_DECODE", "HOME_EVAL", "MASK", "MASK_WAYS", "CHOOSE", "PUSH",
+                  "HOME_MATCH", "HOME_DECODE", "HOME_EVAL", "MASK", "MASK_WAYS", "CHOOSE", "SELECT",
+                  "PUSH",
                   "VICTIM_HASH", "WALK_ADDR", "WALK_READ", *(f"WALK_WAIT{i}" for i in range(waits)),
                   "WALK_EVAL", "STASH",
                   "MOVE_READ", *(f"MOVE_WAIT{i}" for i in range(waits)), "MOVE_WRITE", "PLACE"]
@@ -338,8 +338,8 @@ class CAMCommandEngine(wiring.Component):
 
         # Ways of the current bucket already on the path are not candidates, so every key
         # moves at most once and the search never needs to modify the table. The mask (two
-        # steps), the choice and the push each take a cycle to keep the path logic off the
-        # critical path.
+        # steps), the choice, the victim's key select and the push each take a cycle to keep
+        # the path logic off the critical path.
         with state("MASK"):
             m.d.sync += same_bucket.eq(Cat(
                 path_valid[j] & (path[j].table == cur.table) & (path[j].bucket == cur.bucket)
@@ -363,10 +363,14 @@ class CAMCommandEngine(wiring.Component):
             with m.If(path_valid[-1] | ~avail):
                 goto("STASH")
             with m.Else():
-                chosen = Mux(late, late_way, first_way)
-                m.d.sync += cur.way.eq(chosen)
-                select_key(SimpleNamespace(way=chosen, table=cur.table))
-                goto("PUSH")
+                m.d.sync += cur.way.eq(Mux(late, late_way, first_way))
+                goto("SELECT")
+
+        # The victim's key select is loaded from the registered choice (timing: the priority
+        # chains, then the select's decode and its state mux, were a critical path).
+        with state("SELECT"):
+            select_key(cur)
+            goto("PUSH")
 
         with state("PUSH"):
             m.d.sync += [
