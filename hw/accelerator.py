@@ -54,6 +54,7 @@ from .lagged_counter import lagged_count
 from .register_slice import RegisterSlice
 from .row_dma import RowDMA
 from .stream_fork import StreamFork
+from .up_down import up_down
 
 __all__ = ["HotlineAccelerator"]
 
@@ -120,14 +121,16 @@ class HotlineAccelerator(wiring.Component):
         top.submodules.quiesce = quiesce = AXI4Quiesce(d.addr_width, d.data_width)
         wiring.connect(top, quiesce.s, wiring.flipped(self.bus))
         lite = AXI4LiteSignature(CSR_ADDR_WIDTH).create(path=("core_axil",))
-        requested, soft_rst, cleared = Signal(), Signal(), Signal()
+        requested, soft_rst, cleared = (Signal(name=n) for n in ("soft_reset_requested",
+                                                                 "soft_rst", "soft_cleared"))
         soft = {"request": Signal(), "learner_clear": cleared,
                 "busy": Signal(name="soft_reset_busy")}
         axil = self.axil
-        lite_reads, lite_writes = Signal(2), Signal(2)
+        lite_reads, lite_writes = Signal(2, name="lite_reads"), Signal(2, name="lite_writes")
         ar, aw = axil.arvalid & axil.arready, axil.awvalid & axil.awready
         r, b = axil.rvalid & axil.rready, axil.bvalid & axil.bready
-        top.d.sync += [lite_reads.eq(lite_reads + ar - r), lite_writes.eq(lite_writes + aw - b)]
+        top.d.sync += [lite_reads.eq(up_down(lite_reads, ar, r)),
+                       lite_writes.eq(up_down(lite_writes, aw, b))]
         for name, member in lite.signature.members.items():
             src, dst = (axil, lite) if member.flow == Out else (lite, axil)
             value = getattr(src, name)
@@ -301,13 +304,18 @@ class HotlineAccelerator(wiring.Component):
         ]
 
         # ---- CAM command port through the CSRs ------------------------------------------
+        # The response and relocation FIFOs take the engine's beats on a registered room
+        # (`fifo_room`), 2 entries deeper so that CMD_DEPTH of them still fit (timing: their
+        # levels reached the engine's response logic through its ready inputs).
         fifos = {}
         for name, port, layout in (("cmd", frag.cmd, frag.cmd.payload.shape()),
                                    ("resp", frag.resp, frag.resp.payload.shape()),
                                    ("moves", frag.moves, frag.moves.payload.shape())):
-            fifos[name] = fifo = BufferedFIFO(width=layout.size, depth=self.CMD_DEPTH)
+            depth = self.CMD_DEPTH + (2 if name != "cmd" else 0)
+            fifos[name] = fifo = BufferedFIFO(width=layout.size, depth=depth)
             m.submodules[f"cam_{name}_fifo"] = fifo
         cmd_f, resp_f, moves_f = fifos["cmd"], fifos["resp"], fifos["moves"]
+        resp_room, moves_room = fifo_room(m, resp_f, "cam_resp"), fifo_room(m, moves_f, "cam_moves")
         cmd_word = Signal(frag.cmd.payload.shape())
         # Commands from CAM_CMD writes and from cam_cmds beats share the FIFO (a write first).
         cmds = self.cam_cmds
@@ -324,11 +332,12 @@ class HotlineAccelerator(wiring.Component):
         # next command's only after that response is taken, so relocations first is the order.
         events, to_stream = self.cam_events, config[2]
         m.d.comb += [
-            resp_f.w_data.eq(frag.resp.payload), resp_f.w_en.eq(frag.resp.valid & ~to_stream),
+            resp_f.w_data.eq(frag.resp.payload),
+            resp_f.w_en.eq(frag.resp.valid & ~to_stream & resp_room),
             moves_f.w_data.eq(frag.moves.payload),
-            moves_f.w_en.eq(frag.moves.valid & ~to_stream),
-            frag.resp.ready.eq(Mux(to_stream, events.ready & ~frag.moves.valid, resp_f.w_rdy)),
-            frag.moves.ready.eq(Mux(to_stream, events.ready, moves_f.w_rdy)),
+            moves_f.w_en.eq(frag.moves.valid & ~to_stream & moves_room),
+            frag.resp.ready.eq(Mux(to_stream, events.ready & ~frag.moves.valid, resp_room)),
+            frag.moves.ready.eq(Mux(to_stream, events.ready, moves_room)),
             events.valid.eq(to_stream & (frag.resp.valid | frag.moves.valid)),
             events.payload.move.eq(frag.moves.valid),
             events.payload.word.eq(Mux(frag.moves.valid, self._move_word(frag.moves.payload),
