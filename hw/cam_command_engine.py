@@ -104,7 +104,7 @@ class CAMCommandEngine(wiring.Component):
         waits = BucketTable.LATENCY
         home_waits = waits + CAMLookupPipeline.MATCH_LATENCY - 1
         states = ["CLEAR", "IDLE", "HOME_READ", *(f"HOME_WAIT{i}" for i in range(home_waits)),
-                  "HOME_MATCH", "HOME_DECODE", "HOME_EVAL", "MASK", "MASK_WAYS", "CHOOSE", "SELECT",
+                  "HOME_MATCH", "HOME_DECODE", "HOME_SLOT", "HOME_EVAL", "MASK", "MASK_WAYS", "CHOOSE", "SELECT",
                   "PUSH",
                   "VICTIM_HASH", "WALK_ADDR", "WALK_READ", *(f"WALK_WAIT{i}" for i in range(waits)),
                   "WALK_EVAL", "STASH",
@@ -287,28 +287,33 @@ class CAMCommandEngine(wiring.Component):
         settle("HOME_WAIT", "HOME_MATCH", count=home_waits)
 
         # The key compares (the lookup pipeline's, into way_hit), then what follows from
-        # them, get a cycle each, so HOME_EVAL only decides, from flip-flops.
+        # them, get a cycle each (two for the hit's slot), so HOME_EVAL only decides, from
+        # flip-flops.
         with state("HOME_MATCH"):
             m.d.sync += in_stash_r.eq(Cat(g.stash_match(stash_valid, stash_key, match_key[1])))
             goto("HOME_DECODE")
 
         with state("HOME_DECODE"):
-            found = list(way_hit[0]) + list(way_hit[1])
-            hit_table = way_hit[1].any()
             m.d.sync += [found_r[t].eq(way_hit[t]) for t in tables]
-            hit_way = _first(found)[1][:way_bits]
-            stash_index = _first(list(in_stash_r))[1]
             m.d.sync += [
-                in_table_r.eq(Cat(found).any()),
+                in_table_r.eq(Cat(way_hit[0], way_hit[1]).any()),
                 in_stash_any.eq(in_stash_r.any()),
-                hit_slot_r.eq(Mux(Cat(found).any(),
-                                  g.slot(hit_table, home[hit_table], hit_way),
-                                  g.stash_slot(0) + stash_index)),
             ]
             for t in tables:
                 free, free_way = _first([~bucket_data[t][w].valid for w in range(ways)])
                 m.d.sync += [free_r[t].eq(free),
                              free_slot_r[t].eq(Cat(free_way, home[t], C(t, 1)))]
+            goto("HOME_SLOT")
+
+        # The hit's slot, from the registered hits (timing: decoded straight from way_hit, it
+        # was the critical path).
+        with state("HOME_SLOT"):
+            found = list(found_r[0]) + list(found_r[1])
+            hit_table = found_r[1].any()
+            hit_way = _first(found)[1][:way_bits]
+            stash_index = _first(list(in_stash_r))[1]
+            m.d.sync += hit_slot_r.eq(Mux(in_table_r, g.slot(hit_table, home[hit_table], hit_way),
+                                          g.stash_slot(0) + stash_index))
             goto("HOME_EVAL")
 
         with state("HOME_EVAL"):

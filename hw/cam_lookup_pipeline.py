@@ -28,6 +28,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .output_queue import OutputQueue
+from .replica import replica
 
 __all__ = ["CAMEngineSignature", "CAMLookupPipeline"]
 
@@ -156,8 +157,13 @@ class CAMLookupPipeline(wiring.Component):
                 queue.i.payload.hit[lane].eq(Cat(l5.way_hit[0], l5.way_hit[1], l5.stash_hit).any()),
                 queue.i.payload.slot[lane].eq(slot),
             ]
+        # The engine's copy of lane 0's way hits (timing: one register serving the engine's
+        # decode and the result's hit and slot was pulled between them; both paths were late).
+        engine_hit = replica(len(s5.lane[0].way_hit.as_value()), "engine_way_hit")
+        m.d.sync += engine_hit.eq(Cat(s4.lane[0].match[t][w].all()
+                                      for t in tables for w in range(g.ways)))
         m.d.comb += [
-            eng.way_hit.eq(s5.lane[0].way_hit),
+            eng.way_hit.eq(engine_hit),
             queue.i.valid.eq(valid[5]),
             queue.i.payload.user.eq(s5.user),
         ]
