@@ -52,6 +52,7 @@ from .fragmenter import Fragmenter
 from .onehot import lowest_one_hot, one_hot_select
 from .lagged_counter import lagged_count
 from .register_slice import RegisterSlice
+from .replica import replica
 from .row_dma import RowDMA
 from .stream_fork import StreamFork
 from .up_down import up_down
@@ -69,6 +70,8 @@ class HotlineAccelerator(wiring.Component):
     `hotline.contract.streams.stream_layouts` of that configuration.
     """
     CMD_DEPTH = 16
+    # The core's parts with a soft reset register each (see elaborate); "glue": the rest.
+    RESET_GROUPS = ("fragmenter", "learner", "dma", "csr", "glue")
 
     @classmethod
     def from_config(cls, config: AcceleratorConfig, data_width=64, addr_width=32, num_tables=32,
@@ -139,14 +142,22 @@ class HotlineAccelerator(wiring.Component):
             top.d.comb += getattr(dst, name).eq(value)
         lite_idle = ((lite_reads == 0) & (lite_writes == 0) & ~axil.awvalid & ~axil.wvalid
                      & ~axil.arvalid)
-        top.d.sync += [soft_rst.eq(0), cleared.eq(soft_rst)]
+        # The core's blocks are reset by copies of soft_rst, one each (timing: one register
+        # driving the reset of every block had routes across the die; it was the critical path
+        # at seed 2).
+        resets = {name: replica(1, f"soft_rst_{name}") for name in self.RESET_GROUPS}
+        top.d.sync += [soft_rst.eq(0), cleared.eq(soft_rst), *(r.eq(0) for r in resets.values())]
+        # quiet, registered (timing: the gate's in-flight counts reached the reset decision);
+        # once quiet, the gate stays so while it holds, so a cycle late is as good.
+        quiet = Signal(name="soft_quiet")
+        top.d.sync += quiet.eq(quiesce.quiet)
         with top.If(soft["request"]):
             top.d.sync += requested.eq(1)
-        with top.Elif(requested & quiesce.quiet & lite_idle):
-            top.d.sync += [requested.eq(0), soft_rst.eq(1)]
+        with top.Elif(requested & quiet & lite_idle):
+            top.d.sync += [requested.eq(0), soft_rst.eq(1), *(r.eq(1) for r in resets.values())]
         top.d.comb += [quiesce.hold.eq(requested | soft_rst),
                        soft["busy"].eq(requested | soft_rst | cleared)]
-        top.submodules.core = ResetInserter(soft_rst)(self._core(quiesce.m, lite, soft))
+        top.submodules.core = self._core(quiesce.m, lite, soft, resets)
         return top
 
     def _resp_word(self, resp):
@@ -186,16 +197,17 @@ class HotlineAccelerator(wiring.Component):
         with m.Else():
             m.d.sync += left.eq(left & ~lane)
 
-    def _core(self, bus, axil, soft):
+    def _core(self, bus, axil, soft, resets):
         """Everything the soft reset resets: the blocks, the CSR bank and their glue, on
         ``bus`` (the quiesce gate's master side) and ``axil``; ``soft``: the reset's request
-        (out), its learner clear (in) and its busy flag (in, for STATUS.resetting)."""
-        m = Module()
-        m.submodules.fragmenter = frag = self.fragmenter
-        m.submodules.learner = learner = self.learner
-        m.submodules.dma = dma = self.dma
+        (out), its learner clear (in) and its busy flag (in, for STATUS.resetting);
+        ``resets``: the soft reset of each of `RESET_GROUPS` (the glue: the rest)."""
+        core, m = Module(), Module()
+        frag, learner, dma, csr = self.fragmenter, self.learner, self.dma, self.csr
+        for name, block in (("fragmenter", frag), ("learner", learner), ("dma", dma),
+                            ("csr", csr), ("glue", m)):
+            core.submodules[name] = ResetInserter(resets[name])(block)
         m.submodules.merge = merge = self.merge
-        m.submodules.csr = csr = self.csr
         m.submodules.fork = fork = StreamFork(self.merge.out_layout, n=2)
 
         wiring.connect(m, axil, csr.axil)
@@ -236,6 +248,11 @@ class HotlineAccelerator(wiring.Component):
                      gather_keys.i.payload.key.eq(fork.o1.payload.key),
                      gather_keys.i.valid.eq(fork.o1.valid), fork.o1.ready.eq(gather_keys.i.ready)]
         gather = gather_keys.o
+        # And one in front of the engine: the keys' valid, selected by this FSM, reached the
+        # enable of the engine's whole key pipeline (timing: from dma_feed's state, 9.8 ns).
+        m.submodules.dma_keys = dma_keys = RegisterSlice(dma.keys.payload.shape())
+        wiring.connect(m, dma_keys.o, dma.keys)
+        to_dma = dma_keys.i
 
         # ---- DMA engine: gather and scatter batches, one at a time ----------------------
         m.submodules.scatter_cmds = scatter_cmds = BufferedFIFO(width=1, depth=self.CMD_DEPTH)
@@ -265,15 +282,15 @@ class HotlineAccelerator(wiring.Component):
                     with m.If(dma.cmd.ready):
                         m.next = "SCATTER"
             with m.State("GATHER"):
-                m.d.comb += [dma.keys.valid.eq(gather.valid), gather.ready.eq(dma.keys.ready),
-                             dma.keys.payload.key.eq(gather.payload.key),
-                             dma.keys.payload.end.eq(gather.payload.end)]
-                with m.If(gather.valid & dma.keys.ready & gather.payload.end):
+                m.d.comb += [to_dma.valid.eq(gather.valid), gather.ready.eq(to_dma.ready),
+                             to_dma.payload.key.eq(gather.payload.key),
+                             to_dma.payload.end.eq(gather.payload.end)]
+                with m.If(gather.valid & to_dma.ready & gather.payload.end):
                     m.d.sync += gather_bank.eq(~gather_bank & (banks == 2))
                     m.next = "IDLE"
             with m.State("SCATTER"):
-                wiring.connect(m, wiring.flipped(self.scatter_keys), dma.keys)
-                with m.If(self.scatter_keys.valid & dma.keys.ready & self.scatter_keys.payload.end):
+                wiring.connect(m, wiring.flipped(self.scatter_keys), to_dma)
+                with m.If(self.scatter_keys.valid & to_dma.ready & self.scatter_keys.payload.end):
                     m.next = "IDLE"
         # A batch's direction is written when its command is taken, dozens of cycles before its
         # done record (RowDMA.CMD_TO_KEY + KEY_TO_AR at least), so it is always there to read:
@@ -330,7 +347,10 @@ class HotlineAccelerator(wiring.Component):
         # Responses and relocations: into the CSR FIFOs, or (CONFIG.cam_events) onto
         # cam_events. The engine offers a command's relocations before its response and the
         # next command's only after that response is taken, so relocations first is the order.
-        events, to_stream = self.cam_events, config[2]
+        # CONFIG.cam_events, registered (timing: from the CSR bank, it reached the engine's
+        # response logic through the ready inputs); it takes effect a cycle after its write.
+        events, to_stream = self.cam_events, Signal(name="cam_events_on")
+        m.d.sync += to_stream.eq(config[2])
         m.d.comb += [
             resp_f.w_data.eq(frag.resp.payload),
             resp_f.w_en.eq(frag.resp.valid & ~to_stream & resp_room),
@@ -417,4 +437,4 @@ class HotlineAccelerator(wiring.Component):
         }
         for name, value in counters.items():
             m.d.comb += getattr(csr, name).eq(value)
-        return m
+        return core
