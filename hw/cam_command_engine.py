@@ -289,8 +289,17 @@ class CAMCommandEngine(wiring.Component):
         # The key compares (the lookup pipeline's, into way_hit), then what follows from
         # them, get a cycle each (two for the hit's slot), so HOME_EVAL only decides, from
         # flip-flops.
+        # The stash compare in two steps, run every cycle: the equality of each key part, then
+        # their AND in HOME_MATCH (timing: in one cycle it was a late path). The command's key
+        # and the stash do not change from IDLE to HOME_MATCH, several cycles later.
+        parts = CAMLookupPipeline.key_parts(g)
+        stash_parts = Signal(g.stash * len(parts))
+        m.d.sync += stash_parts.eq(Cat(stash_key[i][lo:hi] == match_key[1][lo:hi]
+                                       for i in range(g.stash) for lo, hi in parts))
         with state("HOME_MATCH"):
-            m.d.sync += in_stash_r.eq(Cat(g.stash_match(stash_valid, stash_key, match_key[1])))
+            m.d.sync += in_stash_r.eq(Cat(
+                stash_valid[i] & stash_parts.word_select(i, len(parts)).all()
+                for i in range(g.stash)))
             goto("HOME_DECODE")
 
         with state("HOME_DECODE"):

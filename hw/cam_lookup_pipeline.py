@@ -69,6 +69,12 @@ class CAMLookupPipeline(wiring.Component):
                  "user": user_width}))),
         }
 
+    @classmethod
+    def key_parts(cls, g):
+        """The (lo, hi) bit ranges of a key compared apart (``MATCH_PART`` bits each)."""
+        return [(lo, min(lo + cls.MATCH_PART, g.key_width))
+                for lo in range(0, g.key_width, cls.MATCH_PART)]
+
     def __init__(self, g, user_width, queue_depth, lanes=1):
         self.g, self.user_width, self.queue_depth, self.lanes = g, user_width, queue_depth, lanes
         super().__init__({
@@ -86,8 +92,7 @@ class CAMLookupPipeline(wiring.Component):
         m.d.comb += self.lookup.ready.eq(room & eng.idle & ~eng.cmd_pending)
 
         buckets = data.ArrayLayout(g.bucket_bits, 2)
-        parts = [(lo, min(lo + self.MATCH_PART, g.key_width))
-                 for lo in range(0, g.key_width, self.MATCH_PART)]
+        parts = self.key_parts(g)
 
         def stage(name, **fields):
             # The beat's user sideband and each lane's ``fields``; data registers have no
