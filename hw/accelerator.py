@@ -173,25 +173,33 @@ class HotlineAccelerator(wiring.Component):
 
     def _learner_tap(self, m, learner, tapped, start):
         """The learner counts the non-empty lookups of the ``tapped`` beats. With L > 1 lanes it
-        takes one key per cycle, so it counts every L-th beat (the first after ``start``, then
-        each L beats later), one lane per cycle: a sampled beat's keys are out before the
-        next one comes (`hotline.contract.beats.learner_sample` is the model's rule)."""
+        takes one key per cycle, so it counts one beat in L, one lane per cycle: in the b-th
+        batch since ``start``, the beats k (from 0 in the batch) with k = b mod L, but not
+        one that comes fewer than L beats after the last one taken (at a batch's start), so a
+        sampled beat's keys are out before the next one comes. The batch rotates the beats
+        taken, so a stream whose samples repeat with a period of L beats still shows the
+        learner every lane position (`hotline.contract.beats.learner_sample` is the model's
+        rule)."""
         beat, lanes = self.lookups.payload, self.fragmenter.lanes
         if lanes == 1:
             m.d.comb += [learner.lookups.valid.eq(tapped & ~beat.empty),
                          learner.lookups.payload.eq(beat.key)]
             return
-        phase = Signal(range(lanes))   # tapped beats since start, mod L (L a power of two)
+        at = Signal(range(lanes))        # the beat's index in its batch, mod L
+        batch = Signal(range(lanes))     # batches since start, mod L
+        since = Signal(range(lanes), init=lanes - 1)  # beats since the last one taken (max L-1)
         keys = Signal.like(beat.key, reset_less=True)
         left = Signal(lanes)           # the sampled beat's lanes still to count
         lane = lowest_one_hot(left)
+        take = tapped & (at == batch) & (since == lanes - 1) & ~start
         m.d.comb += [learner.lookups.valid.eq(left.any()),
                      learner.lookups.payload.eq(one_hot_select(lane, [keys[j] for j in range(lanes)]))]
         with m.If(start):
-            m.d.sync += phase.eq(0)
+            m.d.sync += [at.eq(0), batch.eq(0), since.eq(lanes - 1)]
         with m.Elif(tapped):
-            m.d.sync += phase.eq(phase + 1)
-        with m.If(tapped & (phase == 0) & ~start):
+            m.d.sync += [at.eq(Mux(beat.eob, 0, at + 1)), batch.eq(batch + beat.eob),
+                         since.eq(Mux(take, 0, Mux(since == lanes - 1, since, since + 1)))]
+        with m.If(take):
             m.d.sync += [keys.eq(beat.key),
                          left.eq(Cat((beat.last >= j) & ~beat.empty[j] for j in range(lanes)))]
         with m.Else():

@@ -23,13 +23,16 @@ cold lookups passes it by. Outputs, each a stream behind its own FIFO, at most o
 overflows since reset or ``clear_counters`` (48 bits, wrapping; ``lagged_count``: they lag the
 output beats, and a beat in the clearing cycle is counted after the clear).
 
-Timing: one ``lookups`` beat per cycle sustained while its beats have at most one cold
-lookup each; a beat with c > 1 cold lookups takes c cycles of the cold set (so L lanes give
-L lookups per cycle while at most one in L lookups is cold), also across batch boundaries
+Timing: one ``lookups`` beat per cycle sustained while the cold set keeps up: it takes one
+cold lookup per cycle (a batch's last beat without cold lookups takes one cycle of it too).
+With lanes, a beat's cold lookups wait for it in a FIFO, so bursts are absorbed while at most
+``GROUP_DEPTH`` beats wait for their cold slots: L lanes give about L lookups per cycle while
+fewer than one lookup per beat is cold on average (the schedule is
+`hotline.sim.fragmenter_run.beat_cycles`). Also across batch boundaries
 (the cold set needs no clearing pass between batches, except one pass of
 ``capacity // (2 * ways)`` cycles every ``2**epoch_bits - 1`` batches: 2048 cycles every 255
 batches in the product configuration). Latency ``LATENCY`` cycles from a ``lookups``
-handshake to the FIFO write through the cold set (``cam.LATENCY + 2`` without cold lookups),
+handshake to the FIFO write through the cold set (``cam.LATENCY + 3`` without cold lookups),
 plus the FIFOs' own. An output whose FIFO holds more than ``fifo_depth - 3`` entries stalls
 the pipeline only when the beat at its end needs that FIFO (a beat that closes a sample
 needs both sample FIFOs); nothing is lost or duplicated.
@@ -37,6 +40,7 @@ Read all output streams concurrently.
 """
 from amaranth import *
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for
 
@@ -108,7 +112,8 @@ class Fragmenter(wiring.Component):
                                  user_width=self.marks_layout.size,
                                  lanes=L)
         self.cold = ColdKeySet(**self.cold_args, key_width=key_width)
-        self.LATENCY = self.cam.LATENCY + 1 + self.cold.LATENCY + 1
+        # CAM, (the cold-lookup FIFO,) serializer, cold set, answer ring, classification
+        self.LATENCY = self.cam.LATENCY + (3 if L > 1 else 1) + self.cold.LATENCY + 2
         self.layouts = fragmenter_layouts(
             hot_slot_width=self.cam.slot_width, cold_slot_width=self.cold.slot_width,
             max_batch_samples=max_batch_samples, cold_max_keys=self.cold.max_keys,
@@ -174,7 +179,12 @@ class Fragmenter(wiring.Component):
 
         # The serializer feeds the cold set one cold lookup per cycle, lowest lane first; a
         # batch's last beat without cold lookups sends one non-insert beat, so the cold set
-        # still sees every batch end.
+        # still sees every batch end. With lanes, the beats' cold lookups wait for it in a
+        # FIFO of their own, so a burst of cold lookups does not stall the lookups behind it
+        # while the beat FIFO has room (one lane has at most one cold lookup per beat: it
+        # loads the serializer directly).
+        work_layout = data.StructLayout({"key": data.ArrayLayout(kw, L), "mask": L, "eob": 1})
+        needs_cold = cold_mask.any() | rmarks.eob
         ser_keys = Signal(data.ArrayLayout(kw, L), reset_less=True)
         ser_mask = Signal(L)
         ser_eob = Signal()     # the serialized beat closes its batch
@@ -189,38 +199,78 @@ class Fragmenter(wiring.Component):
             cold.i.payload.eob.eq(ser_eob & ~left.any()),
         ]
         ser_free = ~sending | (cold.i.ready & ~left.any())
-        needs_cold = cold_mask.any() | rmarks.eob
-        m.d.comb += cam.result.ready.eq(groups.w_rdy & (~needs_cold | ser_free))
+        entering_work = Signal(work_layout)
+        m.d.comb += [Value.cast(entering_work.key).eq(Value.cast(rmarks.key)),
+                     entering_work.mask.eq(cold_mask), entering_work.eob.eq(rmarks.eob)]
+        if L > 1:
+            m.submodules.cold_work = work = BufferedFIFO(width=work_layout.size,
+                                                         depth=self.GROUP_DEPTH)
+            work_room, next_work = work.w_rdy, work_layout(work.r_data)
+            load_ser = ser_free & work.r_rdy
+            m.d.comb += work.r_en.eq(ser_free)
+        else:
+            work_room, next_work = ser_free, entering_work
+        m.d.comb += cam.result.ready.eq(groups.w_rdy & (~needs_cold | work_room))
         taken = cam.result.valid & cam.result.ready
         m.d.comb += [groups.w_en.eq(taken), groups.w_data.eq(entering)]
+        if L > 1:
+            m.d.comb += [work.w_en.eq(taken & needs_cold), work.w_data.eq(entering_work)]
+        else:
+            load_ser = taken & needs_cold
         with m.If(cold.i.valid & cold.i.ready):
             m.d.sync += [ser_mask.eq(left), ser_dummy.eq(0)]
-        with m.If(taken & needs_cold):
-            m.d.sync += [ser_keys.eq(rmarks.key), ser_mask.eq(cold_mask), ser_eob.eq(rmarks.eob),
-                         ser_dummy.eq(rmarks.eob & ~cold_mask.any())]
+        with m.If(load_ser):
+            m.d.sync += [ser_keys.eq(next_work.key), ser_mask.eq(next_work.mask),
+                         ser_eob.eq(next_work.eob),
+                         ser_dummy.eq(next_work.eob & ~next_work.mask.any())]
 
-        # ---- collector: the head beat takes its cold slots as the cold set answers ----------
-        head = group(groups.r_data)
+        # ---- answers: the cold set's, in a ring the head beat takes all of its own from ------
+        # The ring takes one answer per cycle whatever the head beat is, and the head beat
+        # takes its c answers at once: a beat with c cold lookups costs the collector one
+        # cycle, not c, so bursts of cold lookups are absorbed. Its answers are those of the
+        # beats in the beat FIFO, at most one per lane each: the ring never fills. Each answer
+        # also records its batch's cold-key count and overflow so far (the tallies): the
+        # batch summary comes from the last answer of the batch's last beat (its last cold
+        # lookup, or its non-insert beat).
         o = cold.o.payload
-        got = Signal(L)            # the head's cold lanes already answered
-        got_dummy = Signal()       # the head's non-insert beat answered
-        cold_slot = [Signal(self.cold.slot_width, name=f"cold_slot{j}", reset_less=True)
-                     for j in range(L)]
-        batch_cold = Signal(self.layouts["batches"].members["cold"])  # this batch's, so far
+        tally_layout = data.StructLayout({"cold": self.layouts["batches"].members["cold"],
+                                          "overflow": 1})
+        depth = self.GROUP_DEPTH * L
+        m.submodules.slots = slots = Memory(shape=self.cold.slot_width, depth=depth, init=[])
+        m.submodules.tallies = tallies = Memory(shape=tally_layout, depth=depth, init=[])
+        slot_w, tally_w = slots.write_port(), tallies.write_port()
+        slot_r = [slots.read_port(domain="comb") for _ in range(L)]
+        tally_r = tallies.read_port(domain="comb")
+        wp, rp = Signal(range(depth)), Signal(range(depth))
+        held = Signal(range(depth + 1))     # answers in the ring
+        batch_cold = Signal(tally_layout.members["cold"])   # this batch's, so far
         batch_overflow = Signal()
-        waiting = head.cold & ~got
-        fill = lowest_one_hot(waiting)
-        dummy = head.eob & ~head.cold.any() & ~got_dummy
         new_key = o.first & o.insert
         keys_room = fifo_room(m, fifos["cold_keys"], "cold_keys")
-        m.d.comb += cold.o.ready.eq(groups.r_rdy & (waiting.any() | dummy) & (~new_key | keys_room))
+        m.d.comb += cold.o.ready.eq(~new_key | keys_room)
         answer = cold.o.valid & cold.o.ready
         m.d.comb += [fifos["cold_keys"].w_en.eq(answer & new_key),
                      fifos["cold_keys"].w_data.eq(o.key)]
-        filled = Mux(answer, fill, 0)
-        complete = groups.r_rdy & ~(waiting & ~filled).any() & (~dummy | answer)
+        tally = Signal(tally_layout)
+        m.d.comb += [tally.cold.eq(batch_cold + new_key),
+                     tally.overflow.eq(batch_overflow | o.overflow),
+                     slot_w.en.eq(answer), slot_w.addr.eq(wp), slot_w.data.eq(o.slot),
+                     tally_w.en.eq(answer), tally_w.addr.eq(wp), tally_w.data.eq(tally)]
+        with m.If(answer):
+            m.d.sync += wp.eq(wp + 1)
+            with m.If(o.eob):
+                m.d.sync += [batch_cold.eq(0), batch_overflow.eq(0)]
+            with m.Else():
+                m.d.sync += [batch_cold.eq(tally.cold), batch_overflow.eq(tally.overflow)]
 
         # ---- classification stage: one whole beat with its slots --------------------------
+        head = group(groups.r_data)
+        # The head's answers: one per cold lookup, or its non-insert beat's.
+        need = _popcount(head.cold) | (head.eob & ~head.cold.any())
+        complete = groups.r_rdy & (held >= need)
+        for j in range(L):
+            m.d.comb += slot_r[j].addr.eq(rp + (_popcount(head.cold[:j]) if j else 0))
+        m.d.comb += tally_r.addr.eq(rp + need - 1)
         ready_layout = data.StructLayout({
             "hit": L, "slot": data.ArrayLayout(max(self.cam.slot_width, self.cold.slot_width), L),
             "eos": L, "empty": L, "valid": L, "eob": 1,
@@ -232,32 +282,19 @@ class Fragmenter(wiring.Component):
         cls_fire = Signal()
         load = complete & (~cls_valid | cls_fire)
         m.d.comb += groups.r_en.eq(load)
-        new_in_batch = answer & new_key
-        overflow_now = answer & o.overflow
-        for j in range(L):
-            with m.If(filled[j]):
-                m.d.sync += cold_slot[j].eq(o.slot)
+        m.d.sync += held.eq(held + answer - Mux(load, need, 0))
         with m.If(load):
             m.d.sync += [
                 cls.hit.eq(head.hit), cls.eos.eq(head.eos), cls.empty.eq(head.empty),
                 cls.valid.eq(head.valid), cls.eob.eq(head.eob),
                 cls.needs_remap.eq((head.valid & ~head.empty).any()),
                 cls.needs_samples.eq((head.valid & head.eos).any()),
-                cls.cold.eq(batch_cold + new_in_batch),
-                cls.overflow.eq(batch_overflow | overflow_now),
-                got.eq(0), got_dummy.eq(0),
+                cls.cold.eq(tally_r.data.cold), cls.overflow.eq(tally_r.data.overflow),
+                rp.eq(rp + need),
             ]
             for j in range(L):
                 m.d.sync += cls.slot[j].eq(Mux(head.hit[j], head.hot_slot[j],
-                                               Mux(filled[j], o.slot, cold_slot[j])))
-        with m.Else():
-            m.d.sync += [got.eq(got | filled), got_dummy.eq(got_dummy | (answer & dummy))]
-        with m.If(load & head.eob):
-            m.d.sync += [batch_cold.eq(0), batch_overflow.eq(0)]
-        with m.Else():
-            m.d.sync += [batch_cold.eq(batch_cold + new_in_batch),
-                         batch_overflow.eq(batch_overflow | overflow_now)]
-        with m.If(load):
+                                               slot_r[j].data))
             m.d.sync += cls_valid.eq(1)
         with m.Elif(cls_fire):
             m.d.sync += cls_valid.eq(0)

@@ -191,7 +191,7 @@ def check_gather(result, job, run, placement, initial, dut_layouts, row_bytes, m
 
 def gather_run(ds, hot_rows, batch_size, dim=16, backend="verilator", profile_fraction=1.0,
                data_width=64, banks=2, busy=0.0, build_dir="build/gather", max_samples=None,
-               verify=True, seed=0, soft_reset_first=False):
+               verify=True, seed=0, soft_reset_first=False, lanes=1):
     """`hotline gather` JSON: the accelerator top co-simulated on ``ds``, gathering each batch's
     cold rows from real host tables and scattering them back; with ``verify`` every result is
     compared with the model and a numpy gather/scatter. A stream or counter that differs from
@@ -199,7 +199,7 @@ def gather_run(ds, hot_rows, batch_size, dim=16, backend="verilator", profile_fr
     (``mismatched_rows``), and an error with ``verify``. ``soft_reset_first``: the run starts
     on a top left mid-gather by an abandoned session and soft-reset while its bursts are in
     flight (`hotline.sim.tb_accelerator.abandon_and_soft_reset`; what the registers read after
-    the reset is in ``after_reset``)."""
+    the reset is in ``after_reset``). ``lanes``: the Fragmenter's lookup lanes."""
     if banks not in (1, 2):
         raise HotlineError(f"--banks must be 1 or 2, not {banks}")
     if data_width not in (64, 128, 256):
@@ -212,7 +212,7 @@ def gather_run(ds, hot_rows, batch_size, dim=16, backend="verilator", profile_fr
     hot, _, keys, notes = plan(ds, hot_rows, profile_fraction)
     offsets = ds.sample_offsets
     config = AcceleratorConfig.for_workload(hot.size, batch_size,
-                                            max_batch_lookups(offsets, batch_size))
+                                            max_batch_lookups(offsets, batch_size), lanes=lanes)
     placement, run = model_fragment(keys, offsets, batch_size, hot.keys, config, ds.table_sizes)
     build_dir = Path(build_dir).resolve()
     sim = AcceleratorSim(config, backend, build_dir, data_width)
@@ -228,6 +228,7 @@ def gather_run(ds, hot_rows, batch_size, dim=16, backend="verilator", profile_fr
         out = {"data": ds.name, "backend": backend, "samples": ds.num_samples,
                "lookups": ds.num_lookups, "hot_rows": int(placement.keys.size),
                "batch_size": batch_size, "batches": int(run.num_batches), "dim": dim,
+               "lanes": lanes,
                "row_bytes": row_bytes, "data_width": data_width, "staging_banks": banks,
                "memory_latency": "AxiRam (no added latency)", "notes": notes}
         try:

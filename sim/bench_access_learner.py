@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 from amaranth.sim import Simulator
 
+from hotline.contract.beats import learner_sample
 from hotline.contract.config import LEARNER_WINDOW, learner_geometry
 from hotline.contract.keys import make_keys
 from hotline.data.readers import load_dataset, real_data_files, shared_data_dir
@@ -27,7 +28,8 @@ from hotline.hw.access_learner import AccessLearner
 from hotline.model.access_learner import AccessLearnerModel
 
 __all__ = ["DATA_DIR", "criteo_files", "shared_files", "quick_files", "load_keys",
-           "coverage_ratio", "coverage_target", "sized_coverage", "amaranth_speed", "measure"]
+           "coverage_ratio", "coverage_target", "sized_coverage", "lane_coverage", "amaranth_speed",
+           "measure"]
 
 DATA_DIR = shared_data_dir() / "criteo_kaggle"
 FRACTIONS = (0.05, 0.10)
@@ -126,6 +128,30 @@ def sized_coverage(keys, fractions=FRACTIONS, window=LEARNER_WINDOW, hash_family
     return ratios, entries, dropped
 
 
+def lane_coverage(ds, lanes, fraction=0.10, batch_size=1024):
+    """(coverage ratio, sampled exact) at K = ``fraction`` of the distinct keys of dataset
+    ``ds`` when the learner counts what it sees with ``lanes`` lookup lanes
+    (`learner_sample`, batches of ``batch_size``): the sized learner's, and the exact top K of
+    the very keys it counted (the floor that seeing 1 lookup in L sets)."""
+    keys, offsets = np.asarray(ds.keys, np.uint32), ds.sample_offsets
+    counted, state = [], None
+    for s in range(0, ds.num_samples, batch_size):
+        o = offsets[s:min(s + batch_size, ds.num_samples) + 1]
+        sample, state = learner_sample(keys[o[0]:o[-1]], o - o[0], lanes, state)
+        counted.append(sample)
+    counted = np.concatenate(counted) if counted else keys[:0]
+    uniq, counts = np.unique(keys, return_counts=True)
+    k = math.ceil(fraction * len(uniq))
+    buckets, ways = learner_geometry(k, len(uniq))
+    model = AccessLearnerModel(buckets=buckets, ways=ways)
+    model.update(counted)
+    seen, seen_counts = np.unique(counted, return_counts=True)
+    exact_of_seen = seen[np.lexsort((seen, -seen_counts))[:k]]
+    exact = counts[np.lexsort((uniq, -counts))[:k]].sum()
+    return (float(counts[np.isin(uniq, model.top(k))].sum() / exact),
+            float(counts[np.isin(uniq, exact_of_seen)].sum() / exact))
+
+
 def measure(files=None, speed_lookups=20000, simulators=("verilator",), build_dir=None,
             sweep_buckets=(256, 512, 1024), decompose=True):
     """Per real file (default: every shared file) and K = 5% / 10% of its distinct keys:
@@ -133,11 +159,16 @@ def measure(files=None, speed_lookups=20000, simulators=("verilator",), build_di
     `learner_geometry` (``entries``), beside ``h3_fixed_16384`` (the learner before issue 16:
     H3 hash, 2048 x 8 entries) and ``fixed_16384`` (tabulation, 2048 x 8) measured in the same
     run, and ``target``. With ``decompose``: ``no_hazard_rule`` (sized, window 0) and
-    ``h3_sized`` (sized, H3). ``capacity_sweep``: smaller fixed tables (8 ways). ``speed``:
+    ``h3_sized`` (sized, H3). ``lanes[file]["L=2"]`` (and 4): the K=10% coverage when the
+    learner sees one lookup beat in L (`lane_coverage`), with its floor. ``capacity_sweep``: smaller fixed tables (8 ways). ``speed``:
     simulator lookups/s."""
-    result = {"coverage": {}, "capacity_sweep": {}, "speed": {}}
+    result = {"coverage": {}, "lanes": {}, "capacity_sweep": {}, "speed": {}}
     for path in (shared_files() if files is None else [Path(f) for f in files]):
-        keys = load_keys(path)
+        ds = load_dataset(path)
+        keys = np.asarray(ds.keys, np.uint32)
+        result["lanes"][path.name] = {
+            f"L={lanes}": dict(zip(("coverage", "exact_top_k_of_seen"), lane_coverage(ds, lanes)))
+            for lanes in (2, 4)}
         t0 = time.perf_counter()
         ratios, entries, dropped = sized_coverage(keys)
         rate = len(keys) * len(set(entries.values())) / (time.perf_counter() - t0)

@@ -16,7 +16,9 @@ from amaranth.sim import Simulator
 
 from hotline.contract.cam import CAMOp
 from hotline.contract.streams import LANE_STREAMS, lane_unpack, pack, pack_lookups, unpack
+from hotline.hw.cold_key_set import ColdKeySet
 from hotline.hw.fragmenter import Fragmenter
+from hotline.hw.popularity_cam import PopularityCAM
 
 from . import streams
 from .harness import StreamHarness
@@ -144,13 +146,45 @@ def expected_streams(run, responses, lanes=1):
     return want
 
 
-def beat_cycles(run, lanes):
-    """The cycles the Fragmenter needs for ``run``'s lookups with ``lanes`` lanes, when no
-    output stalls: one per ``lookups`` beat, or c for a beat with c > 1 cold lookups (the
-    cold-key set takes one per cycle)."""
-    group, _, empty = run.beat_groups(lanes)
-    cold = np.bincount(group[~empty][~run.hot], minlength=int(group[-1]) + 1 if len(group) else 0)
-    return int(np.maximum(cold, 1).sum())
+def beat_cycles(run, lanes, config=None):
+    """The cycles the Fragmenter needs for ``run``'s lookups with ``lanes`` lanes when no
+    output stalls (its schedule): one ``lookups`` beat per cycle, while the cold-key set takes
+    one cold lookup per cycle (or one non-insert beat for a batch's last beat without any)
+    from the beats' cold-lookup FIFO, and at most ``Fragmenter.GROUP_DEPTH`` beats wait
+    between the CAM and the classification stage for their cold slots. With ``config`` (an
+    `AcceleratorConfig`), also the cold set's clearing pass after every ``2**cold_epoch_bits
+    - 1`` batches, during which no lookup enters."""
+    group, _, eob, empty = run.beat_groups(lanes)
+    if not len(group):
+        return 0
+    n = int(group[-1]) + 1
+    cold = np.bincount(group[~empty][~run.hot], minlength=n)
+    closes = np.zeros(n, bool)
+    closes[group[eob]] = True
+    work = np.maximum(cold, closes).tolist()   # cold-set beats of each lookups beat
+    wraps = np.zeros(n, bool)                  # the beats after which the cold set clears
+    if config is not None:
+        epochs = (1 << config.cold_epoch_bits) - 1
+        wraps[np.nonzero(closes)[0][epochs - 1::epochs]] = True
+        clearing = config.cold_capacity // (2 * config.cold_ways)
+    depth, answer = Fragmenter.GROUP_DEPTH, ColdKeySet.LATENCY + 1
+    # Cycles from a beat leaving the CAM to its first cold-set beat: the FIFO in between
+    # (lanes) or none.
+    to_cold = 3 if lanes > 1 else 1
+    left = [0] * n                             # enters classification
+    cold_free = prev_in = prev_out = resume = -1
+    for i, w in enumerate(work):
+        t = max(prev_in + 1, left[i - depth] + 1 if i >= depth else 0, resume)
+        ready = t + 2
+        if w:
+            start = max(t + to_cold, cold_free)
+            cold_free = start + w
+            ready = max(ready, cold_free - 1 + answer)
+        if wraps[i]:   # the next beat enters the CAM after the clearing pass
+            resume = cold_free - 1 + answer + clearing + PopularityCAM.LATENCY
+        prev_in, prev_out = t, max(prev_out + 1, ready)
+        left[i] = prev_out
+    return prev_out + 1
 
 
 def beat_counts(want):

@@ -8,18 +8,22 @@ from hotline.data import open_data
 from hotline.sim.accelerator_run import gather_run
 
 
-@pytest.mark.parametrize("simulator,data,width,banks,busy", [
-    ("verilator", "criteo_kaggle/train_head1999.csv.gz", 64, 2, 0.0),
-    ("icarus", "synth:criteo-kaggle:200:3", 128, 1, 0.3),
+@pytest.mark.parametrize("simulator,data,width,banks,busy,lanes", [
+    ("verilator", "criteo_kaggle/train_head1999.csv.gz", 64, 2, 0.0, 1),
+    ("icarus", "synth:criteo-kaggle:200:3", 128, 1, 0.3, 1),
+    # the top with lane beats (hotline gather --lanes); 2 lanes also run in the default tier
+    # through sim:// (test_sim_device_learner)
+    pytest.param("verilator", "criteo_kaggle/train_head1999.csv.gz", 64, 2, 0.3, 4,
+                 marks=pytest.mark.slow),
 ])
 def test_gather_scatter_against_numpy_and_model(tmp_path, simulator, data, width, banks, busy,
-                                                 simulator_or_skip):
+                                                 lanes, simulator_or_skip):
     simulator_or_skip(simulator)
     ds = open_data(data if data.startswith("synth:") else str(real_file(data)))
     res = gather_run(ds, 256, 64, dim=16 if width == 64 else 8, backend=simulator,
                      data_width=width, banks=banks, busy=busy, build_dir=tmp_path,
-                     max_samples=320, verify=True)
-    assert res["verified"] and res["mismatched_rows"] == 0 and res["mismatched_table_rows"] == 0
+                     max_samples=320, verify=True, lanes=lanes)
+    assert res["lanes"] == lanes and res["verified"] and res["mismatched_rows"] == 0 and res["mismatched_table_rows"] == 0
     assert res["rows_gathered"] == res["rows_scattered"] == res["counters"]["cold_rows"] > 0
     assert res["errors"] == 0
     assert 0 < res["bus_utilization"] <= 1.0

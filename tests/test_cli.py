@@ -159,6 +159,7 @@ def test_sim_on_verilator_checks_the_rtl(tmp_path, capsys, simulator_or_skip):
     run = json.loads((tmp_path / "sim" / "sim.json").read_text())["runs"][0]
     assert run["rtl_checked_against_model"] and run["lookups_per_cycle"] > 0.95
     assert run["cycles"] >= run["lookups"]
+    assert run["schedule_cycles"] <= run["cycles"] <= run["schedule_cycles"] * 1.002 + 64
 
 
 def test_fpga_report_lanes_only_for_the_lane_blocks(capsys):

@@ -73,16 +73,52 @@ def test_lane_beats_group_a_batch_and_round_trip():
         AcceleratorConfig(lanes=3)
 
 
-def test_the_learner_samples_every_lth_lane_beat():
+def test_the_learner_samples_one_lane_beat_in_l_rotating_per_batch():
     keys = np.arange(10, 20)
     offsets = np.r_[0, np.arange(1, 11)]          # 10 one-lookup samples, one batch
     assert learner_sample(keys, offsets, 1)[0].tolist() == keys.tolist()
-    got, phase = learner_sample(keys, offsets, 2)  # beats [10 11] [12 13] ...: every other
-    assert got.tolist() == [10, 11, 14, 15, 18, 19] and phase == 1
-    got, phase = learner_sample(keys, offsets, 2, phase)
-    assert got.tolist() == [12, 13, 16, 17] and phase == 0
-    got, _ = learner_sample(keys, offsets, 4, 3)  # beats of 4, 4, 2: the second is the 4th
-    assert got.tolist() == [14, 15, 16, 17]
+    got, state = learner_sample(keys, offsets, 2)  # beats [10 11] [12 13] ...: 0, 2, 4
+    assert got.tolist() == [10, 11, 14, 15, 18, 19] and state == (1, 0)
+    got, state = learner_sample(keys, offsets, 2, state)  # the second batch: beats 1, 3
+    assert got.tolist() == [12, 13, 16, 17] and state == (0, 1)
+    # 4 lanes, third batch (beats of 4, 4, 2): beat 2, but it comes 2 beats after the last
+    # beat taken (1 beat between): skipped
+    assert learner_sample(keys, offsets, 4, (2, 0))[0].size == 0
+    assert learner_sample(keys, offsets, 4, (2, 1))[0].tolist() == [18, 19]
+    assert learner_sample(keys, offsets, 4, (1, 3))[0].tolist() == [14, 15, 16, 17]
+
+
+@pytest.mark.parametrize("lanes", [2, 4])
+def test_the_learner_sees_every_lane_position_of_a_periodic_stream(lanes):
+    """Samples of L x L lookups: every sample starts a lane beat at lane 0, so a fixed beat
+    phase would show the learner the same features in every batch. Over batches it sees every
+    feature about equally, and never two taken beats closer than L beats."""
+    features = lanes * lanes
+    n, batch = 64, 16
+    keys = np.tile(np.arange(features), n)     # key = feature position in its sample
+    offsets = np.arange(n + 1) * features
+    seen, state, last = np.zeros(features, int), None, None
+    for b in range(0, n, batch):
+        o = offsets[b:b + batch + 1] - offsets[b]
+        counted, state = learner_sample(keys[offsets[b]:offsets[b + batch]], o, lanes, state)
+        seen += np.bincount(counted, minlength=features)
+    assert (seen > 0).all() and seen.max() <= 2 * seen.min()
+    # spacing: the beats taken over a whole stream of ragged batches
+    rng = np.random.default_rng(1)
+    lengths = rng.integers(0, 2 * lanes, 400)
+    offsets = np.r_[0, np.cumsum(lengths)]
+    keys = np.arange(offsets[-1])
+    state, taken, base = None, [], 0
+    for b in range(0, 400, 7):
+        o = offsets[b:b + 8] - offsets[b]
+        batch_keys = keys[offsets[b]:offsets[min(b + 7, 400)]]
+        counted, state = learner_sample(batch_keys, o, lanes, state)
+        _, _, eob, empty = streams.lookup_beats(batch_keys, o, len(o) - 1)
+        group = streams.lane_groups(eob, lanes) + base
+        taken += np.unique(group[~empty][np.isin(batch_keys, counted)]).tolist()
+        base = int(group[-1]) + 1
+    assert np.diff(taken).min() >= lanes
+    assert 0.7 / lanes < len(taken) / base <= 1 / lanes
 
 
 def test_lookup_beats_mark_samples_and_batches():

@@ -82,17 +82,31 @@ def test_real_streams_in_lanes_verilator(rel, batch, limit, lanes, rtl):
 
 # 4 lanes in the slow tier (the README's --lanes 4 command runs in CI)
 @pytest.mark.parametrize("lanes", [1, 2, param(4, slow=True)])
-def test_lanes_keep_the_one_cold_lookup_per_cycle_schedule(lanes, rtl):
-    """On Criteo batches of 1024 without stalls, a lookups beat takes one cycle, or c cycles
-    when c > 1 of its lookups are cold (`beat_cycles`): no bubble between beats or batches."""
+def test_lanes_keep_their_schedule_and_095_lookups_per_lane(lanes, rtl):
+    """On Criteo batches of 1024 without stalls (a quarter of the lookups cold), the RTL keeps
+    its schedule (`beat_cycles`: one beat per cycle while the cold set, one cold lookup per
+    cycle, keeps up, with the beat FIFO absorbing bursts), and L lanes give >= 0.95 L lookups
+    per cycle."""
     ds = load_dataset(real_file("criteo_kaggle/train_random4584.csv.gz"))
-    hot = exact_hot_set(ds.keys, 3600)
+    hot = exact_hot_set(ds.keys, 2600)
     sim = rtl(dataclasses.replace(REAL, lanes=lanes), "verilator")
     run, cycles = check(sim, ds.keys, ds.sample_offsets, 1024, hot.keys, busy_in=0.0,
                         busy_out=0.0)
-    assert cycles <= beat_cycles(run, lanes) * 1.002 + 64
-    if lanes == 1:
-        assert len(ds.keys) / cycles >= 0.95
+    assert cycles <= beat_cycles(run, lanes, sim.config) * 1.002 + 64
+    assert len(ds.keys) / cycles >= 0.95 * lanes
+
+
+def test_the_schedule_counts_the_cold_sets_clearing_passes(rtl):
+    """With 2 epoch bits the cold set clears its tables after every 3 batches (128 cycles
+    here), and no lookup enters meanwhile: the RTL's cycles are the schedule's, within 1%,
+    clearing passes included (they are a tenth of the cycles)."""
+    ds = load_dataset(real_file("criteo_kaggle/train_random4584.csv.gz"), limit=1600)
+    config = dataclasses.replace(REAL, cold_capacity=1024, cold_max_keys=512, cold_epoch_bits=2,
+                                 max_batch_samples=64)
+    run, cycles = check(rtl(config, "verilator"), ds.keys, ds.sample_offsets, 16,
+                        exact_hot_set(ds.keys, 1500).keys, busy_in=0.0, busy_out=0.0)
+    assert run.counters.overflows == 0
+    assert abs(cycles / beat_cycles(run, 1, config) - 1) < 0.01
 
 
 def multi_hot(rng, n, f, max_len, rows, empty_rate=0.0):

@@ -117,7 +117,8 @@ def build_dir(tmp_path_factory):
 def test_learner_and_hot_set_updates_match_model(source, lanes, tmp_path, build_dir,
                                                  simulator_or_skip):
     """With L lanes the lookups go as lane beats (over several link words), the results come
-    back in lane beats, and the learner counts every L-th beat: all equal to model://."""
+    back in lane beats, and the learner counts one beat in L (rotating per batch): all equal
+    to model://."""
     simulator_or_skip("verilator")
     ds = stream(source)
     config = dataclasses.replace(AcceleratorConfig.for_workload(K, B, 26 * B), **LEARNER,
@@ -127,10 +128,10 @@ def test_learner_and_hot_set_updates_match_model(source, lanes, tmp_path, build_
     assert_same(got, want)
     # the sequence did what it claims on the reference
     learned = want["learned"]
-    phase, counted = 0, 0
+    state, counted = None, 0
     for i in range(1, 5):
         o = ds.sample_offsets[i * B:(i + 1) * B + 1]
-        sample, phase = learner_sample(ds.keys[o[0]:o[-1]], o - o[0], lanes, phase)
+        sample, state = learner_sample(ds.keys[o[0]:o[-1]], o - o[0], lanes, state)
         counted += len(sample)
     assert learned.counted == counted
     assert counted == (ds.sample_offsets[5 * B] - ds.sample_offsets[B] if lanes == 1

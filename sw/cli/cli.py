@@ -125,7 +125,9 @@ def build_parser():
                        "stand-in training step (+1 on every byte) and the scatter, the tables "
                        "with a numpy scatter.\n\nexample:\n  hotline gather ../shared/data/"
                        "criteo_kaggle/train_head1999.csv.gz --backend verilator --dim 16 "
-                       "--batch-size 256 --hot-rows 1024 --verify --json build/gather.json",
+                       "--batch-size 256 --hot-rows 1024 --verify --json build/gather.json\n"
+                       "  hotline gather ../shared/data/criteo_kaggle/train_head1999.csv.gz "
+                       "--backend verilator --batch-size 256 --hot-rows 1024 --lanes 2 --verify",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     _data_args(p)
     _hot_args(p)
@@ -142,6 +144,7 @@ def build_parser():
                    help="exit 2 when a gathered or scattered row differs from numpy (the "
                         "streams and counters are always checked against the model)")
     p.add_argument("--build-dir", default="build/gather", help="where RTL builds are kept")
+    _lanes_arg(p)
     p.set_defaults(func=cmd_gather)
 
     train_command.add_parser(sub)  # hotline train (sw/cli/train_command.py)
@@ -345,12 +348,13 @@ def cmd_gather(args):
     ds = _load(args)
     res = gather_run(ds, k, args.batch_size, args.dim or 16, args.backend, args.profile_fraction,
                      args.data_width, args.banks, args.busy, args.build_dir, args.max_samples,
-                     args.verify)
+                     args.verify, lanes=args.lanes)
     for n in res["notes"]:
         say(f"hotline: note: {n}")
     write_json(args.json, res)
     print(table([("data", res["data"]), ("backend", res["backend"]), ("samples", res["samples"]),
                  ("batches", res["batches"]), ("hot rows", res["hot_rows"]),
+                 ("lookup lanes", res["lanes"]),
                  ("row bytes / bus bits", f"{res['row_bytes']} / {res['data_width']}"),
                  ("rows gathered", res["rows_gathered"]), ("rows scattered", res["rows_scattered"]),
                  ("mismatched staging rows", res["mismatched_rows"]),

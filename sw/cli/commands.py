@@ -176,8 +176,8 @@ def rtl_fragment(backend, config, insert_keys, keys, offsets, batch_size, run, p
                  progress, build_dir, rtl_cache=None, waves=False):
     """Run the Fragmenter RTL and check it against the model run; the RTL-only JSON fields."""
     # lazy: Amaranth elaboration only for the RTL backends
-    from hotline.sim.fragmenter_run import FragmenterSim, RTLMismatch, beat_counts, compare, \
-        expected_streams
+    from hotline.sim.fragmenter_run import FragmenterSim, RTLMismatch, beat_counts, beat_cycles, \
+        compare, expected_streams
     # lazy: as above
     from hotline.sim.harness import HarnessError
 
@@ -195,8 +195,10 @@ def rtl_fragment(backend, config, insert_keys, keys, offsets, batch_size, run, p
     except RTLMismatch as e:
         raise HotlineError(f"RTL ({backend}) and model disagree: {e}") from None
     lookups = int(run.counters.lookups)
+    schedule = beat_cycles(run, config.lanes, config)
     return {"cycles": cycles, "lookups_per_cycle": lookups / cycles if cycles else 0.0,
-            "lanes": config.lanes,
+            "lanes": config.lanes, "schedule_cycles": schedule,
+            "cycles_over_schedule": cycles / schedule if schedule else 0.0,
             "lookups_per_cycle_per_lane": lookups / cycles / config.lanes if cycles else 0.0,
             "rtl_checked_against_model": True, "sim_seconds": seconds,
             "simulated_cycles_per_second": cycles / seconds if seconds else 0.0,
@@ -223,6 +225,8 @@ def fragment_table_rows(result):
         rows += [("cycles", result["cycles"]),
                  ("lookups / cycle", f"{result['lookups_per_cycle']:.4f} "
                                      f"({result['lanes']} lanes)"),
+                 ("cycles / schedule", f"{result['cycles_over_schedule']:.4f} "
+                                       f"(schedule {result['schedule_cycles']:,})"),
                  ("simulated cycles / s", f"{result['simulated_cycles_per_second']:,.0f}"),
                  ("every output beat = model", "yes")]
     return rows

@@ -38,13 +38,20 @@ def lane_groups(eob, lanes: int) -> np.ndarray:
     return np.cumsum(pos % lanes == 0) - 1
 
 
-def learner_sample(keys, sample_offsets, lanes: int, phase: int = 0):
-    """(the keys the access learner counts of one batch, the phase after it) on an accelerator
-    with ``lanes`` lanes: every non-empty lookup at one lane; else the lookups of every L-th
-    lane beat, ``phase`` being the beats since the learner started, mod L (the learner takes
-    one key per cycle)."""
+def learner_sample(keys, sample_offsets, lanes: int, state=None):
+    """(the keys the access learner counts of one batch, the state after it) on an accelerator
+    with ``lanes`` lanes: every non-empty lookup at one lane. Else (the learner takes one key
+    per cycle) the lookups of one lane beat in L: in the b-th batch since the learner started,
+    the beats k (from 0 in the batch) with k = b mod L, except one that comes fewer than L
+    beats after the last beat taken. ``state`` (None at the learner's start): (b mod L, beats
+    since the last beat taken, at most L - 1)."""
+    batch, since = state if state is not None else (0, lanes - 1)
     _, _, eob, empty = lookup_beats(keys, sample_offsets, len(sample_offsets) - 1)
     group = lane_groups(eob, lanes)
     beats = int(group[-1]) + 1 if len(group) else 0
-    take = ((group + phase) % lanes == 0)[~empty]
-    return np.asarray(keys)[take], (phase + beats) % lanes
+    taken = np.arange(batch, beats, lanes)
+    if taken.size and since + taken[0] < lanes - 1:
+        taken = taken[1:]
+    since = min(lanes - 1, beats - 1 - int(taken[-1]) if taken.size else since + beats)
+    take = np.isin(group, taken)[~empty]
+    return np.asarray(keys)[take], ((batch + (beats > 0)) % lanes, since)

@@ -309,7 +309,7 @@ COUNTERS = (
     ("AXI_ERRORS", "dma", "AXI4 master responses other than OKAY."),
     ("LEARNER_DROPPED", "learner", "Lookups the access learner could not count."),
     ("LEARNER_COUNTED", "learner", "Lookups the access learner took since its last clear "
-     "(with L > 1 lanes those of every L-th lookups beat; wraps at 2^32)."),
+     "(with L > 1 lanes those of one lookups beat in L, rotating per batch; wraps at 2^32)."),
 )
 
 # The Fragmenter's counters, as its `counters` port names them.

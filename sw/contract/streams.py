@@ -218,20 +218,24 @@ def lane_pack(layout: data.StructLayout, group, **arrays) -> list:
     lane = np.arange(n) - starts[beat_of]
     if lane.max() >= lanes:
         raise ValueError(f"more than {lanes} entries in a lane beat")
-    out = np.zeros(len(starts), object)
+    kind = _word_kind(layout)
+    word = int if kind is object else kind
+    out = np.zeros(len(starts), kind)
+    cells = np.zeros((len(starts), lanes), kind)   # one field of each lane of each beat
     for name, offset, width in entry:
         if name in arrays:
-            v = (np.asarray(arrays[name]).astype(np.int64) & ((1 << width) - 1)).astype(object)
-            np.add.at(out, beat_of, v << (offset + lane * width).astype(object))
+            cells[beat_of, lane] = np.asarray(arrays[name]).astype(np.int64) & ((1 << width) - 1)
+            shifts = np.array([word(offset + k * width) for k in range(lanes)], kind)
+            out += (cells << shifts).sum(axis=1, dtype=kind)
     last_entry = np.r_[starts[1:], n] - 1
     for name, offset, width in beat:
         if name in arrays:
             v = np.asarray(arrays[name]).astype(np.int64)[last_entry] & ((1 << width) - 1)
-            out += v.astype(object) << offset
+            out += v.astype(kind) << word(offset)
     last_offset = _last_offset(layout)
     if last_offset is not None:
-        out += (lane[last_entry]).astype(object) << last_offset
-    return [int(x) for x in out]
+        out += (lane[last_entry]).astype(kind) << word(last_offset)
+    return out.tolist()
 
 
 def pack_lookups(layout: data.StructLayout, keys, sample_offsets, batch_size) -> list:
@@ -246,16 +250,26 @@ def lane_unpack(layout: data.StructLayout, values) -> tuple[dict, np.ndarray]:
     """({field: int64 array per entry}, the beat of each entry) of lane beats ``values``; a
     beat field is repeated for each entry of its beat."""
     entry, beat, lanes = _lane_fields(layout)
-    v = np.array([int(x) for x in values] + [0], object)[:-1]
+    kind = _word_kind(layout)
+    word = int if kind is object else kind
+    v = np.array([int(x) for x in values] + [0], kind)[:-1]
+
+    def field(offset, width):
+        return ((v >> word(offset)) & word((1 << width) - 1)).astype(np.int64)
     last_offset = _last_offset(layout)
-    count = (((v >> last_offset) & ((1 << ceil_log2(lanes)) - 1)).astype(np.int64) + 1
+    count = (field(last_offset, ceil_log2(lanes)) + 1
              if last_offset is not None and len(v) else np.ones(len(v), np.int64))
     take = np.arange(lanes)[None, :] < count[:, None]
     cols = {}
     for name, offset, width in entry:
-        per_lane = [((v >> (offset + k * width)) & ((1 << width) - 1)).astype(np.int64)
-                    for k in range(lanes)]
+        per_lane = [field(offset + k * width, width) for k in range(lanes)]
         cols[name] = np.stack(per_lane, axis=1)[take] if len(v) else np.zeros(0, np.int64)
     for name, offset, width in beat:
-        cols[name] = np.repeat(((v >> offset) & ((1 << width) - 1)).astype(np.int64), count)
+        cols[name] = np.repeat(field(offset, width), count)
     return cols, np.repeat(np.arange(len(v)), count)
+
+
+def _word_kind(layout):
+    """The numpy type that holds a whole beat of ``layout``: uint64 (fast) up to 64 bits,
+    else Python ints."""
+    return np.uint64 if layout.size <= 64 else object

@@ -527,7 +527,7 @@ class ModelDevice(Device):
         else:
             self._learner.clear()
         self._counting = True
-        self._learner_phase = 0     # lane beats since the start, mod lanes (learner_sample)
+        self._learner_state = None  # learner_sample's, from the start
 
     def _learner_stop(self):
         self._counting = False
@@ -536,8 +536,8 @@ class ModelDevice(Device):
 
     def _push(self, batch_id, keys, offsets):
         if self._counting:
-            counted, self._learner_phase = learner_sample(keys, offsets, self.config.lanes,
-                                                          self._learner_phase)
+            counted, self._learner_state = learner_sample(keys, offsets, self.config.lanes,
+                                                          self._learner_state)
             self._learner.update(counted)
         before = Counters(**self._model.counters.as_dict())
         run = self._model.fragment(keys, offsets, len(offsets) - 1)

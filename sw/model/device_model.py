@@ -170,18 +170,18 @@ class FragmentRun:
                 "cold_keys": self.cold_keys[self.cold_offsets[b]:self.cold_offsets[b + 1]]}
 
     def beat_groups(self, lanes):
-        """(the ``lookups`` lane beat of each lookup beat, its eos, its empty flag) with
+        """(the ``lookups`` lane beat of each lookup beat, its eos, eob and empty flags) with
         ``lanes`` lanes (`hotline.contract.beats`)."""
         _, eos, eob, empty = lookup_beats(np.zeros(int(self.sample_offsets[-1]), np.uint32),
                                           self.sample_offsets, self.batch_size)
-        return lane_groups(eob, lanes), eos, empty
+        return lane_groups(eob, lanes), eos, eob, empty
 
     def lane_beats(self, lanes):
         """With ``lanes`` lookup lanes, the Fragmenter's output beat of each entry:
         {"remap": per non-empty lookup, "popular" / "non_popular": per such sample, in order}.
         A ``lookups`` lane beat is answered by at most one beat per stream, holding its
         entries (`hotline.contract.streams`, lane beats)."""
-        group, eos, empty = self.beat_groups(lanes)
+        group, eos, _, empty = self.beat_groups(lanes)
         closing = group[eos]
         return {name: np.unique(g, return_inverse=True)[1].astype(np.int64)
                 for name, g in (("remap", group[~empty]), ("popular", closing[self.popular]),
