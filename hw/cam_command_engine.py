@@ -153,6 +153,7 @@ class CAMCommandEngine(wiring.Component):
         path_len = Signal(range(g.max_kicks + 1))
         cur = Signal(path_layout, reset_less=True)
         target = Signal(path_layout, reset_less=True)
+        victim_key = Signal(g.key_width, reset_less=True)
         same_bucket = Signal(g.max_kicks)
         on_path_r = Signal(ways)
         found_r = [Signal(ways, name=f"found{t}") for t in tables]
@@ -392,15 +393,14 @@ class CAMCommandEngine(wiring.Component):
                 path_valid.eq(Cat(C(1, 1), path_valid)),
                 path_len.eq(path_len + 1),
                 kicks.eq(kicks + 1),
+                victim_key.eq(selected_key),
             ]
             goto("VICTIM_HASH")
 
         # Both of the victim's buckets are registered, then the other table's one is selected
-        # (timing: the hash and the select took a cycle together). The victim's key is the
-        # write data register's now, which PUSH loaded from the key select (timing: a register
-        # of its own, loaded there too, was a second far end of the 17-way select: 10.01 ns).
+        # (timing: the hash and the select took a cycle together).
         with state("VICTIM_HASH"):
-            m.d.sync += [victim_home[t].eq(g.hash(t, wr_data.key)) for t in tables]
+            m.d.sync += [victim_home[t].eq(g.hash(t, victim_key)) for t in tables]
             m.d.sync += cur.table.eq(~cur.table)
             goto("WALK_ADDR")
 
