@@ -47,12 +47,15 @@ from .axi_quiesce import AXI4Quiesce
 from .batch_key_merge import BatchKeyMerge
 from .buffered_fifo import BufferedFIFO
 from .csr import CSRBank
+from .fifo_room import fifo_room
 from .fragmenter import Fragmenter
 from .onehot import lowest_one_hot, one_hot_select
 from .lagged_counter import lagged_count
 from .register_slice import RegisterSlice
+from .replica import replica
 from .row_dma import RowDMA
 from .stream_fork import StreamFork
+from .up_down import up_down
 
 __all__ = ["HotlineAccelerator"]
 
@@ -67,6 +70,8 @@ class HotlineAccelerator(wiring.Component):
     `hotline.contract.streams.stream_layouts` of that configuration.
     """
     CMD_DEPTH = 16
+    # The core's parts with a soft reset register each (see elaborate); "glue": the rest.
+    RESET_GROUPS = ("fragmenter", "learner", "dma", "csr", "glue")
 
     @classmethod
     def from_config(cls, config: AcceleratorConfig, data_width=64, addr_width=32, num_tables=32,
@@ -119,14 +124,16 @@ class HotlineAccelerator(wiring.Component):
         top.submodules.quiesce = quiesce = AXI4Quiesce(d.addr_width, d.data_width)
         wiring.connect(top, quiesce.s, wiring.flipped(self.bus))
         lite = AXI4LiteSignature(CSR_ADDR_WIDTH).create(path=("core_axil",))
-        requested, soft_rst, cleared = Signal(), Signal(), Signal()
+        requested, soft_rst, cleared = (Signal(name=n) for n in ("soft_reset_requested",
+                                                                 "soft_rst", "soft_cleared"))
         soft = {"request": Signal(), "learner_clear": cleared,
                 "busy": Signal(name="soft_reset_busy")}
         axil = self.axil
-        lite_reads, lite_writes = Signal(2), Signal(2)
+        lite_reads, lite_writes = Signal(2, name="lite_reads"), Signal(2, name="lite_writes")
         ar, aw = axil.arvalid & axil.arready, axil.awvalid & axil.awready
         r, b = axil.rvalid & axil.rready, axil.bvalid & axil.bready
-        top.d.sync += [lite_reads.eq(lite_reads + ar - r), lite_writes.eq(lite_writes + aw - b)]
+        top.d.sync += [lite_reads.eq(up_down(lite_reads, ar, r)),
+                       lite_writes.eq(up_down(lite_writes, aw, b))]
         for name, member in lite.signature.members.items():
             src, dst = (axil, lite) if member.flow == Out else (lite, axil)
             value = getattr(src, name)
@@ -135,14 +142,22 @@ class HotlineAccelerator(wiring.Component):
             top.d.comb += getattr(dst, name).eq(value)
         lite_idle = ((lite_reads == 0) & (lite_writes == 0) & ~axil.awvalid & ~axil.wvalid
                      & ~axil.arvalid)
-        top.d.sync += [soft_rst.eq(0), cleared.eq(soft_rst)]
+        # The core's blocks are reset by copies of soft_rst, one each (timing: one register
+        # driving the reset of every block had routes across the die; it was the critical path
+        # at seed 2).
+        resets = {name: replica(1, f"soft_rst_{name}") for name in self.RESET_GROUPS}
+        top.d.sync += [soft_rst.eq(0), cleared.eq(soft_rst), *(r.eq(0) for r in resets.values())]
+        # quiet, registered (timing: the gate's in-flight counts reached the reset decision);
+        # once quiet, the gate stays so while it holds, so a cycle late is as good.
+        quiet = Signal(name="soft_quiet")
+        top.d.sync += quiet.eq(quiesce.quiet)
         with top.If(soft["request"]):
             top.d.sync += requested.eq(1)
-        with top.Elif(requested & quiesce.quiet & lite_idle):
-            top.d.sync += [requested.eq(0), soft_rst.eq(1)]
+        with top.Elif(requested & quiet & lite_idle):
+            top.d.sync += [requested.eq(0), soft_rst.eq(1), *(r.eq(1) for r in resets.values())]
         top.d.comb += [quiesce.hold.eq(requested | soft_rst),
                        soft["busy"].eq(requested | soft_rst | cleared)]
-        top.submodules.core = ResetInserter(soft_rst)(self._core(quiesce.m, lite, soft))
+        top.submodules.core = self._core(quiesce.m, lite, soft, resets)
         return top
 
     def _resp_word(self, resp):
@@ -190,16 +205,17 @@ class HotlineAccelerator(wiring.Component):
         with m.Else():
             m.d.sync += left.eq(left & ~lane)
 
-    def _core(self, bus, axil, soft):
+    def _core(self, bus, axil, soft, resets):
         """Everything the soft reset resets: the blocks, the CSR bank and their glue, on
         ``bus`` (the quiesce gate's master side) and ``axil``; ``soft``: the reset's request
-        (out), its learner clear (in) and its busy flag (in, for STATUS.resetting)."""
-        m = Module()
-        m.submodules.fragmenter = frag = self.fragmenter
-        m.submodules.learner = learner = self.learner
-        m.submodules.dma = dma = self.dma
+        (out), its learner clear (in) and its busy flag (in, for STATUS.resetting);
+        ``resets``: the soft reset of each of `RESET_GROUPS` (the glue: the rest)."""
+        core, m = Module(), Module()
+        frag, learner, dma, csr = self.fragmenter, self.learner, self.dma, self.csr
+        for name, block in (("fragmenter", frag), ("learner", learner), ("dma", dma),
+                            ("csr", csr), ("glue", m)):
+            core.submodules[name] = ResetInserter(resets[name])(block)
         m.submodules.merge = merge = self.merge
-        m.submodules.csr = csr = self.csr
         m.submodules.fork = fork = StreamFork(self.merge.out_layout, n=2)
 
         wiring.connect(m, axil, csr.axil)
@@ -240,21 +256,29 @@ class HotlineAccelerator(wiring.Component):
                      gather_keys.i.payload.key.eq(fork.o1.payload.key),
                      gather_keys.i.valid.eq(fork.o1.valid), fork.o1.ready.eq(gather_keys.i.ready)]
         gather = gather_keys.o
+        # And one in front of the engine: the keys' valid, selected by this FSM, reached the
+        # enable of the engine's whole key pipeline (timing: from dma_feed's state, 9.8 ns).
+        m.submodules.dma_keys = dma_keys = RegisterSlice(dma.keys.payload.shape())
+        wiring.connect(m, dma_keys.o, dma.keys)
+        to_dma = dma_keys.i
 
         # ---- DMA engine: gather and scatter batches, one at a time ----------------------
         m.submodules.scatter_cmds = scatter_cmds = BufferedFIFO(width=1, depth=self.CMD_DEPTH)
         m.d.comb += [scatter_cmds.w_en.eq(csr.scatter_cmd_stb),
                      scatter_cmds.w_data.eq(csr.field_of("SCATTER_CMD", "bank"))]
-        # The engine's done records carry no direction: remember each batch's, in order.
+        # The engine's done records carry no direction: remember each batch's, in order. Its
+        # room is registered (`fifo_room`: 30 batches may await their done records; timing:
+        # the FIFO level reached the command handshake and the level itself).
         m.submodules.directions = directions = BufferedFIFO(width=1, depth=32)
+        directions_room = fifo_room(m, directions, "directions")
         gather_bank = Signal()
         banks = csr.field_of("STAGING_BANKS", "banks")
         with m.If(clear_counters):
             m.d.sync += gather_bank.eq(0)
         with m.FSM(name="dma_feed"):
             with m.State("IDLE"):
-                with m.If(~directions.w_rdy):
-                    pass  # 32 batches await their done records: wait for the host to take one
+                with m.If(~directions_room):
+                    pass  # 30 batches await their done records: wait for the host to take one
                 with m.Elif(gather.valid):
                     m.d.comb += [dma.cmd.valid.eq(1), dma.cmd.payload.bank.eq(gather_bank)]
                     with m.If(dma.cmd.ready):
@@ -266,21 +290,24 @@ class HotlineAccelerator(wiring.Component):
                     with m.If(dma.cmd.ready):
                         m.next = "SCATTER"
             with m.State("GATHER"):
-                m.d.comb += [dma.keys.valid.eq(gather.valid), gather.ready.eq(dma.keys.ready),
-                             dma.keys.payload.key.eq(gather.payload.key),
-                             dma.keys.payload.end.eq(gather.payload.end)]
-                with m.If(gather.valid & dma.keys.ready & gather.payload.end):
+                m.d.comb += [to_dma.valid.eq(gather.valid), gather.ready.eq(to_dma.ready),
+                             to_dma.payload.key.eq(gather.payload.key),
+                             to_dma.payload.end.eq(gather.payload.end)]
+                with m.If(gather.valid & to_dma.ready & gather.payload.end):
                     m.d.sync += gather_bank.eq(~gather_bank & (banks == 2))
                     m.next = "IDLE"
             with m.State("SCATTER"):
-                wiring.connect(m, wiring.flipped(self.scatter_keys), dma.keys)
-                with m.If(self.scatter_keys.valid & dma.keys.ready & self.scatter_keys.payload.end):
+                wiring.connect(m, wiring.flipped(self.scatter_keys), to_dma)
+                with m.If(self.scatter_keys.valid & to_dma.ready & self.scatter_keys.payload.end):
                     m.next = "IDLE"
+        # A batch's direction is written when its command is taken, dozens of cycles before its
+        # done record (RowDMA.CMD_TO_KEY + KEY_TO_AR at least), so it is always there to read:
+        # done is not gated by the FIFO's r_rdy (timing: the level reached done's payload).
         m.d.comb += [
             directions.w_en.eq(dma.cmd.valid & dma.cmd.ready),
             directions.w_data.eq(dma.cmd.payload.scatter),
-            self.dma_done.valid.eq(dma.done.valid & directions.r_rdy),
-            dma.done.ready.eq(self.dma_done.ready & directions.r_rdy),
+            self.dma_done.valid.eq(dma.done.valid),
+            dma.done.ready.eq(self.dma_done.ready),
             directions.r_en.eq(dma.done.valid & self.dma_done.ready),
             self.dma_done.payload.rows.eq(dma.done.payload.rows),
             self.dma_done.payload.errors.eq(dma.done.payload.errors),
@@ -302,13 +329,18 @@ class HotlineAccelerator(wiring.Component):
         ]
 
         # ---- CAM command port through the CSRs ------------------------------------------
+        # The response and relocation FIFOs take the engine's beats on a registered room
+        # (`fifo_room`), 2 entries deeper so that CMD_DEPTH of them still fit (timing: their
+        # levels reached the engine's response logic through its ready inputs).
         fifos = {}
         for name, port, layout in (("cmd", frag.cmd, frag.cmd.payload.shape()),
                                    ("resp", frag.resp, frag.resp.payload.shape()),
                                    ("moves", frag.moves, frag.moves.payload.shape())):
-            fifos[name] = fifo = BufferedFIFO(width=layout.size, depth=self.CMD_DEPTH)
+            depth = self.CMD_DEPTH + (2 if name != "cmd" else 0)
+            fifos[name] = fifo = BufferedFIFO(width=layout.size, depth=depth)
             m.submodules[f"cam_{name}_fifo"] = fifo
         cmd_f, resp_f, moves_f = fifos["cmd"], fifos["resp"], fifos["moves"]
+        resp_room, moves_room = fifo_room(m, resp_f, "cam_resp"), fifo_room(m, moves_f, "cam_moves")
         cmd_word = Signal(frag.cmd.payload.shape())
         # Commands from CAM_CMD writes and from cam_cmds beats share the FIFO (a write first).
         cmds = self.cam_cmds
@@ -323,13 +355,17 @@ class HotlineAccelerator(wiring.Component):
         # Responses and relocations: into the CSR FIFOs, or (CONFIG.cam_events) onto
         # cam_events. The engine offers a command's relocations before its response and the
         # next command's only after that response is taken, so relocations first is the order.
-        events, to_stream = self.cam_events, config[2]
+        # CONFIG.cam_events, registered (timing: from the CSR bank, it reached the engine's
+        # response logic through the ready inputs); it takes effect a cycle after its write.
+        events, to_stream = self.cam_events, Signal(name="cam_events_on")
+        m.d.sync += to_stream.eq(config[2])
         m.d.comb += [
-            resp_f.w_data.eq(frag.resp.payload), resp_f.w_en.eq(frag.resp.valid & ~to_stream),
+            resp_f.w_data.eq(frag.resp.payload),
+            resp_f.w_en.eq(frag.resp.valid & ~to_stream & resp_room),
             moves_f.w_data.eq(frag.moves.payload),
-            moves_f.w_en.eq(frag.moves.valid & ~to_stream),
-            frag.resp.ready.eq(Mux(to_stream, events.ready & ~frag.moves.valid, resp_f.w_rdy)),
-            frag.moves.ready.eq(Mux(to_stream, events.ready, moves_f.w_rdy)),
+            moves_f.w_en.eq(frag.moves.valid & ~to_stream & moves_room),
+            frag.resp.ready.eq(Mux(to_stream, events.ready & ~frag.moves.valid, resp_room)),
+            frag.moves.ready.eq(Mux(to_stream, events.ready, moves_room)),
             events.valid.eq(to_stream & (frag.resp.valid | frag.moves.valid)),
             events.payload.move.eq(frag.moves.valid),
             events.payload.word.eq(Mux(frag.moves.valid, self._move_word(frag.moves.payload),
@@ -409,4 +445,4 @@ class HotlineAccelerator(wiring.Component):
         }
         for name, value in counters.items():
             m.d.comb += getattr(csr, name).eq(value)
-        return m
+        return core

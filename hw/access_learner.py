@@ -96,9 +96,10 @@ class AccessLearner(wiring.Component):
     Timing: one key per cycle, 8 cycles from transfer to write-back. A key transferred in
     cycle t is hashed in t+1, addresses its bucket in t+2 (and is checked against the hazard
     window), gets its verdict and finds the in-flight updates of its bucket in t+3, has the
-    bucket word in t+5 (block RAM, its output register, a fabric register), compares keys
-    and counts in t+5, finds the minimum and picks its way in t+6, computes count + 1 in t+7
-    and writes in t+8.
+    bucket word in t+5 (block RAM, its output register, a fabric register), compares key
+    bytes and count halves in t+4 (from the output register) and completes the compares in
+    t+5, finds the minimum and picks its way in t+6, computes count + 1 in t+7 and writes in
+    t+8.
     The updates of the 6 keys ahead of it reach the block RAM too late for its read; under
     the hazard rule those of its bucket carry its own key, so it takes the youngest one's way
     and count + 1 (a forward from the write stage or the 5 result registers after it): the
@@ -151,6 +152,7 @@ class AccessLearner(wiring.Component):
             m.d.comb += [lane.read_addr.eq(read_addr[w]), lane.write_addr.eq(write_addr[w]),
                          lane.write_en.eq(write_en[w]), lane.write_data.eq(write_data)]
         word = data.ArrayLayout(self.entry, ways)(Cat(lane.read_data for lane in lanes))
+        early = data.ArrayLayout(self.entry, ways)(Cat(lane.read_early for lane in lanes))
 
         window = Signal()
         with m.If(self.stop):
@@ -220,19 +222,35 @@ class AccessLearner(wiring.Component):
         # t+4: the table's registers carry the word away from the block RAM.
         s5 = stage("s5", s4.valid, key=s4.key, bucket=s4.bucket, fwd=s4.fwd)
 
+        # t+4: the bucket word at the block RAMs' output registers (``read_early``): the
+        # equality of each key byte, and the pairwise compares of the counts' halves,
+        # registered (timing: whole key and count compares from the word in t+5 were critical
+        # paths at every seed). Each way compares with its own copy of the key (timing: one
+        # register fanned out to the compares beside all the ways' block RAMs).
+        match_key = [replica(key_bits, f"s4_key{w}") for w in range(ways)]
+        m.d.sync += [k.eq(s3.key) for k in match_key]
+        parts = [(lo, min(lo + 8, key_bits)) for lo in range(0, key_bits, 8)]
+        key_parts = [Signal(len(parts), name=f"s5_key_parts{w}") for w in range(ways)]
+        m.d.sync += [key_parts[w].eq(Cat(early[w].key[lo:hi] == match_key[w][lo:hi]
+                                         for lo, hi in parts)) for w in range(ways)]
+        pairs = [(w, v) for w in range(ways) for v in range(w)]
+        half = count_bits // 2
+        # per pair (w, v): high half of w's count below v's, high halves equal, low half below
+        halves = Signal(3 * len(pairs), name="s5_count_halves")
+        m.d.sync += halves.eq(Cat(
+            Cat(early[w].count[half:] < early[v].count[half:],
+                early[w].count[half:] == early[v].count[half:],
+                early[w].count[:half] < early[v].count[:half]) for w, v in pairs))
+
         # t+5: the bucket word; hits and every pairwise count comparison, registered (timing:
         # the minimum's AND after the compares' carry chains was a critical path).
-        # Each way compares with its own copy of the key (timing: one register fanned out to
-        # the compares beside all the ways' block RAMs).
-        match_key = [replica(key_bits, f"s5_key{w}") for w in range(ways)]
-        m.d.sync += [k.eq(s4.key) for k in match_key]
-        hits = Cat(word[w].valid & (word[w].key == match_key[w]) for w in range(ways))
-        pairs = [(w, v) for w in range(ways) for v in range(w)]
+        hits = Cat(word[w].valid & key_parts[w].all() for w in range(ways))
+        below = [halves[3 * i] | halves[3 * i + 1] & halves[3 * i + 2] for i in range(len(pairs))]
         # Every count travels with its flag "all ones" (``full``), found beside the compares
         # here and kept up to date with each increment, so a saturating increment needs no
         # all-ones test in front of its carry chain (timing: that was the loop through r1).
         s6 = stage("s6", s5.valid, key=s5.key, bucket=s5.bucket, fwd=s5.fwd, hits=hits,
-                   lower=Cat(word[w].count < word[v].count for w, v in pairs),
+                   lower=Cat(below),
                    counts=Cat(word[w].count for w in range(ways)),
                    full=Cat(word[w].count.all() for w in range(ways)))
 

@@ -26,6 +26,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .axi import AXI4Signature
+from .up_down import up_down
 
 __all__ = ["AXI4Quiesce"]
 
@@ -54,7 +55,7 @@ class AXI4Quiesce(wiring.Component):
                          getattr(mst, f"{ch}ready").eq(getattr(slv, f"{ch}ready") & ~c)]
 
         n = self.max_in_flight
-        reads, writes = Signal(range(n + 1)), Signal(range(n + 1))
+        reads, writes = Signal(range(n + 1), name="reads"), Signal(range(n + 1), name="writes")
         w_ahead = Signal(range(-n, n + 1))  # W bursts completed minus AWs taken
         w_mid = Signal()                    # a W burst has begun and not ended
         ar = slv.arvalid & slv.arready
@@ -63,9 +64,9 @@ class AXI4Quiesce(wiring.Component):
         r_last = slv.rvalid & slv.rready & slv.rlast
         b = slv.bvalid & slv.bready
         w_ahead_next, w_mid_next = Signal.like(w_ahead), Signal()
-        m.d.comb += [w_ahead_next.eq(w_ahead + (w & mst.wlast) - aw),
+        m.d.comb += [w_ahead_next.eq(up_down(w_ahead, w & mst.wlast, aw)),
                      w_mid_next.eq(Mux(w, ~mst.wlast, w_mid))]
-        m.d.sync += [reads.eq(reads + ar - r_last), writes.eq(writes + aw - b),
+        m.d.sync += [reads.eq(up_down(reads, ar, r_last)), writes.eq(up_down(writes, aw, b)),
                      w_ahead.eq(w_ahead_next), w_mid.eq(w_mid_next)]
 
         # A channel may close where the slave is not mid-offer. W never closes inside a burst,

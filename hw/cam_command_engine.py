@@ -20,7 +20,6 @@ Timing: ``cmd.ready`` = idle and no response waiting. A valid ``cmd`` blocks new
 reset the engine clears the tables (``buckets`` cycles) before it is idle.
 """
 from contextlib import contextmanager
-from types import SimpleNamespace
 
 from amaranth import *
 from amaranth.lib import data, stream, wiring
@@ -105,7 +104,8 @@ class CAMCommandEngine(wiring.Component):
         waits = BucketTable.LATENCY
         home_waits = waits + CAMLookupPipeline.MATCH_LATENCY - 1
         states = ["CLEAR", "IDLE", "HOME_READ", *(f"HOME_WAIT{i}" for i in range(home_waits)),
-                  "HOME_MATCH", "HOME_DECODE", "HOME_EVAL", "MASK", "MASK_WAYS", "CHOOSE", "PUSH",
+                  "HOME_MATCH", "HOME_DECODE", "HOME_SLOT", "HOME_EVAL", "MASK", "MASK_WAYS", "CHOOSE", "SELECT",
+                  "PUSH",
                   "VICTIM_HASH", "WALK_ADDR", "WALK_READ", *(f"WALK_WAIT{i}" for i in range(waits)),
                   "WALK_EVAL", "STASH",
                   "MOVE_READ", *(f"MOVE_WAIT{i}" for i in range(waits)), "MOVE_WRITE", "PLACE"]
@@ -287,28 +287,42 @@ class CAMCommandEngine(wiring.Component):
         settle("HOME_WAIT", "HOME_MATCH", count=home_waits)
 
         # The key compares (the lookup pipeline's, into way_hit), then what follows from
-        # them, get a cycle each, so HOME_EVAL only decides, from flip-flops.
+        # them, get a cycle each (two for the hit's slot), so HOME_EVAL only decides, from
+        # flip-flops.
+        # The stash compare in two steps, run every cycle: the equality of each key part, then
+        # their AND in HOME_MATCH (timing: in one cycle it was a late path). The command's key
+        # and the stash do not change from IDLE to HOME_MATCH, several cycles later.
+        parts = CAMLookupPipeline.key_parts(g)
+        stash_parts = Signal(g.stash * len(parts))
+        m.d.sync += stash_parts.eq(Cat(stash_key[i][lo:hi] == match_key[1][lo:hi]
+                                       for i in range(g.stash) for lo, hi in parts))
         with state("HOME_MATCH"):
-            m.d.sync += in_stash_r.eq(Cat(g.stash_match(stash_valid, stash_key, match_key[1])))
+            m.d.sync += in_stash_r.eq(Cat(
+                stash_valid[i] & stash_parts.word_select(i, len(parts)).all()
+                for i in range(g.stash)))
             goto("HOME_DECODE")
 
         with state("HOME_DECODE"):
-            found = list(way_hit[0]) + list(way_hit[1])
-            hit_table = way_hit[1].any()
             m.d.sync += [found_r[t].eq(way_hit[t]) for t in tables]
-            hit_way = _first(found)[1][:way_bits]
-            stash_index = _first(list(in_stash_r))[1]
             m.d.sync += [
-                in_table_r.eq(Cat(found).any()),
+                in_table_r.eq(Cat(way_hit[0], way_hit[1]).any()),
                 in_stash_any.eq(in_stash_r.any()),
-                hit_slot_r.eq(Mux(Cat(found).any(),
-                                  g.slot(hit_table, home[hit_table], hit_way),
-                                  g.stash_slot(0) + stash_index)),
             ]
             for t in tables:
                 free, free_way = _first([~bucket_data[t][w].valid for w in range(ways)])
                 m.d.sync += [free_r[t].eq(free),
                              free_slot_r[t].eq(Cat(free_way, home[t], C(t, 1)))]
+            goto("HOME_SLOT")
+
+        # The hit's slot, from the registered hits (timing: decoded straight from way_hit, it
+        # was the critical path).
+        with state("HOME_SLOT"):
+            found = list(found_r[0]) + list(found_r[1])
+            hit_table = found_r[1].any()
+            hit_way = _first(found)[1][:way_bits]
+            stash_index = _first(list(in_stash_r))[1]
+            m.d.sync += hit_slot_r.eq(Mux(in_table_r, g.slot(hit_table, home[hit_table], hit_way),
+                                          g.stash_slot(0) + stash_index))
             goto("HOME_EVAL")
 
         with state("HOME_EVAL"):
@@ -338,8 +352,8 @@ class CAMCommandEngine(wiring.Component):
 
         # Ways of the current bucket already on the path are not candidates, so every key
         # moves at most once and the search never needs to modify the table. The mask (two
-        # steps), the choice and the push each take a cycle to keep the path logic off the
-        # critical path.
+        # steps), the choice, the victim's key select and the push each take a cycle to keep
+        # the path logic off the critical path.
         with state("MASK"):
             m.d.sync += same_bucket.eq(Cat(
                 path_valid[j] & (path[j].table == cur.table) & (path[j].bucket == cur.bucket)
@@ -363,10 +377,14 @@ class CAMCommandEngine(wiring.Component):
             with m.If(path_valid[-1] | ~avail):
                 goto("STASH")
             with m.Else():
-                chosen = Mux(late, late_way, first_way)
-                m.d.sync += cur.way.eq(chosen)
-                select_key(SimpleNamespace(way=chosen, table=cur.table))
-                goto("PUSH")
+                m.d.sync += cur.way.eq(Mux(late, late_way, first_way))
+                goto("SELECT")
+
+        # The victim's key select is loaded from the registered choice (timing: the priority
+        # chains, then the select's decode and its state mux, were a critical path).
+        with state("SELECT"):
+            select_key(cur)
+            goto("PUSH")
 
         with state("PUSH"):
             m.d.sync += [

@@ -28,6 +28,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .output_queue import OutputQueue
+from .replica import replica
 
 __all__ = ["CAMEngineSignature", "CAMLookupPipeline"]
 
@@ -68,6 +69,12 @@ class CAMLookupPipeline(wiring.Component):
                  "user": user_width}))),
         }
 
+    @classmethod
+    def key_parts(cls, g):
+        """The (lo, hi) bit ranges of a key compared apart (``MATCH_PART`` bits each)."""
+        return [(lo, min(lo + cls.MATCH_PART, g.key_width))
+                for lo in range(0, g.key_width, cls.MATCH_PART)]
+
     def __init__(self, g, user_width, queue_depth, lanes=1):
         self.g, self.user_width, self.queue_depth, self.lanes = g, user_width, queue_depth, lanes
         super().__init__({
@@ -85,8 +92,7 @@ class CAMLookupPipeline(wiring.Component):
         m.d.comb += self.lookup.ready.eq(room & eng.idle & ~eng.cmd_pending)
 
         buckets = data.ArrayLayout(g.bucket_bits, 2)
-        parts = [(lo, min(lo + self.MATCH_PART, g.key_width))
-                 for lo in range(0, g.key_width, self.MATCH_PART)]
+        parts = self.key_parts(g)
 
         def stage(name, **fields):
             # The beat's user sideband and each lane's ``fields``; data registers have no
@@ -156,8 +162,13 @@ class CAMLookupPipeline(wiring.Component):
                 queue.i.payload.hit[lane].eq(Cat(l5.way_hit[0], l5.way_hit[1], l5.stash_hit).any()),
                 queue.i.payload.slot[lane].eq(slot),
             ]
+        # The engine's copy of lane 0's way hits (timing: one register serving the engine's
+        # decode and the result's hit and slot was pulled between them; both paths were late).
+        engine_hit = replica(len(s5.lane[0].way_hit.as_value()), "engine_way_hit")
+        m.d.sync += engine_hit.eq(Cat(s4.lane[0].match[t][w].all()
+                                      for t in tables for w in range(g.ways)))
         m.d.comb += [
-            eng.way_hit.eq(s5.lane[0].way_hit),
+            eng.way_hit.eq(engine_hit),
             queue.i.valid.eq(valid[5]),
             queue.i.payload.user.eq(s5.user),
         ]

@@ -225,13 +225,18 @@ class ColdKeySet(wiring.Component):
         compared = data.StructLayout({"hit": ways, "live": ways,
                                       "slot": data.ArrayLayout(self.slot_width, ways)})
         cr = [Signal(compared, name=f"compared{t}", reset_less=True) for t in tables]
+        # Each table, and the stash, compares with its own copy of sc's key (timing: the key
+        # register, pulled towards both tables' block RAMs, made the compares at s1 and sc
+        # late).
+        sc_key = [replica(self.key_width, f"sc_key{t}") for t in ("0", "1", "_stash")]
+        m.d.sync += [k.eq(s[-4].key) for k in sc_key]
         for t in tables:
             word = Array(bank.read_data for bank in table[t])[sc.bucket[t][low_bits:]]
             word = self.bucket_layout(word)
             for w in range(ways):
                 live = word[w].epoch == sc.epoch
                 m.d.sync += [cr[t].live[w].eq(live),
-                             cr[t].hit[w].eq(live & (word[w].key == sc.key)),
+                             cr[t].hit[w].eq(live & (word[w].key == sc_key[t])),
                              cr[t].slot[w].eq(word[w].slot)]
 
         # Match (sm): the ways' comparisons, the stash, and the outcomes of the beats
@@ -279,7 +284,7 @@ class ColdKeySet(wiring.Component):
         # matching entry stays as it is until this beat decides.
         stash_hit = Signal(self.stash, reset_less=True)
         stash_ok = ~(vd & sd.eob) & ~(valid[-2] & sm.eob)
-        m.d.sync += stash_hit.eq(Cat(stash_ok & stash_valid[i] & (stash_key[i] == sc.key)
+        m.d.sync += stash_hit.eq(Cat(stash_ok & stash_valid[i] & (stash_key[i] == sc_key[2])
                                      for i in range(self.stash)))
         for i in range(self.stash):
             hit_any.append(stash_hit[i])

@@ -46,6 +46,7 @@ from amaranth.lib.wiring import In, Out
 from hotline.contract.regmap import RegisterMap
 
 from .axi import AXI4LiteSignature, AXIResp
+from .onehot import one_hot_select
 
 __all__ = ["CSRBank", "OKAY", "SLVERR"]
 
@@ -204,13 +205,17 @@ class CSRBank(wiring.Component):
         readable = {(r.offset >> 2) + i: (r, i) for r in self._regmap for i in range(r.words)}
         groups = sorted({w >> self.READ_GROUP_BITS for w in readable})
         level1 = {g: Signal(32, name=f"read_group{g}", reset_less=True) for g in groups}
-        reading, read_group, read_err = Signal(), Signal(aw), Signal()
+        # The second level's select is one-hot, none set on an error (timing: a binary group
+        # number decoded in front of the mux was a critical path).
+        reading, read_group, read_err = Signal(), Signal(len(groups)), Signal()
         m.d.comb += do_read.eq(ar_got & ~rvalid & ~reading)
         # Only the addressed group's register loads (timing: clearing them all made a
         # 640-flip-flop reset net of the read strobe); an error reads 0 at the second level.
         with m.If(do_read):
             m.d.sync += [ar_got.eq(0), reading.eq(1), read_err.eq(~ar_hit.any()),
-                         read_group.eq(ar_addr[word] >> self.READ_GROUP_BITS)]
+                         read_group.eq(Cat(Cat(ar_hit[hit[w]] for w in readable
+                                               if w >> self.READ_GROUP_BITS == g).any()
+                                           for g in groups))]
             for w, (r, i) in readable.items():
                 with m.If(ar_hit[hit[w]]):
                     dst = level1[w >> self.READ_GROUP_BITS]
@@ -228,9 +233,5 @@ class CSRBank(wiring.Component):
                         m.d.sync += dst.eq(0)
         with m.If(reading):
             m.d.sync += [reading.eq(0), rvalid.eq(1), rresp.eq(Mux(read_err, SLVERR, OKAY)),
-                         rdata.eq(0)]
-            with m.Switch(read_group):
-                for g, v in level1.items():
-                    with m.Case(g):
-                        m.d.sync += rdata.eq(Mux(read_err, 0, v))
+                         rdata.eq(one_hot_select(read_group, list(level1.values())))]
         return m

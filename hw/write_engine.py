@@ -128,14 +128,17 @@ class WriteEngine(wiring.Component):
         with m.If(done_fire):
             m.d.sync += self.done.valid.eq(0)
         batch_end = complete & ev.eob
+        # The counts + 1 come from their registers alone, the late handshake selects (timing:
+        # it was the carry-in of the adders behind the done payload).
+        rows_next = Mux(add_row, batch_rows + 1, batch_rows)
+        errors_next = Mux(add_err, batch_errors + 1, batch_errors)
         with m.If(batch_end):
             m.d.sync += [self.done.valid.eq(1),
-                         self.done.payload.rows.eq(batch_rows + add_row),
-                         self.done.payload.errors.eq(batch_errors + add_err),
+                         self.done.payload.rows.eq(rows_next),
+                         self.done.payload.errors.eq(errors_next),
                          batch_rows.eq(0), batch_errors.eq(0)]
         with m.Else():
-            m.d.sync += [batch_rows.eq(batch_rows + add_row),
-                         batch_errors.eq(batch_errors + add_err)]
+            m.d.sync += [batch_rows.eq(rows_next), batch_errors.eq(errors_next)]
 
         # ---- batches in flight ---------------------------------------------------------------
         pending = Signal(16)   # batches begun whose done was not taken yet
