@@ -25,11 +25,11 @@ from hotline.contract.keys import make_keys
 from hotline.data.readers import load_dataset, real_data_files, shared_data_dir
 from hotline.host.simulators import simulator_available
 from hotline.hw.access_learner import AccessLearner
-from hotline.model.access_learner import AccessLearnerModel
+from hotline.model.access_learner import AccessLearnerModel, top_k
 
 __all__ = ["DATA_DIR", "criteo_files", "shared_files", "quick_files", "load_keys",
-           "coverage_ratio", "coverage_target", "sized_coverage", "lane_coverage", "amaranth_speed",
-           "measure"]
+           "coverage_ratio", "top_coverage_ratio", "coverage_target", "sized_coverage",
+           "lane_coverage", "amaranth_speed", "measure"]
 
 DATA_DIR = shared_data_dir() / "criteo_kaggle"
 FRACTIONS = (0.05, 0.10)
@@ -48,10 +48,16 @@ def load_keys(path):
 
 def coverage_ratio(keys, model, fraction):
     """Learned top-K coverage over exact top-K coverage for K = ceil(fraction * distinct)."""
+    return top_coverage_ratio(keys, model.top, fraction)
+
+
+def top_coverage_ratio(keys, top, fraction):
+    """The coverage of ``top(K)`` (K keys) over exact top-K coverage for K = ceil(fraction *
+    distinct)."""
     uniq, counts = np.unique(keys, return_counts=True)
     k = math.ceil(fraction * len(uniq))
     exact = counts[np.lexsort((uniq, -counts))[:k]].sum()
-    learned = counts[np.isin(uniq, model.top(k))].sum()
+    learned = counts[np.isin(uniq, top(k))].sum()
     return float(learned / exact)
 
 
@@ -140,16 +146,13 @@ def lane_coverage(ds, lanes, fraction=0.10, batch_size=1024):
         sample, state = learner_sample(keys[o[0]:o[-1]], o - o[0], lanes, state)
         counted.append(sample)
     counted = np.concatenate(counted) if counted else keys[:0]
-    uniq, counts = np.unique(keys, return_counts=True)
-    k = math.ceil(fraction * len(uniq))
-    buckets, ways = learner_geometry(k, len(uniq))
+    distinct = len(np.unique(keys))
+    buckets, ways = learner_geometry(math.ceil(fraction * distinct), distinct)
     model = AccessLearnerModel(buckets=buckets, ways=ways)
     model.update(counted)
     seen, seen_counts = np.unique(counted, return_counts=True)
-    exact_of_seen = seen[np.lexsort((seen, -seen_counts))[:k]]
-    exact = counts[np.lexsort((uniq, -counts))[:k]].sum()
-    return (float(counts[np.isin(uniq, model.top(k))].sum() / exact),
-            float(counts[np.isin(uniq, exact_of_seen)].sum() / exact))
+    return (coverage_ratio(keys, model, fraction),
+            top_coverage_ratio(keys, lambda k: top_k(seen, seen_counts, k), fraction))
 
 
 def measure(files=None, speed_lookups=20000, simulators=("verilator",), build_dir=None,
@@ -160,8 +163,8 @@ def measure(files=None, speed_lookups=20000, simulators=("verilator",), build_di
     H3 hash, 2048 x 8 entries) and ``fixed_16384`` (tabulation, 2048 x 8) measured in the same
     run, and ``target``. With ``decompose``: ``no_hazard_rule`` (sized, window 0) and
     ``h3_sized`` (sized, H3). ``lanes[file]["L=2"]`` (and 4): the K=10% coverage when the
-    learner sees one lookup beat in L (`lane_coverage`), with its floor. ``capacity_sweep``: smaller fixed tables (8 ways). ``speed``:
-    simulator lookups/s."""
+    learner sees one lookup beat in L (`lane_coverage`), with its floor. ``capacity_sweep``:
+    smaller fixed tables (8 ways). ``speed``: simulator lookups/s."""
     result = {"coverage": {}, "lanes": {}, "capacity_sweep": {}, "speed": {}}
     for path in (shared_files() if files is None else [Path(f) for f in files]):
         ds = load_dataset(path)

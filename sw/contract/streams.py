@@ -218,8 +218,7 @@ def lane_pack(layout: data.StructLayout, group, **arrays) -> list:
     lane = np.arange(n) - starts[beat_of]
     if lane.max() >= lanes:
         raise ValueError(f"more than {lanes} entries in a lane beat")
-    kind = _word_kind(layout)
-    word = int if kind is object else kind
+    kind, word = _word_kind(layout)
     out = np.zeros(len(starts), kind)
     cells = np.zeros((len(starts), lanes), kind)   # one field of each lane of each beat
     for name, offset, width in entry:
@@ -250,8 +249,7 @@ def lane_unpack(layout: data.StructLayout, values) -> tuple[dict, np.ndarray]:
     """({field: int64 array per entry}, the beat of each entry) of lane beats ``values``; a
     beat field is repeated for each entry of its beat."""
     entry, beat, lanes = _lane_fields(layout)
-    kind = _word_kind(layout)
-    word = int if kind is object else kind
+    kind, word = _word_kind(layout)
     v = np.array([int(x) for x in values] + [0], kind)[:-1]
 
     def field(offset, width):
@@ -270,6 +268,6 @@ def lane_unpack(layout: data.StructLayout, values) -> tuple[dict, np.ndarray]:
 
 
 def _word_kind(layout):
-    """The numpy type that holds a whole beat of ``layout``: uint64 (fast) up to 64 bits,
-    else Python ints."""
-    return np.uint64 if layout.size <= 64 else object
+    """(the numpy type that holds a whole beat of ``layout``, its scalar type): uint64 (fast)
+    up to 64 bits, else Python ints."""
+    return (np.uint64, np.uint64) if layout.size <= 64 else (object, int)
