@@ -15,6 +15,18 @@ batch, and the fragmenter counts it as an error). Sized at capacity >= 2x the di
 batch, overflow needs five or more keys in both buckets of a key and a full stash.
 ``max_keys`` bounds the slots per batch; a new key beyond it is flagged ``overflow``, slot 0.
 
+Partitions and lanes: with ``partitions`` P > 1 the set is P such sets (each ``capacity // P``
+entries and its own stash), a key belonging to the one its partition hash
+(`hotline.contract.config.COLD_PARTITION_SEED`) names, and a beat carries ``lanes`` keys
+(key and insert per lane, ``lanes`` <= P): the keys inserted by one beat must belong to
+distinct partitions (the sender's duty: the Fragmenter's dispatcher), and are numbered in lane
+order, then before the next beat's. The slots and ``max_keys`` stay global: the result is the
+one-lane set's on the keys in order, except that a partition's tables and stash fill alone
+(`hotline.model.cold_key_set.ColdKeySetModel` with the same ``partitions``). The partitions
+run in lockstep (one pipeline each, sharing the batch count, the epochs and the output queue);
+only the decision's slot numbering crosses them. With ``lanes`` = 1 the ports are the one-key
+layouts.
+
 Epochs count 1 .. 2**epoch_bits - 1 (0 = never valid). After the batch with the last epoch,
 and after reset, both memories are cleared (``capacity // (2 * ways)`` cycles, ``i.ready`` low,
 ``clearing`` high).
@@ -36,10 +48,11 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for, ceil_log2
 
-from hotline.contract.config import PRODUCT, cold_slot_width
+from hotline.contract.config import COLD_PARTITION_SEED, COLD_SEEDS, PRODUCT, cold_slot_width
 from hotline.contract.hashing import bucket_hash
 
 from .bram import BucketTable
+from .onehot import one_hot_select
 from .output_queue import OutputQueue
 from .replica import replica
 
@@ -61,16 +74,26 @@ def _popcount(bits):
     return total
 
 
+def _lanes_layout(fields, lanes):
+    """{name: width} with the per-key fields (all but ``eob`` and ``user``) as
+    ``ArrayLayout(width, lanes)``; at one lane, as they are."""
+    return data.StructLayout({
+        n: w if lanes == 1 or n in ("eob", "user") else data.ArrayLayout(w, lanes)
+        for n, w in fields.items()})
+
+
 class ColdKeySet(wiring.Component):
     """Batch-local dedup of keys: ``i`` {key, insert, eob, user} -> ``o`` {key, slot, first,
-    insert, eob, overflow, user}. Semantics and timing in the module docstring.
+    insert, eob, overflow, user}, ``key``, ``insert`` (and ``slot``, ``first``, ``overflow``)
+    per lane with ``lanes`` > 1. Semantics and timing in the module docstring.
 
     Parameters: ``capacity`` (hash-set entries, power of two), ``ways`` (per bucket, power of
-    two), ``stash``, ``max_keys`` (slots per batch), ``key_width``, ``user_width``,
-    ``epoch_bits``, ``seeds`` (two distinct hash seeds), ``hash_family``, ``primitive`` (the tables'
-    ``BucketTable`` primitive: None infers block RAM, for simulation and any FPGA; "ecp5":
-    DP16KD instances that use their output register). The geometry defaults are the product
-    configuration's (`hotline.contract.config.PRODUCT`).
+    two), ``stash`` (per partition), ``max_keys`` (slots per batch), ``key_width``,
+    ``user_width``, ``epoch_bits``, ``seeds`` (two distinct hash seeds), ``hash_family``,
+    ``primitive`` (the tables' ``BucketTable`` primitive: None infers block RAM, for simulation
+    and any FPGA; "ecp5": DP16KD instances that use their output register), ``partitions``
+    (power of two), ``lanes`` (keys per beat, <= ``partitions``; default ``partitions``). The
+    geometry defaults are the product configuration's (`hotline.contract.config.PRODUCT`).
     """
     LATENCY = 8
     # Buckets per block-RAM bank (BucketTable's "ecp5" limit).
@@ -85,40 +108,53 @@ class ColdKeySet(wiring.Component):
 
     def __init__(self, capacity=PRODUCT.cold_capacity, *, ways=PRODUCT.cold_ways,
                  stash=PRODUCT.cold_stash, max_keys=PRODUCT.cold_max_keys, key_width=32,
-                 user_width=1, epoch_bits=PRODUCT.cold_epoch_bits, seeds=(11, 12),
-                 hash_family="tabulation", primitive=None):
-        for name, value in (("capacity", capacity), ("ways", ways)):
+                 user_width=1, epoch_bits=PRODUCT.cold_epoch_bits, seeds=COLD_SEEDS,
+                 hash_family="tabulation", primitive=None, partitions=1, lanes=None):
+        lanes = partitions if lanes is None else lanes
+        for name, value in (("capacity", capacity), ("ways", ways), ("partitions", partitions),
+                            ("lanes", lanes)):
             if value < 1 or value & (value - 1):
                 raise ValueError(f"{name} must be a power of two, not {value}")
-        if capacity < 4 * ways:
-            raise ValueError(f"capacity ({capacity}) must be at least 4 * ways ({4 * ways})")
+        if lanes > partitions:
+            raise ValueError(f"lanes ({lanes}) must not exceed partitions ({partitions})")
+        if capacity < 4 * ways * partitions:
+            raise ValueError(f"capacity ({capacity}) must be at least 4 * ways * partitions "
+                             f"({4 * ways * partitions})")
         if stash < 1 or max_keys < 1 or epoch_bits < 2 or len(seeds) != 2 or seeds[0] == seeds[1]:
             raise ValueError("need stash >= 1, max_keys >= 1, epoch_bits >= 2, two distinct seeds")
         self.capacity, self.ways, self.stash, self.max_keys = capacity, ways, stash, max_keys
         self.key_width, self.user_width, self.epoch_bits = key_width, user_width, epoch_bits
         self.seeds, self.primitive = tuple(seeds), primitive
-        self.buckets = capacity // (2 * ways)
+        self.partitions, self.lanes = partitions, lanes
+        self.buckets = capacity // (2 * ways * partitions)   # per table and partition
         self.slot_width = cold_slot_width(max_keys)
         self.hash_family = hash_family
         self.hashes = [bucket_hash(s, key_width, ceil_log2(self.buckets), hash_family) for s in seeds]
+        self.partition_hash = bucket_hash(COLD_PARTITION_SEED, key_width, ceil_log2(partitions),
+                                          hash_family)
         self.entry_layout = data.StructLayout({"epoch": epoch_bits, "key": key_width,
                                                "slot": self.slot_width})
         self.bucket_layout = data.ArrayLayout(self.entry_layout, ways)
         super().__init__({
-            "i": In(stream.Signature(data.StructLayout({
-                "key": key_width, "insert": 1, "eob": 1, "user": user_width}))),
-            "o": Out(stream.Signature(data.StructLayout({
+            "i": In(stream.Signature(_lanes_layout({
+                "key": key_width, "insert": 1, "eob": 1, "user": user_width}, lanes))),
+            "o": Out(stream.Signature(_lanes_layout({
                 "key": key_width, "slot": self.slot_width, "first": 1, "insert": 1, "eob": 1,
-                "overflow": 1, "user": user_width}))),
+                "overflow": 1, "user": user_width}, lanes))),
             "clearing": Out(1),
         })
 
     def elaborate(self, platform):
         m = Module()
-        ways, tables = self.ways, (0, 1)
+        P, L, ways, tables = self.partitions, self.lanes, self.ways, (0, 1)
+        parts = range(P)
         bucket_bits = ceil_log2(self.buckets)
         max_epoch = (1 << self.epoch_bits) - 1
         window = self.FORWARD
+        sfx = ["" if P == 1 else f"_p{p}" for p in parts]   # signal name suffixes
+
+        def lane(value, j):
+            return value if L == 1 else value[j]
 
         # The tables read every cycle, from a register (BucketTable). Writes reach them one
         # cycle late through registers (timing), so a word read at s1 misses the writes of the
@@ -131,31 +167,38 @@ class ColdKeySet(wiring.Component):
         # register driving the pins of all the tables' block RAMs, spread over the die, made
         # 14 ns routes (timing).
         banks = range(1 << bank_bits)
-        table = [[BucketTable(depth=self.buckets >> bank_bits, ways=ways,
-                              width=self.entry_layout.size, primitive=self.primitive)
-                  for b in banks] for t in tables]
-        rd_addr = [[replica(low_bits, f"rd_addr{t}_{b}") for b in banks] for t in tables]
-        wr_addr = [[replica(low_bits, f"wr_addr{t}_{b}") for b in banks] for t in tables]
-        wr_data = [[replica(self.entry_layout.size, f"wr_data{t}_{b}") for b in banks]
-                   for t in tables]
-        wr_en = [[Signal(ways, name=f"wr_en{t}_{b}") for b in banks] for t in tables]
-        for t in tables:
-            for b, bank in enumerate(table[t]):
-                m.submodules[f"table{t}_{b}"] = bank
-                m.d.comb += [bank.read_addr.eq(rd_addr[t][b]), bank.write_addr.eq(wr_addr[t][b]),
-                             bank.write_en.eq(wr_en[t][b]), bank.write_data.eq(wr_data[t][b])]
+        table = [[[BucketTable(depth=self.buckets >> bank_bits, ways=ways,
+                               width=self.entry_layout.size, primitive=self.primitive)
+                   for b in banks] for t in tables] for p in parts]
+        rd_addr = [[[replica(low_bits, f"rd_addr{t}_{b}{sfx[p]}") for b in banks] for t in tables]
+                   for p in parts]
+        wr_addr = [[[replica(low_bits, f"wr_addr{t}_{b}{sfx[p]}") for b in banks] for t in tables]
+                   for p in parts]
+        wr_data = [[[replica(self.entry_layout.size, f"wr_data{t}_{b}{sfx[p]}") for b in banks]
+                    for t in tables] for p in parts]
+        wr_en = [[[Signal(ways, name=f"wr_en{t}_{b}{sfx[p]}") for b in banks] for t in tables]
+                 for p in parts]
+        for p in parts:
+            for t in tables:
+                for b, bank in enumerate(table[p][t]):
+                    m.submodules[f"table{t}_{b}{sfx[p]}"] = bank
+                    m.d.comb += [bank.read_addr.eq(rd_addr[p][t][b]),
+                                 bank.write_addr.eq(wr_addr[p][t][b]),
+                                 bank.write_en.eq(wr_en[p][t][b]),
+                                 bank.write_data.eq(wr_data[p][t][b])]
 
         count = Signal(range(self.max_keys + 1))
-        stash_key = Array(Signal(self.key_width, name=f"stash_key{i}", reset_less=True)
-                          for i in range(self.stash))
-        stash_slot = Array(Signal(self.slot_width, name=f"stash_slot{i}", reset_less=True)
-                           for i in range(self.stash))
-        stash_valid = Signal(self.stash)
+        stash_key = [Array(Signal(self.key_width, name=f"stash_key{i}{sfx[p]}", reset_less=True)
+                           for i in range(self.stash)) for p in parts]
+        stash_slot = [Array(Signal(self.slot_width, name=f"stash_slot{i}{sfx[p]}",
+                                   reset_less=True) for i in range(self.stash)) for p in parts]
+        stash_valid = [Signal(self.stash, name=f"stash_valid{sfx[p]}") for p in parts]
 
         # Pipeline, never stalled: s1 (hashes registered: the tables' read address), s2, s3,
         # sc (the words read are in table[t].read_data: compare), sm (match), sd (decide),
-        # then so into the output queue. Each beat carries the epoch of its batch, counted at
-        # the input.
+        # then so into the output queue; one per partition, all in lockstep (a partition
+        # without a key in a beat gets a non-insert beat). Each beat carries the epoch of its
+        # batch, counted at the input, and its key's lane.
         # Comparisons with the ``window`` beats ahead, made at s1 and carried along:
         # same_key[k] / same_bucket[k][t]: the beat k + 1 ahead is valid, in the same batch,
         # an insert (same_key only) with the same key / the same bucket in table t.
@@ -164,16 +207,19 @@ class ColdKeySet(wiring.Component):
         beat = data.StructLayout({
             "key": self.key_width, "insert": 1, "eob": 1, "user": self.user_width,
             "epoch": self.epoch_bits, "bucket": data.ArrayLayout(bucket_bits, 2),
-            "same_key": window, "same_bucket": data.ArrayLayout(2, window)})
-        s = [Signal(beat, name=f"s{j + 1}", reset_less=True) for j in range(stages)]
+            "lane": ceil_log2(L), "same_key": window, "same_bucket": data.ArrayLayout(2, window)})
+        s = [[Signal(beat, name=f"s{j + 1}{sfx[p]}", reset_less=True) for j in range(stages)]
+             for p in parts]
         valid = Signal(stages)  # of s1 .. sd
-        sc, sm, sd, vd = s[-3], s[-2], s[-1], valid[-1]
+        vd = valid[-1]
         # What the last ``window`` beats decided (hist[0]: the beat decided in the last cycle).
         hist_layout = data.StructLayout({"wrote": 2, "stored": 1, "slot": self.slot_width})
-        hist = [Signal(hist_layout, name=f"hist{k}", reset_less=True) for k in range(window)]
-        last = Signal(data.StructLayout({"key": self.key_width, "epoch": self.epoch_bits,
-                                         "insert": 1, "bucket": data.ArrayLayout(bucket_bits, 2)}),
-                      reset_less=True)  # of the beat decided in the last cycle
+        hist = [[Signal(hist_layout, name=f"hist{k}{sfx[p]}", reset_less=True)
+                 for k in range(window)] for p in parts]
+        last = [Signal(data.StructLayout({"key": self.key_width, "epoch": self.epoch_bits,
+                                          "insert": 1, "bucket": data.ArrayLayout(bucket_bits, 2)}),
+                       name=f"last{sfx[p]}", reset_less=True)
+                for p in parts]  # of the beat decided in the last cycle
         last_valid = Signal()
 
         clearing = self.clearing
@@ -184,51 +230,159 @@ class ColdKeySet(wiring.Component):
 
         # The input counts the batches. After the end of the last epoch's batch no beat is
         # taken until the clearing pass is over: the next beat must read the cleared tables.
+        ip = self.i.payload
         in_epoch = Signal(self.epoch_bits, init=1)
         wrap_wait = Signal()
         m.d.comb += self.i.ready.eq(room & ~clearing & ~wrap_wait)
-        with m.If(taken & self.i.payload.eob):
+        with m.If(taken & ip.eob):
             m.d.sync += in_epoch.eq(Mux(in_epoch == max_epoch, 1, in_epoch + 1))
             with m.If(in_epoch == max_epoch):
                 m.d.sync += wrap_wait.eq(1)
         with m.If(clearing):
             m.d.sync += wrap_wait.eq(0)
 
+        # Each lane's key to its partition's pipeline.
+        in_key = [lane(ip.key, j) for j in range(L)]
+        in_insert = [lane(ip.insert, j) for j in range(L)]
+        in_part = [Signal(ceil_log2(P), name=f"in_part{j}") for j in range(L)]
+        m.d.comb += [x.eq(self.partition_hash.expr(k)) for x, k in zip(in_part, in_key)]
         m.d.sync += valid.eq(Cat(taken, valid[:-1]))
-        m.d.sync += [
-            s[0].key.eq(self.i.payload.key),
-            s[0].insert.eq(self.i.payload.insert),
-            s[0].eob.eq(self.i.payload.eob),
-            s[0].user.eq(self.i.payload.user),
-            s[0].epoch.eq(in_epoch),
-        ]
-        for t in tables:
-            bucket = self.hashes[t].expr(self.i.payload.key)
-            m.d.sync += [s[0].bucket[t].eq(bucket), *(a.eq(bucket[:low_bits]) for a in rd_addr[t])]
-        carried = ("key", "insert", "eob", "user", "epoch", "bucket")
-        for j in range(1, stages):
-            m.d.sync += [getattr(s[j], f).eq(getattr(s[j - 1], f)) for f in carried]
-            if j >= 2:
-                m.d.sync += [s[j].same_key.eq(s[j - 1].same_key),
-                             s[j].same_bucket.eq(s[j - 1].same_bucket)]
-        ahead = ([(valid[j], s[j]) for j in range(1, stages)] + [(last_valid, last)])[:window]
-        assert len(ahead) == window
-        for k, (v, b) in enumerate(ahead):
-            in_batch = valid[0] & v & (b.epoch == s[0].epoch)
-            m.d.sync += s[1].same_key[k].eq(in_batch & b.insert & (b.key == s[0].key))
+        for p in parts:
+            if P == 1:
+                key, insert, at = in_key[0], in_insert[0], C(0, 0)
+            else:
+                sel = [in_insert[j] & (in_part[j] == p) for j in range(L)]
+                key = Signal(self.key_width, name=f"in_key{sfx[p]}")
+                m.d.comb += key.eq(one_hot_select(sel, in_key))
+                insert, at = Cat(*sel).any(), _first_set(sel)[1][:ceil_log2(L)]
+            m.d.sync += [
+                s[p][0].key.eq(key), s[p][0].insert.eq(insert), s[p][0].lane.eq(at),
+                s[p][0].eob.eq(ip.eob), s[p][0].user.eq(ip.user), s[p][0].epoch.eq(in_epoch),
+            ]
             for t in tables:
-                m.d.sync += s[1].same_bucket[k][t].eq(in_batch & (b.bucket[t] == s[0].bucket[t]))
+                bucket = self.hashes[t].expr(key)
+                m.d.sync += [s[p][0].bucket[t].eq(bucket),
+                             *(a.eq(bucket[:low_bits]) for a in rd_addr[p][t])]
+        carried = ("key", "insert", "eob", "user", "epoch", "bucket", "lane")
+        for p in parts:
+            for j in range(1, stages):
+                m.d.sync += [getattr(s[p][j], f).eq(getattr(s[p][j - 1], f)) for f in carried]
+                if j >= 2:
+                    m.d.sync += [s[p][j].same_key.eq(s[p][j - 1].same_key),
+                                 s[p][j].same_bucket.eq(s[p][j - 1].same_bucket)]
+            ahead = ([(valid[j], s[p][j]) for j in range(1, stages)] + [(last_valid, last[p])])
+            ahead = ahead[:window]
+            assert len(ahead) == window
+            for k, (v, b) in enumerate(ahead):
+                in_batch = valid[0] & v & (b.epoch == s[p][0].epoch)
+                m.d.sync += s[p][1].same_key[k].eq(in_batch & b.insert & (b.key == s[p][0].key))
+                for t in tables:
+                    m.d.sync += s[p][1].same_bucket[k][t].eq(
+                        in_batch & (b.bucket[t] == s[p][0].bucket[t]))
+
+        decided = [self._match_and_decide(m, p, sfx[p], s[p], valid, hist[p], table[p],
+                                          stash_key[p], stash_slot[p], stash_valid[p], low_bits)
+                   for p in parts]
+
+        # The slots: a new key gets the batch's count, plus the new keys of this beat in
+        # earlier lanes (other partitions).
+        sd = [s[p][-1] for p in parts]
+        if P == 1:
+            base = [count]
+        else:
+            base = [count + _popcount([decided[q]["new"] & (sd[q].lane < sd[p].lane)
+                                       for q in parts if q != p]) for p in parts]
+        room_keys = [b < self.max_keys for b in base]
+        placed = []
+        for p in parts:
+            d, b = decided[p], base[p]
+            new = d["new"]
+            any_way = d["any0"] | d["any1"]
+            to_table = new & room_keys[p] & any_way
+            to_stash = new & room_keys[p] & ~any_way & d["stash_free"]
+            overflow = new & ~(to_table | to_stash)
+            wrote = Cat(to_table & ~d["use1"], to_table & d["use1"])
+            slot = Mux(sd[p].insert, Mux(d["found"], d["found_slot"], Mux(room_keys[p], b, 0)), 0)
+            placed.append(dict(slot=slot, first=new, overflow=overflow))
+            m.d.sync += [
+                hist[p][0].wrote.eq(wrote),
+                hist[p][0].stored.eq(vd & sd[p].insert & (d["found"] | to_table | to_stash)),
+                hist[p][0].slot.eq(slot),
+                *(hist[p][k].eq(hist[p][k - 1]) for k in range(1, window)),
+                last[p].key.eq(sd[p].key), last[p].epoch.eq(sd[p].epoch),
+                last[p].insert.eq(sd[p].insert), last[p].bucket.eq(sd[p].bucket),
+            ]
+            entry = Signal(self.entry_layout, name=f"entry{sfx[p]}")
+            m.d.comb += [entry.epoch.eq(sd[p].epoch), entry.key.eq(sd[p].key), entry.slot.eq(b)]
+            for t in tables:
+                addr = Mux(clearing, clear_addr, sd[p].bucket[t])[:low_bits]
+                for k in banks:
+                    hit = wrote[t] & (sd[p].bucket[t][low_bits:] == k) if bank_bits else wrote[t]
+                    m.d.sync += [
+                        wr_addr[p][t][k].eq(addr),
+                        wr_data[p][t][k].eq(Mux(clearing, 0, entry)),
+                        wr_en[p][t][k].eq(Mux(clearing, -1, Mux(hit, C(1, ways) << d["way"][t], 0))),
+                    ]
+            with m.If(to_stash):
+                m.d.sync += [stash_valid[p].eq(stash_valid[p] | (1 << d["stash_index"])),
+                             stash_key[p][d["stash_index"]].eq(sd[p].key),
+                             stash_slot[p][d["stash_index"]].eq(b)]
+        m.d.sync += last_valid.eq(vd & ~clearing)
+
+        # Each partition's answer back to its key's lane.
+        so = Signal(self.o.payload.shape(), reset_less=True)
+        so_valid = Signal()
+        m.d.sync += [so_valid.eq(vd), so.eob.eq(sd[0].eob), so.user.eq(sd[0].user)]
+        for j in range(L):
+            if P == 1:
+                sel = [C(1, 1)]
+                m.d.sync += lane(so.insert, j).eq(sd[0].insert)
+            else:
+                sel = [sd[p].insert & (sd[p].lane == j) for p in parts]
+                m.d.sync += lane(so.insert, j).eq(Cat(*sel).any())
+            m.d.sync += [
+                lane(so.key, j).eq(one_hot_select(sel, [x.key for x in sd])),
+                *(lane(getattr(so, f), j).eq(one_hot_select(sel, [x[f] for x in placed]))
+                  for f in ("slot", "first", "overflow")),
+            ]
+        m.d.comb += [queue.i.valid.eq(so_valid), queue.i.payload.eq(so)]
+
+        with m.If(vd):
+            m.d.sync += count.eq(count + _popcount([decided[p]["new"] & room_keys[p]
+                                                    for p in parts]))
+        with m.If(vd & sd[0].eob):
+            m.d.sync += [count.eq(0), *(v.eq(0) for v in stash_valid)]
+
+        # Reset starts with a clearing pass, since the memories keep their contents.
+        with m.FSM(init="CLEAR"):
+            with m.State("CLEAR"):
+                m.d.comb += clearing.eq(1)
+                m.d.sync += clear_addr.eq(clear_addr + 1)
+                with m.If(clear_addr == self.buckets - 1):
+                    m.next = "RUN"
+            with m.State("RUN"):
+                with m.If(vd & sd[0].eob & (sd[0].epoch == max_epoch)):
+                    m.next = "CLEAR"
+        return m
+
+    def _match_and_decide(self, m, p, sfx, s, valid, hist, table, stash_key, stash_slot,
+                          stash_valid, low_bits):
+        """One partition's compare (sc) and match (sm) stages, and its decision's own part:
+        {new, found, found_slot, any0, any1, use1, way, stash_free, stash_index} of sd."""
+        ways, tables, window = self.ways, (0, 1), self.FORWARD
+        way_bits = max(1, ceil_log2(ways))
+        sc, sm, sd, vd = s[-3], s[-2], s[-1], valid[-1]
 
         # Compare (sc): each way of the words read against the key and the epoch; registered
         # with the ways' slots, so the match starts from flip-flops (timing: a 32-bit compare
         # before the hit-slot select made the match stage too deep for 100 MHz).
         compared = data.StructLayout({"hit": ways, "live": ways,
                                       "slot": data.ArrayLayout(self.slot_width, ways)})
-        cr = [Signal(compared, name=f"compared{t}", reset_less=True) for t in tables]
+        cr = [Signal(compared, name=f"compared{t}{sfx}", reset_less=True) for t in tables]
         # Each table, and the stash, compares with its own copy of sc's key (timing: the key
         # register, pulled towards both tables' block RAMs, made the compares at s1 and sc
         # late).
-        sc_key = [replica(self.key_width, f"sc_key{t}") for t in ("0", "1", "_stash")]
+        sc_key = [replica(self.key_width, f"sc_key{t}{sfx}") for t in ("0", "1", "_stash")]
         m.d.sync += [k.eq(s[-4].key) for k in sc_key]
         for t in tables:
             word = Array(bank.read_data for bank in table[t])[sc.bucket[t][low_bits:]]
@@ -247,7 +401,7 @@ class ColdKeySet(wiring.Component):
             "any": data.ArrayLayout(data.ArrayLayout(1, 2), 2),       # [t][e]
             "way": data.ArrayLayout(data.ArrayLayout(way_bits, 2), 2),  # [t][e]
             "use1": 3})  # none, table 0, table 1 taken by the beat just ahead
-        mr = Signal(match, reset_less=True)
+        mr = Signal(match, name=f"mr{sfx}", reset_less=True)
         hit_any, hit_slot = [], C(0, self.slot_width)
         avail = []
         for t in tables:
@@ -258,7 +412,7 @@ class ColdKeySet(wiring.Component):
             free_count = _popcount(free)
             # Ways of this bucket taken by the beats 2 .. window ahead: those 3 .. window
             # ahead counted a cycle early (timing), the one 2 ahead decided in the last cycle.
-            early = Signal(range(window), name=f"taken_early{t}", reset_less=True)
+            early = Signal(range(window), name=f"taken_early{t}{sfx}", reset_less=True)
             m.d.sync += early.eq(_popcount([s[-3].same_bucket[2 + j][t] & hist[j].wrote[t]
                                             for j in range(window - 2)]))
             n = early + (sm.same_bucket[1][t] & hist[0].wrote[t])
@@ -270,7 +424,7 @@ class ColdKeySet(wiring.Component):
                 for w in reversed(range(ways)):
                     below = _popcount(free[:w]) if w else C(0, 1)
                     index = Mux(free[w] & (below == used), w, index)
-                a_e = Signal(bits_for(ways), name=f"avail{t}_{e}")
+                a_e = Signal(bits_for(ways), name=f"avail{t}_{e}{sfx}")
                 m.d.comb += a_e.eq(Mux(free_count > used, free_count - used, 0))
                 avail_t.append(a_e)
                 m.d.sync += [mr.any[t][e].eq(free_count > used), mr.way[t][e].eq(index)]
@@ -282,7 +436,7 @@ class ColdKeySet(wiring.Component):
         # the beat 2 ahead come from hist[0] below. It is emptied at a batch's end, so its
         # entries are not ours if the beat 1 or 2 ahead (at sm, sd) ends a batch; otherwise a
         # matching entry stays as it is until this beat decides.
-        stash_hit = Signal(self.stash, reset_less=True)
+        stash_hit = Signal(self.stash, name=f"stash_hit{sfx}", reset_less=True)
         stash_ok = ~(vd & sd.eob) & ~(valid[-2] & sm.eob)
         m.d.sync += stash_hit.eq(Cat(stash_ok & stash_valid[i] & (stash_key[i] == sc_key[2])
                                      for i in range(self.stash)))
@@ -298,73 +452,13 @@ class ColdKeySet(wiring.Component):
         # Decide (sd): the rest is what the beat just ahead (hist[0]) did.
         last_hit = sd.same_key[0] & hist[0].stored
         found = mr.hit | last_hit
-        found_slot = Mux(last_hit, hist[0].slot, mr.slot)
         took = [sd.same_bucket[0][t] & hist[0].wrote[t] for t in tables]  # never both
-        way = [Mux(took[t], mr.way[t][1], mr.way[t][0]) for t in tables]
-        any0, any1 = (Mux(took[t], mr.any[t][1], mr.any[t][0]) for t in tables)
-        use1 = Mux(took[0], mr.use1[1], Mux(took[1], mr.use1[2], mr.use1[0]))
         stash_free, stash_index = _first_set([~stash_valid[i] for i in range(self.stash)])
-        new = vd & sd.insert & ~found
-        room_keys = count < self.max_keys
-        to_table = new & room_keys & (any0 | any1)
-        to_stash = new & room_keys & ~(any0 | any1) & stash_free
-        overflow = new & ~(to_table | to_stash)
-        wrote = Cat(to_table & ~use1, to_table & use1)
-        slot = Mux(sd.insert, Mux(found, found_slot, Mux(room_keys, count, 0)), 0)
-
-        m.d.sync += [
-            hist[0].wrote.eq(wrote),
-            hist[0].stored.eq(vd & sd.insert & (found | to_table | to_stash)),
-            hist[0].slot.eq(slot),
-            *(hist[k].eq(hist[k - 1]) for k in range(1, window)),
-            last_valid.eq(vd & ~clearing),
-            last.key.eq(sd.key), last.epoch.eq(sd.epoch), last.insert.eq(sd.insert),
-            last.bucket.eq(sd.bucket),
-        ]
-
-        entry = Signal(self.entry_layout)
-        m.d.comb += [entry.epoch.eq(sd.epoch), entry.key.eq(sd.key), entry.slot.eq(count)]
-        for t in tables:
-            addr = Mux(clearing, clear_addr, sd.bucket[t])[:low_bits]
-            for b in banks:
-                hit = wrote[t] & (sd.bucket[t][low_bits:] == b) if bank_bits else wrote[t]
-                m.d.sync += [
-                    wr_addr[t][b].eq(addr),
-                    wr_data[t][b].eq(Mux(clearing, 0, entry)),
-                    wr_en[t][b].eq(Mux(clearing, -1, Mux(hit, C(1, ways) << way[t], 0))),
-                ]
-
-        so = Signal(self.o.payload.shape(), reset_less=True)
-        so_valid = Signal()
-        m.d.sync += [
-            so_valid.eq(vd),
-            so.key.eq(sd.key),
-            so.slot.eq(slot),
-            so.first.eq(new),
-            so.insert.eq(sd.insert),
-            so.eob.eq(sd.eob),
-            so.overflow.eq(overflow),
-            so.user.eq(sd.user),
-        ]
-        m.d.comb += [queue.i.valid.eq(so_valid), queue.i.payload.eq(so)]
-
-        with m.If(new & room_keys):
-            m.d.sync += count.eq(count + 1)
-        with m.If(to_stash):
-            m.d.sync += [stash_valid.eq(stash_valid | (1 << stash_index)),
-                         stash_key[stash_index].eq(sd.key),
-                         stash_slot[stash_index].eq(count)]
-        with m.If(vd & sd.eob):
-            m.d.sync += [count.eq(0), stash_valid.eq(0)]
-
-        # Reset starts with a clearing pass, since the memories keep their contents.
-        with m.FSM(init="CLEAR"):
-            with m.State("CLEAR"):
-                m.d.comb += clearing.eq(1)
-                m.d.sync += clear_addr.eq(clear_addr + 1)
-                with m.If(clear_addr == self.buckets - 1):
-                    m.next = "RUN"
-            with m.State("RUN"):
-                with m.If(vd & sd.eob & (sd.epoch == max_epoch)):
-                    m.next = "CLEAR"
-        return m
+        return dict(
+            new=vd & sd.insert & ~found, found=found,
+            found_slot=Mux(last_hit, hist[0].slot, mr.slot),
+            way=[Mux(took[t], mr.way[t][1], mr.way[t][0]) for t in tables],
+            any0=Mux(took[0], mr.any[0][1], mr.any[0][0]),
+            any1=Mux(took[1], mr.any[1][1], mr.any[1][0]),
+            use1=Mux(took[0], mr.use1[1], Mux(took[1], mr.use1[2], mr.use1[0])),
+            stash_free=stash_free, stash_index=stash_index)

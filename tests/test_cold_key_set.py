@@ -259,3 +259,220 @@ def test_cocotb_adversarial_and_real(simulator, tmp_path, simulator_or_skip):
                          build_dir=tmp_path / "reset", simulator=simulator, busy_in=0.1,
                          busy_out=0.1, resets=[cut])
     assert res["beats"]["o"] == len(beats) - cut
+
+
+# ---- partitions and lanes ------------------------------------------------------------------
+
+def lane_beats(dut, entries, rng, empty_eob=0.2):
+    """Pack (key, eob) entries, all inserted, into ``dut.lanes``-lane beats as the Fragmenter's
+    dispatcher does: each beat takes up to a random 1 .. lanes of the next entries whose
+    partitions are distinct, placed in random lanes in order, the others not inserted (random
+    keys); a beat never spans a batch end; a batch sometimes ends with a beat that inserts
+    nothing. Returns [(keys, inserts, eob)] with per-lane lists."""
+    part = ColdKeySetModel(dut.capacity, ways=dut.ways, partitions=dut.partitions).partition_of(
+        [k for k, _ in entries]).tolist()
+    L, beats, i = dut.lanes, [], 0
+    while i < len(entries):
+        limit, seen, take = int(rng.integers(1, L + 1)), set(), []
+        while i < len(entries) and len(take) < limit and part[i] not in seen:
+            seen.add(part[i])
+            take.append(entries[i][0])
+            i += 1
+            if entries[i - 1][1]:
+                break
+        eob = entries[i - 1][1]
+        at = sorted(rng.choice(L, len(take), replace=False).tolist())
+        keys = [int(k) for k in rng.integers(0, 1 << 32, L, dtype=np.uint64)]
+        inserts = [False] * L
+        for lane, key in zip(at, take):
+            keys[lane], inserts[lane] = int(key), True
+        if eob and rng.random() < empty_eob:
+            beats += [(keys, inserts, False), ([0] * L, [False] * L, True)]
+        else:
+            beats.append((keys, inserts, eob))
+    return beats
+
+
+def expected_lanes(model, beats):
+    """Model outputs of lane beats: the inserted keys of a batch numbered in (beat, lane)
+    order; a lane that inserts nothing answers zeros; the user bit is the beat index mod 2."""
+    out, batch = [], []
+    for n, beat in enumerate(beats):
+        batch.append((n, beat))
+        if not beat[2]:
+            continue
+        keys = [k for _, (ks, ins, _) in batch for k, i in zip(ks, ins) if i]
+        answers = iter(zip(*model.batch(np.array(keys, np.uint64))))
+        for m_, (ks, ins, eob) in batch:
+            lanes = {f: [] for f in ("key", "slot", "first", "insert", "overflow")}
+            for k, i in zip(ks, ins):
+                s, f, o = next(answers) if i else (0, 0, 0)
+                for name, v in zip(lanes, (k if i else 0, s, f, i, o)):
+                    lanes[name].append(int(v))
+            out.append(dict(**lanes, eob=int(eob), user=m_ & 1))
+        batch.clear()
+    return out
+
+
+def check_lanes(dut, beats, **busy):
+    model = ColdKeySetModel(dut.capacity, ways=dut.ways, stash=dut.stash, max_keys=dut.max_keys,
+                            key_width=dut.key_width, seeds=dut.seeds, partitions=dut.partitions)
+    exp = expected_lanes(model, beats)
+    layout = dut.o.payload.shape()
+    stim = [dict(key=k, insert=[int(x) for x in i], eob=int(e), user=n & 1)
+            for n, (k, i, e) in enumerate(beats)]
+    got, = streams.run(dut, [(dut.i, stim, busy.get("busy_in", 0.0))],
+                       [(dut.o, len(beats), busy.get("busy_out", 0.0))],
+                       deadline_cycles=20 * len(beats) + 4 * dut.buckets + 100)
+    for n, (g, e) in enumerate(zip(got, exp)):
+        g = layout.from_bits(g)
+        have = {f: ([int(x) for x in getattr(g, f)] if isinstance(v, list) else int(getattr(g, f)))
+                for f, v in e.items()}
+        assert have == e, f"beat {n}"
+    return exp
+
+
+def colliding_in(dut, n, rng, partition=0):
+    """n distinct keys of one partition whose two buckets are both bucket 0 of its tables."""
+    model = ColdKeySetModel(dut.capacity, ways=dut.ways, seeds=dut.seeds,
+                            partitions=dut.partitions)
+    cand = rng.integers(0, 1 << 32, 4_000_000, dtype=np.uint64)
+    h0, h1 = model.buckets_of(cand)
+    at = partition * model.buckets
+    hits = np.unique(cand[(h0 == at) & (h1 == at)])
+    assert len(hits) >= n
+    return hits[:n]
+
+
+@pytest.mark.parametrize("partitions,lanes", [(2, 2), (4, 2), (4, 4)])
+@pytest.mark.parametrize("busy", [dict(), dict(busy_in=0.3, busy_out=0.3)])
+def test_lanes_random_batches(partitions, lanes, busy):
+    """Random batches (small key range: many repeats, across lanes and beats) against the
+    model, a one-beat batch and a batch of one key among them."""
+    dut = ColdKeySet(256, max_keys=256, partitions=partitions, lanes=lanes)
+    rng = np.random.default_rng(10 + partitions + lanes)
+    keys = rng.integers(0, 80, 1500)
+    entries = [(int(k), (n + 1) % 97 == 0 or n == 1499) for n, k in enumerate(keys)]
+    entries += [(5, True), (6, False), (6, True)]
+    beats = lane_beats(dut, entries, rng)
+    exp = check_lanes(dut, beats, **busy)
+    assert sum(sum(e["first"]) for e in exp) > 10 * 16   # repeats and new keys both
+
+
+def test_lanes_slots_cross_partitions_in_lane_order():
+    """The slots of one beat's new keys follow lane order whatever their partitions, with
+    ``max_keys`` reached inside a beat (the later lanes overflow), and a key repeated in the
+    very next beat in another lane (forwarded). Mutation: slots from the partition order."""
+    dut = ColdKeySet(256, max_keys=6, partitions=4, lanes=4)
+    model = ColdKeySetModel(256, partitions=4)
+    rng = np.random.default_rng(3)
+    pool = rng.integers(0, 1 << 32, 400, dtype=np.uint64)
+    part = model.partition_of(pool)
+    by = [pool[part == p] for p in range(4)]
+    # beat 1: partitions 3, 2, 1, 0 in lanes 0 .. 3; beat 2: partitions 0, 1, 2, 3 with
+    # the first lane repeating beat 1's lane-3 key; beat 3 crosses max_keys mid-beat
+    b1 = [int(by[p][0]) for p in (3, 2, 1, 0)]
+    b2 = [b1[3], int(by[1][1]), int(by[2][1]), int(by[3][1])]
+    b3 = [int(by[0][2]), int(by[1][2]), int(by[2][2]), int(by[3][2])]
+    beats = [(b1, [True] * 4, False), (b2, [True] * 4, False), (b3, [True] * 4, True),
+             (b3, [True] * 4, True)]
+    exp = check_lanes(dut, beats, busy_out=0.3)
+    assert exp[0]["slot"] == [0, 1, 2, 3] and exp[1]["slot"] == [3, 4, 5, 0]
+    assert exp[1]["first"] == [0, 1, 1, 1] and exp[1]["overflow"] == [0, 0, 0, 1]
+    assert exp[2]["overflow"] == [1] * 4 and exp[3]["slot"] == [0, 1, 2, 3]
+
+
+def test_lanes_partition_fills_alone():
+    """Keys that all collide in one partition's tables fill its buckets, then its stash, then
+    overflow, while the other partitions take keys in the same beats."""
+    dut = ColdKeySet(128, ways=4, stash=2, max_keys=128, partitions=4, lanes=4)
+    rng = np.random.default_rng(8)
+    hot = colliding_in(dut, 12, rng, partition=2)
+    model = ColdKeySetModel(128, partitions=4)
+    others = rng.integers(0, 1 << 32, 400, dtype=np.uint64)
+    others = others[model.partition_of(others) != 2][:36]
+    seq = []
+    for n, k in enumerate(list(hot) + list(hot[::-1])):
+        seq += [(int(k), False), (int(others[n % 36]), False)]
+    seq[-1] = (seq[-1][0], True)
+    exp = check_lanes(dut, lane_beats(dut, seq, rng, empty_eob=0), busy_in=0.2, busy_out=0.2)
+    overflows = sum(sum(e["overflow"]) for e in exp)
+    assert overflows >= 2 * (12 - 8 - 2)
+
+
+def test_lanes_structured_and_real_keys():
+    """Dense row ids of one table and of many (table-offset keys), then a real Criteo stream's
+    cold keys, in lane beats with stalls."""
+    dut = ColdKeySet(4096, max_keys=2048, partitions=4, lanes=4)
+    rng = np.random.default_rng(9)
+    dense = np.arange(1500)
+    tables = (np.arange(26)[None, :] * 100_000 + np.arange(40)[:, None]).ravel()
+    entries = [(int(k), n == len(dense) - 1) for n, k in enumerate(dense)]
+    entries += [(int(k), n == len(tables) - 1) for n, k in enumerate(np.tile(tables, 2))]
+    try:
+        real = load_dataset(real_file("criteo_kaggle/train_head1999.csv.gz"), limit=150).keys
+        entries += [(int(k), (n + 1) % 1300 == 0 or n == len(real) - 1)
+                    for n, k in enumerate(real)]
+    except pytest.skip.Exception:
+        pass
+    exp = check_lanes(dut, lane_beats(dut, entries, rng), busy_in=0.1, busy_out=0.2)
+    assert not any(any(e["overflow"]) for e in exp)
+
+
+def test_lanes_full_throughput():
+    """Four keys per cycle: one beat per cycle with no stall, LATENCY as at one lane."""
+    from amaranth.sim import Simulator
+    dut = ColdKeySet(256, max_keys=256, partitions=4, lanes=4)
+    model = ColdKeySetModel(256, partitions=4)
+    pool = np.arange(10_000, dtype=np.uint64)
+    by = [pool[model.partition_of(pool) == p] for p in range(4)]
+    n = 200
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    cycles = {}
+
+    async def bench(ctx):
+        await ctx.tick().until(dut.i.ready)
+        ctx.set(dut.o.ready, 1)
+        start, seen, last = None, 0, None
+        for t in range(n + 50):
+            ctx.set(dut.i.valid, t < n)
+            ctx.set(dut.i.payload, dict(key=[int(by[p][t % 23]) for p in (1, 0, 3, 2)],
+                                        insert=[1] * 4, eob=int(t % 50 == 49)))
+            _, _, valid = await ctx.tick().sample(dut.o.valid)
+            if valid:
+                start = t if start is None else start
+                seen, last = seen + 1, t
+        cycles.update(first=start, seen=seen, last=last)
+
+    sim.add_testbench(bench)
+    sim.run()
+    assert cycles == dict(first=ColdKeySet.LATENCY, seen=n, last=n - 1 + ColdKeySet.LATENCY)
+
+
+@pytest.mark.parametrize("simulator", ["verilator"])
+def test_cocotb_lanes(simulator, tmp_path, simulator_or_skip):
+    """Partitions and lanes under cocotb: overflowing and one-beat batches across epoch wraps,
+    colliding keys of one partition, a real stream, with stalls."""
+    from hotline.sim import tb_streams
+    dut = ColdKeySet(128, ways=4, stash=2, max_keys=48, epoch_bits=2, partitions=4, lanes=4)
+    model = ColdKeySetModel(128, ways=4, stash=2, max_keys=48, partitions=4)
+    rng = np.random.default_rng(12)
+    entries = []
+    for n in range(10):
+        size = int(rng.choice([1, 2, 40, 90]))
+        keys = rng.integers(0, 70 if n % 2 else 1 << 32, size, dtype=np.uint64)
+        entries += [(int(k), i == size - 1) for i, k in enumerate(keys)]
+    entries += [(int(k), i == 23) for i, k in enumerate(np.tile(colliding_in(dut, 12, rng, 1), 2))]
+    try:
+        keys = load_dataset(real_file("criteo_kaggle/train_head1999.csv.gz"), limit=60).keys
+        entries += [(int(k), (n + 1) % 520 == 0 or n == len(keys) - 1) for n, k in enumerate(keys)]
+    except pytest.skip.Exception:
+        pass
+    beats = lane_beats(dut, entries, rng)
+    stim = [dict(key=k, insert=[int(x) for x in i], eob=int(e), user=n & 1)
+            for n, (k, i, e) in enumerate(beats)]
+    res = tb_streams.run(dut, "cold_key_set_lanes", {"i": stim}, {"o": expected_lanes(model, beats)},
+                         build_dir=tmp_path, simulator=simulator_or_skip(simulator), busy_in=0.2,
+                         busy_out=0.3)
+    assert res["beats"]["o"] == len(beats)

@@ -3,7 +3,10 @@
 Within a batch, the k-th distinct inserted key gets slot k (first-appearance order) unless it
 overflows: no free way in either of its two buckets and no free stash entry, or ``max_keys``
 slots already used. An overflowed key is not stored, so each later beat of it is new again.
-Placement never changes a slot, so `batch` answers from the vectorised first-appearance ranks
+With ``partitions`` P > 1 a key belongs to one partition (`partition_of`: hash
+``COLD_PARTITION_SEED``), each with its own two tables of ``capacity // (2 * ways * P)``
+buckets and its own stash; the slots (and ``max_keys``) stay global, in order of first
+appearance. Placement never changes a slot, so `batch` answers from the vectorised first-appearance ranks
 whenever overflow is impossible (every key has a bucket that at most ``ways`` of the batch's
 keys hash to) and replays the exact insertion sequence otherwise.
 """
@@ -11,7 +14,7 @@ import math
 
 import numpy as np
 
-from hotline.contract.config import PRODUCT
+from hotline.contract.config import COLD_PARTITION_SEED, COLD_SEEDS, PRODUCT
 from hotline.contract.hashing import bucket_hash
 
 
@@ -31,21 +34,31 @@ class ColdKeySetModel:
 
     def __init__(self, capacity=PRODUCT.cold_capacity, *, ways=PRODUCT.cold_ways,
                  stash=PRODUCT.cold_stash, max_keys=PRODUCT.cold_max_keys, key_width=32,
-                 seeds=(11, 12), hash_family="tabulation", **_timing):
+                 seeds=COLD_SEEDS, hash_family="tabulation", partitions=1, **_timing):
         self.capacity, self.ways, self.stash, self.max_keys = capacity, ways, stash, max_keys
-        self.buckets = capacity // (2 * ways)
+        self.partitions = partitions
+        self.buckets = capacity // (2 * ways * partitions)   # per table and partition
         self.hashes = [bucket_hash(s, key_width, int(math.log2(self.buckets)), hash_family)
                        for s in seeds]
+        self.partition_hash = bucket_hash(COLD_PARTITION_SEED, key_width,
+                                          int(math.log2(partitions)), hash_family)
+
+    def partition_of(self, keys):
+        """The partition of each key (0 with one partition)."""
+        return self.partition_hash.np(np.asarray(keys, np.uint64)).astype(np.int64)
 
     def buckets_of(self, keys):
-        return [h.np(keys) for h in self.hashes]
+        """Per table, each key's bucket numbered across partitions (partition * buckets +
+        bucket in its partition's table)."""
+        base = self.partition_of(keys) * self.buckets
+        return [base + h.np(keys) for h in self.hashes]
 
     def overflow_impossible(self, uniq):
         """Sufficient condition for a batch with distinct keys ``uniq`` to place every key."""
         if len(uniq) > self.max_keys:
             return False
         h = self.buckets_of(uniq)
-        fits = [np.bincount(h[t], minlength=self.buckets)[h[t]] <= self.ways for t in (0, 1)]
+        fits = [np.bincount(h[t])[h[t]] <= self.ways for t in (0, 1)]
         return bool(np.all(fits[0] | fits[1]))
 
     def batch(self, keys):
@@ -61,8 +74,10 @@ class ColdKeySetModel:
     def replay(self, keys):
         """The exact insertion sequence of one batch (what `batch` does when overflow is possible)."""
         h0, h1 = self.buckets_of(keys)
-        fill = [np.zeros(self.buckets, np.int64), np.zeros(self.buckets, np.int64)]
-        stored, stash_used, count = {}, 0, 0
+        part = self.partition_of(keys).tolist()
+        fill = [np.zeros(self.buckets * self.partitions, np.int64) for _ in (0, 1)]
+        stash_used = [0] * self.partitions
+        stored, count = {}, 0
         slot = np.zeros(len(keys), np.int64)
         first = np.zeros(len(keys), bool)
         overflow = np.zeros(len(keys), bool)
@@ -81,8 +96,8 @@ class ColdKeySetModel:
                     fill[1][h1[i]] += 1
                 else:
                     fill[0][h0[i]] += 1
-            elif stash_used < self.stash:
-                stash_used += 1
+            elif stash_used[part[i]] < self.stash:
+                stash_used[part[i]] += 1
             else:
                 overflow[i] = True
             if not overflow[i]:
