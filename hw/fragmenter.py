@@ -4,8 +4,9 @@
 `hotline.contract.streams`): per lane {key, eos (last lookup of its sample), empty (the lane
 stands for a sample with no lookups; set eos too)}, per beat {eob (the beat closes its batch),
 last (the beat's last lane)}. All L lookups of a beat are looked up in the PopularityCAM at
-once (hot slot = CAM entry address). Cold lookups go one per cycle through the ColdKeySet,
-which numbers the batch's distinct cold keys in order of first appearance; a beat without
+once (hot slot = CAM entry address). Cold lookups go through the ColdKeySet, which numbers
+the batch's distinct cold keys in order of first appearance (with lanes, a ColdKeySet of
+``AcceleratorConfig.cold_partitions`` partitions taking up to L keys per cycle); a beat without
 cold lookups passes it by. Outputs, each a stream behind its own FIFO, at most one beat per
 ``lookups`` beat:
 
@@ -23,15 +24,15 @@ cold lookups passes it by. Outputs, each a stream behind its own FIFO, at most o
 overflows since reset or ``clear_counters`` (48 bits, wrapping; ``lagged_count``: they lag the
 output beats, and a beat in the clearing cycle is counted after the clear).
 
-Timing: one ``lookups`` beat per cycle sustained while the cold set keeps up: it takes one
-cold lookup per cycle (a batch's last beat without cold lookups takes one cycle of it too).
-With lanes, a beat's cold lookups wait for it in a FIFO, so bursts are absorbed while at most
-``GROUP_DEPTH`` beats wait for their cold slots: L lanes give about L lookups per cycle while
-fewer than one lookup per beat is cold on average (the schedule is
-`hotline.sim.fragmenter_run.beat_cycles`). Also across batch boundaries
-(the cold set needs no clearing pass between batches, except one pass of
-``capacity // (2 * ways)`` cycles every ``2**epoch_bits - 1`` batches: 2048 cycles every 255
-batches in the product configuration). Latency ``LATENCY`` cycles from a ``lookups``
+Timing: one ``lookups`` beat per cycle sustained while the cold set keeps up: per cycle it
+takes the longest run of one beat's cold lookups, in lane order, whose keys lie in distinct
+partitions (one lookup at one lane; a batch's last beat without cold lookups takes one cycle
+of it too), and ``cold_keys`` takes one new key per cycle. With lanes, a beat's cold lookups
+wait for it in a FIFO, so bursts are absorbed while at most ``GROUP_DEPTH`` beats wait for
+their cold slots (the schedule is `hotline.sim.fragmenter_run.beat_cycles`). Also across
+batch boundaries (the cold set needs no clearing pass between batches, except one pass of
+``capacity // (2 * ways * partitions)`` cycles every ``2**epoch_bits - 1`` batches: 2048
+cycles every 255 batches in the product configuration). Latency ``LATENCY`` cycles from a ``lookups``
 handshake to the FIFO write through the cold set (``cam.LATENCY + 3`` without cold lookups),
 plus the FIFOs' own. An output whose FIFO holds more than ``fifo_depth - 3`` entries stalls
 the pipeline only when the beat at its end needs that FIFO (a beat that closes a sample
@@ -40,7 +41,6 @@ Read all output streams concurrently.
 """
 from amaranth import *
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for
 
@@ -49,11 +49,13 @@ from hotline.contract.keys import KEY_BITS
 from hotline.contract.regmap import FRAGMENTER_COUNTERS
 from hotline.contract.streams import fragmenter_layouts, lookup_layout
 
+from .banked_ring import BankedRing
 from .buffered_fifo import BufferedFIFO
 from .cold_key_set import ColdKeySet
 from .fifo_room import fifo_room
+from .funnel_fifo import FunnelFIFO
 from .lagged_counter import lagged_count
-from .onehot import lowest_one_hot, one_hot_select
+from .onehot import one_hot_select
 from .popularity_cam import PopularityCAM
 
 __all__ = ["Fragmenter", "COUNTERS"]
@@ -64,6 +66,11 @@ COUNTER_BITS = 48
 
 def _popcount(bits):
     return sum((b for b in bits), C(0, bits_for(len(bits))))
+
+
+def _lane(value, lanes, j):
+    """Lane ``j`` of a per-lane field (the field itself at one lane)."""
+    return value if lanes == 1 else value[j]
 
 
 def _compact(m, select, values, name):
@@ -92,9 +99,11 @@ class Fragmenter(wiring.Component):
     # Lookup beats between the CAM and the collector: enough to cover the cold set's latency
     # (a beat waits there for its cold slots) at one beat per cycle.
     GROUP_DEPTH = 32
+    # Entries of each output FIFO (the default).
+    FIFO_DEPTH = 16
 
     def __init__(self, *, cam=None, cold=None, max_batch_samples=PRODUCT.max_batch_samples,
-                 fifo_depth=16, key_width=KEY_BITS, lanes=1):
+                 fifo_depth=FIFO_DEPTH, key_width=KEY_BITS, lanes=1):
         self.cam_args = dict(cam or {})
         self.cold_args = dict(cold or {})
         self.key_width = key_width
@@ -111,8 +120,8 @@ class Fragmenter(wiring.Component):
         self.cam = PopularityCAM(**self.cam_args, key_width=key_width,
                                  user_width=self.marks_layout.size,
                                  lanes=L)
-        self.cold = ColdKeySet(**self.cold_args, key_width=key_width)
-        # CAM, (the cold-lookup FIFO,) serializer, cold set, answer ring, classification
+        self.cold = ColdKeySet(**self.cold_args, key_width=key_width, lanes=L)
+        # CAM, (the cold-lookup FIFO,) dispatcher, cold set, answer ring, classification
         self.LATENCY = self.cam.LATENCY + (3 if L > 1 else 1) + self.cold.LATENCY + 2
         self.layouts = fragmenter_layouts(
             hot_slot_width=self.cam.slot_width, cold_slot_width=self.cold.slot_width,
@@ -139,11 +148,17 @@ class Fragmenter(wiring.Component):
         wiring.connect(m, cam.moves, wiring.flipped(self.moves))
         fifos = {}
         for name, layout in self.layouts.items():
-            fifos[name] = fifo = BufferedFIFO(width=layout.size, depth=self.fifo_depth)
-            m.submodules[f"{name}_fifo"] = fifo
             port = getattr(self, name)
-            m.d.comb += [port.valid.eq(fifo.r_rdy), port.payload.eq(fifo.r_data),
-                         fifo.r_en.eq(port.ready)]
+            if name == "cold_keys" and L > 1:
+                # The cold set answers up to L new keys per cycle.
+                fifos[name] = fifo = FunnelFIFO(layout.size, self.fifo_depth, L)
+                m.d.comb += [port.valid.eq(fifo.r.valid), port.payload.eq(fifo.r.payload),
+                             fifo.r.ready.eq(port.ready)]
+            else:
+                fifos[name] = fifo = BufferedFIFO(width=layout.size, depth=self.fifo_depth)
+                m.d.comb += [port.valid.eq(fifo.r_rdy), port.payload.eq(fifo.r_data),
+                             fifo.r_en.eq(port.ready)]
+            m.submodules[f"{name}_fifo"] = fifo
 
         # ---- lookups -> CAM, the marks as sideband ----------------------------------------
         beat = self.lookups.payload
@@ -160,7 +175,7 @@ class Fragmenter(wiring.Component):
             cam.lookup.payload.user.eq(marks),
         ]
 
-        # ---- CAM -> beats waiting for their cold slots, and the serializer ----------------
+        # ---- CAM -> beats waiting for their cold slots, and the dispatcher ----------------
         res = cam.result.payload
         rmarks = self.marks_layout(res.user)
         hits = Value.cast(res.hit)
@@ -177,30 +192,42 @@ class Fragmenter(wiring.Component):
             entering.cold.eq(cold_mask),
         ]
 
-        # The serializer feeds the cold set one cold lookup per cycle, lowest lane first; a
-        # batch's last beat without cold lookups sends one non-insert beat, so the cold set
-        # still sees every batch end. With lanes, the beats' cold lookups wait for it in a
-        # FIFO of their own, so a burst of cold lookups does not stall the lookups behind it
-        # while the beat FIFO has room (one lane has at most one cold lookup per beat: it
-        # loads the serializer directly).
-        work_layout = data.StructLayout({"key": data.ArrayLayout(kw, L), "mask": L, "eob": 1})
+        # The dispatcher feeds the cold set the cold lookups of one beat at a time, lowest
+        # lane first: per cycle the longest run of them in distinct partitions of the cold
+        # set, in order, in its lanes 0, 1, ... (one lane: one cold lookup). A batch's last
+        # beat without cold lookups sends one non-insert beat, so the cold set still sees
+        # every batch end. With lanes, the beats' cold lookups wait for it in a FIFO of their
+        # own, so a burst of cold lookups does not stall the lookups behind it while the beat
+        # FIFO has room (one lane has at most one cold lookup per beat: it loads the
+        # dispatcher directly). Each key's partition is hashed on the way into that FIFO.
+        pbits = len(self.cold.partition_hash.expr(C(0, kw)))
+        work_layout = data.StructLayout({"key": data.ArrayLayout(kw, L),
+                                         "part": data.ArrayLayout(pbits, L), "mask": L, "eob": 1})
         needs_cold = cold_mask.any() | rmarks.eob
         ser_keys = Signal(data.ArrayLayout(kw, L), reset_less=True)
+        ser_part = Signal(data.ArrayLayout(pbits, L), reset_less=True)
         ser_mask = Signal(L)
-        ser_eob = Signal()     # the serialized beat closes its batch
+        ser_eob = Signal()     # the dispatched beat closes its batch
         ser_dummy = Signal()   # ... and has no cold lookup: one non-insert beat
-        lane = lowest_one_hot(ser_mask)
-        left = ser_mask & ~lane
+        # A lane is sent unless a lane at or before it shares a partition with an earlier one.
+        clash = [ser_mask[j] & Cat(ser_mask[i] & (ser_part[i] == ser_part[j])
+                                   for i in range(j)).any() if j else C(0, 1) for j in range(L)]
+        send = Cat(ser_mask[j] & ~Cat(*clash[:j + 1]).any() for j in range(L))
+        left = ser_mask & ~send
         sending = ser_mask.any() | ser_dummy
+        sent_keys, n_sent = _compact(m, send, [ser_keys[j] for j in range(L)], "cold_in")
+        ci = cold.i.payload
         m.d.comb += [
             cold.i.valid.eq(sending),
-            cold.i.payload.key.eq(one_hot_select(lane, [ser_keys[j] for j in range(L)])),
-            cold.i.payload.insert.eq(ser_mask.any()),
-            cold.i.payload.eob.eq(ser_eob & ~left.any()),
+            ci.eob.eq(ser_eob & ~left.any()),
+            *(_lane(ci.key, L, k).eq(sent_keys[k]) for k in range(L)),
+            *(_lane(ci.insert, L, k).eq(n_sent > k) for k in range(L)),
         ]
         ser_free = ~sending | (cold.i.ready & ~left.any())
         entering_work = Signal(work_layout)
         m.d.comb += [Value.cast(entering_work.key).eq(Value.cast(rmarks.key)),
+                     *(entering_work.part[j].eq(self.cold.partition_hash.expr(rmarks.key[j]))
+                       for j in range(L)),
                      entering_work.mask.eq(cold_mask), entering_work.eob.eq(rmarks.eob)]
         if L > 1:
             m.submodules.cold_work = work = BufferedFIFO(width=work_layout.size,
@@ -220,48 +247,58 @@ class Fragmenter(wiring.Component):
         with m.If(cold.i.valid & cold.i.ready):
             m.d.sync += [ser_mask.eq(left), ser_dummy.eq(0)]
         with m.If(load_ser):
-            m.d.sync += [ser_keys.eq(next_work.key), ser_mask.eq(next_work.mask),
-                         ser_eob.eq(next_work.eob),
+            m.d.sync += [ser_keys.eq(next_work.key), ser_part.eq(next_work.part),
+                         ser_mask.eq(next_work.mask), ser_eob.eq(next_work.eob),
                          ser_dummy.eq(next_work.eob & ~next_work.mask.any())]
 
         # ---- answers: the cold set's, in a ring the head beat takes all of its own from ------
-        # The ring takes one answer per cycle whatever the head beat is, and the head beat
-        # takes its c answers at once: a beat with c cold lookups costs the collector one
-        # cycle, not c, so bursts of cold lookups are absorbed. Its answers are those of the
-        # beats in the beat FIFO, at most one per lane each: the ring never fills. Each answer
-        # also records its batch's cold-key count and overflow so far (the tallies): the
-        # batch summary comes from the last answer of the batch's last beat (its last cold
-        # lookup, or its non-insert beat).
+        # The ring takes the answers of a cycle (one per key sent, or the non-insert beat's)
+        # whatever the head beat is, and the head beat takes its c answers at once: a beat
+        # with c cold lookups costs the collector one cycle, not c, so bursts of cold lookups
+        # are absorbed. Its answers are those of the beats in the beat FIFO, at most one per
+        # lane each: the ring never fills. Each answer also records its batch's cold-key
+        # count and overflow so far (the tallies): the batch summary comes from the last
+        # answer of the batch's last beat (its last cold lookup, or its non-insert beat).
         o = cold.o.payload
         tally_layout = data.StructLayout({"cold": self.layouts["batches"].members["cold"],
                                           "overflow": 1})
         depth = self.GROUP_DEPTH * L
-        m.submodules.slots = slots = Memory(shape=self.cold.slot_width, depth=depth, init=[])
-        m.submodules.tallies = tallies = Memory(shape=tally_layout, depth=depth, init=[])
-        slot_w, tally_w = slots.write_port(), tallies.write_port()
-        slot_r = [slots.read_port(domain="comb") for _ in range(L)]
-        tally_r = tallies.read_port(domain="comb")
-        wp, rp = Signal(range(depth)), Signal(range(depth))
+        m.submodules.slots = slots = BankedRing(self.cold.slot_width, depth, L, reads=L)
+        m.submodules.tallies = tallies = BankedRing(tally_layout, depth, L)
+        rp = Signal(range(depth))
         held = Signal(range(depth + 1))     # answers in the ring
         batch_cold = Signal(tally_layout.members["cold"])   # this batch's, so far
         batch_overflow = Signal()
-        new_key = o.first & o.insert
-        keys_room = fifo_room(m, fifos["cold_keys"], "cold_keys")
-        m.d.comb += cold.o.ready.eq(~new_key | keys_room)
+        inserted = [_lane(o.insert, L, k) for k in range(L)]
+        new_key = [_lane(o.first, L, k) & inserted[k] for k in range(L)]
+        overflowed = [_lane(o.overflow, L, k) for k in range(L)]
+        if L > 1:
+            keys_room = fifos["cold_keys"].w_room
+        else:
+            keys_room = fifo_room(m, fifos["cold_keys"], "cold_keys")
+        m.d.comb += cold.o.ready.eq(~Cat(*new_key).any() | keys_room)
         answer = cold.o.valid & cold.o.ready
-        m.d.comb += [fifos["cold_keys"].w_en.eq(answer & new_key),
-                     fifos["cold_keys"].w_data.eq(o.key)]
-        tally = Signal(tally_layout)
-        m.d.comb += [tally.cold.eq(batch_cold + new_key),
-                     tally.overflow.eq(batch_overflow | o.overflow),
-                     slot_w.en.eq(answer), slot_w.addr.eq(wp), slot_w.data.eq(o.slot),
-                     tally_w.en.eq(answer), tally_w.addr.eq(wp), tally_w.data.eq(tally)]
+        new_keys, n_new = _compact(m, Cat(*new_key), [_lane(o.key, L, k) for k in range(L)],
+                                   "new_key")
+        if L > 1:
+            m.d.comb += [fifos["cold_keys"].w_count.eq(Mux(answer, n_new, 0)),
+                         *(fifos["cold_keys"].w_data[k].eq(new_keys[k]) for k in range(L))]
+        else:
+            m.d.comb += [fifos["cold_keys"].w_en.eq(answer & new_key[0]),
+                         fifos["cold_keys"].w_data.eq(o.key)]
+        answers = Mux(Cat(*inserted).any(), _popcount(inserted), 1)
+        written = Mux(answer, answers, 0)
+        tally = [Signal(tally_layout, name=f"tally{k}") for k in range(L)]
+        for k in range(L):
+            m.d.comb += [tally[k].cold.eq(batch_cold + _popcount(new_key[:k + 1])),
+                         tally[k].overflow.eq(batch_overflow | Cat(*overflowed[:k + 1]).any()),
+                         slots.w_data[k].eq(_lane(o.slot, L, k)), tallies.w_data[k].eq(tally[k])]
+        m.d.comb += [slots.w_count.eq(written), tallies.w_count.eq(written)]
         with m.If(answer):
-            m.d.sync += wp.eq(wp + 1)
             with m.If(o.eob):
                 m.d.sync += [batch_cold.eq(0), batch_overflow.eq(0)]
             with m.Else():
-                m.d.sync += [batch_cold.eq(tally.cold), batch_overflow.eq(tally.overflow)]
+                m.d.sync += [batch_cold.eq(tally[-1].cold), batch_overflow.eq(tally[-1].overflow)]
 
         # ---- classification stage: one whole beat with its slots --------------------------
         head = group(groups.r_data)
@@ -269,8 +306,8 @@ class Fragmenter(wiring.Component):
         need = _popcount(head.cold) | (head.eob & ~head.cold.any())
         complete = groups.r_rdy & (held >= need)
         for j in range(L):
-            m.d.comb += slot_r[j].addr.eq(rp + (_popcount(head.cold[:j]) if j else 0))
-        m.d.comb += tally_r.addr.eq(rp + need - 1)
+            m.d.comb += slots.r_pos[j].eq(rp + (_popcount(head.cold[:j]) if j else 0))
+        m.d.comb += tallies.r_pos[0].eq(rp + need - 1)
         ready_layout = data.StructLayout({
             "hit": L, "slot": data.ArrayLayout(max(self.cam.slot_width, self.cold.slot_width), L),
             "eos": L, "empty": L, "valid": L, "eob": 1,
@@ -282,19 +319,19 @@ class Fragmenter(wiring.Component):
         cls_fire = Signal()
         load = complete & (~cls_valid | cls_fire)
         m.d.comb += groups.r_en.eq(load)
-        m.d.sync += held.eq(held + answer - Mux(load, need, 0))
+        m.d.sync += held.eq(held + written - Mux(load, need, 0))
         with m.If(load):
             m.d.sync += [
                 cls.hit.eq(head.hit), cls.eos.eq(head.eos), cls.empty.eq(head.empty),
                 cls.valid.eq(head.valid), cls.eob.eq(head.eob),
                 cls.needs_remap.eq((head.valid & ~head.empty).any()),
                 cls.needs_samples.eq((head.valid & head.eos).any()),
-                cls.cold.eq(tally_r.data.cold), cls.overflow.eq(tally_r.data.overflow),
+                cls.cold.eq(tallies.r_data[0].cold), cls.overflow.eq(tallies.r_data[0].overflow),
                 rp.eq(rp + need),
             ]
             for j in range(L):
                 m.d.sync += cls.slot[j].eq(Mux(head.hit[j], head.hot_slot[j],
-                                               slot_r[j].data))
+                                               slots.r_data[j]))
             m.d.sync += cls_valid.eq(1)
         with m.Elif(cls_fire):
             m.d.sync += cls_valid.eq(0)
@@ -368,8 +405,8 @@ class Fragmenter(wiring.Component):
         incs = {"lookups": (cls_fire, _popcount(look)), "hits": (cls_fire, _popcount(hit_lookups)),
                 "samples": (cls_fire, _popcount(ends)),
                 "popular_samples": (cls_fire, ends_popular),
-                "cold_rows": (answer, new_key), "batches": (cls_fire, cls.eob),
-                "overflows": (answer, o.overflow)}
+                "cold_rows": (answer, n_new), "batches": (cls_fire, cls.eob),
+                "overflows": (answer, _popcount(overflowed))}
         for name, (fire, inc) in incs.items():
             lagged_count(m, getattr(c, name), Mux(fire, inc, 0), self.clear_counters, name)
         with m.If(cls_fire):

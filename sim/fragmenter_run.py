@@ -19,6 +19,7 @@ from hotline.contract.streams import LANE_STREAMS, lane_unpack, pack, pack_looku
 from hotline.hw.cold_key_set import ColdKeySet
 from hotline.hw.fragmenter import Fragmenter
 from hotline.hw.popularity_cam import PopularityCAM
+from hotline.model.cold_key_set import ColdKeySetModel
 
 from . import streams
 from .harness import StreamHarness
@@ -146,39 +147,60 @@ def expected_streams(run, responses, lanes=1):
     return want
 
 
-def beat_cycles(run, lanes, config=None):
-    """The cycles the Fragmenter needs for ``run``'s lookups with ``lanes`` lanes when no
-    output stalls (its schedule): one ``lookups`` beat per cycle, while the cold-key set takes
-    one cold lookup per cycle (or one non-insert beat for a batch's last beat without any)
-    from the beats' cold-lookup FIFO, and at most ``Fragmenter.GROUP_DEPTH`` beats wait
-    between the CAM and the classification stage for their cold slots. With ``config`` (an
-    `AcceleratorConfig`), also the cold set's clearing pass after every ``2**cold_epoch_bits
-    - 1`` batches, during which no lookup enters."""
+def beat_cycles(run, keys, config):
+    """The cycles the Fragmenter of ``config`` (an `AcceleratorConfig`) needs for ``run``'s
+    lookups ``keys`` when no output stalls (its schedule): one ``lookups`` beat per cycle,
+    while the cold-key set takes each beat's cold lookups from the beats' cold-lookup FIFO,
+    per cycle the longest run of them in distinct partitions (one non-insert beat for a
+    batch's last beat without any), and at most ``Fragmenter.GROUP_DEPTH`` beats wait between
+    the CAM and the classification stage for their cold slots; also the cold set's clearing
+    pass after every ``2**cold_epoch_bits - 1`` batches, during which no lookup enters."""
+    lanes = config.lanes
     group, _, eob, empty = run.beat_groups(lanes)
     if not len(group):
         return 0
     n = int(group[-1]) + 1
-    cold = np.bincount(group[~empty][~run.hot], minlength=n)
+    cold_group = group[~empty][~run.hot]
+    part = ColdKeySetModel(**config.cold_kwargs()).partition_of(np.asarray(keys)[~run.hot])
+    # New cold keys of each beat (first appearances in its batch): the cold_keys stream
+    # takes them one per cycle.
+    lookup_batch = (np.searchsorted(run.sample_offsets, np.arange(len(run.hot)), side="right")
+                    - 1) // run.batch_size
+    batch_key = (lookup_batch[~run.hot].astype(np.uint64) << np.uint64(32)) | \
+        np.asarray(keys, np.uint64)[~run.hot]
+    firsts = np.bincount(cold_group[np.unique(batch_key, return_index=True)[1]],
+                         minlength=n).tolist()
+    sends = np.zeros(n, np.int64)     # cold-set beats of each lookups beat
+    at, seen = -1, 0
+    for g, p in zip(cold_group.tolist(), part.tolist()):
+        if g != at or seen >> p & 1:
+            sends[g] += 1
+            at, seen = g, 0
+        seen |= 1 << p
     closes = np.zeros(n, bool)
     closes[group[eob]] = True
-    work = np.maximum(cold, closes).tolist()   # cold-set beats of each lookups beat
+    work = np.maximum(sends, closes).tolist()
     wraps = np.zeros(n, bool)                  # the beats after which the cold set clears
-    if config is not None:
-        epochs = (1 << config.cold_epoch_bits) - 1
-        wraps[np.nonzero(closes)[0][epochs - 1::epochs]] = True
-        clearing = config.cold_capacity // (2 * config.cold_ways)
+    epochs = (1 << config.cold_epoch_bits) - 1
+    wraps[np.nonzero(closes)[0][epochs - 1::epochs]] = True
+    clearing = config.cold_capacity // (2 * config.cold_ways * config.cold_partitions)
     depth, answer = Fragmenter.GROUP_DEPTH, ColdKeySet.LATENCY + 1
     # Cycles from a beat leaving the CAM to its first cold-set beat: the FIFO in between
     # (lanes) or none.
     to_cold = 3 if lanes > 1 else 1
+    # The cold_keys FIFO takes the cold set's answers while it has room for L new keys.
+    keys_room = Fragmenter.FIFO_DEPTH - (lanes if lanes > 1 else 3)
     left = [0] * n                             # enters classification
-    cold_free = prev_in = prev_out = resume = -1
+    cold_free = prev_in = prev_out = resume = drained = -1
     for i, w in enumerate(work):
         t = max(prev_in + 1, left[i - depth] + 1 if i >= depth else 0, resume)
         ready = t + 2
         if w:
             start = max(t + to_cold, cold_free)
             cold_free = start + w
+            if firsts[i]:   # held back until the cold_keys FIFO has room
+                cold_free = max(cold_free, drained - keys_room + 1 - answer)
+                drained = max(drained, cold_free - 1 + answer) + firsts[i]
             ready = max(ready, cold_free - 1 + answer)
         if wraps[i]:   # the next beat enters the CAM after the clearing pass
             resume = cold_free - 1 + answer + clearing + PopularityCAM.LATENCY

@@ -195,7 +195,7 @@ def rtl_fragment(backend, config, insert_keys, keys, offsets, batch_size, run, p
     except RTLMismatch as e:
         raise HotlineError(f"RTL ({backend}) and model disagree: {e}") from None
     lookups = int(run.counters.lookups)
-    schedule = beat_cycles(run, config.lanes, config)
+    schedule = beat_cycles(run, keys, config)
     return {"cycles": cycles, "lookups_per_cycle": lookups / cycles if cycles else 0.0,
             "lanes": config.lanes, "schedule_cycles": schedule,
             "cycles_over_schedule": cycles / schedule if schedule else 0.0,
