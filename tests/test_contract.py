@@ -206,14 +206,14 @@ def test_the_product_configuration_is_one_definition():
         assert BLOCKS["cam"]("ecp5-85f").entries == config.PRODUCT.cam_entries
         assert geometry(Fragmenter()) == config.PRODUCT
         c = ColdKeySet()
-        assert (c.capacity, c.ways, c.stash, c.max_keys, c.epoch_bits) == tuple(
+        assert (c.capacity, c.ways, c.stash, c.max_keys, c.epoch_bits, c.partitions) == tuple(
             config.PRODUCT.cold_kwargs().values())
         m = PopularityCAM()
         assert (m.entries, m.ways, m.stash, m.max_kicks) == tuple(
             config.PRODUCT.cam_kwargs().values())
     c = ColdKeySetModel()
-    assert (c.capacity, c.ways, c.stash, c.max_keys) == tuple(
-        config.PRODUCT.cold_kwargs().values())[:4]
+    assert (c.capacity, c.ways, c.stash, c.max_keys, c.partitions) == tuple(
+        v for k, v in config.PRODUCT.cold_kwargs().items() if k != "epoch_bits")
     m = PopularityCAMModel()
     assert (m.entries, m.ways, m.stash_size, m.max_kicks) == tuple(
         config.PRODUCT.cam_kwargs().values())
