@@ -61,12 +61,13 @@ BATCH_END = "end"
 DMA_DONE_FIELDS = {"rows": 16, "errors": 16}
 
 
-def lane_layout(entry: dict, lanes: int, beat: dict = None) -> data.StructLayout:
+def lane_layout(entry: dict, lanes: int) -> data.StructLayout:
     """A lane beat's layout: each ``entry`` field {name: width} as ``ArrayLayout(width,
-    lanes)``, then the ``beat`` fields, then ``last`` (the last entry's lane). At one lane it
-    has the bits of ``entry`` + ``beat``."""
+    lanes)``, then ``last`` (the last entry's lane). At one lane it has the bits of
+    ``entry``. (`lookup_layout` spells its own: its beat field ``eob`` sits between entry
+    fields, where the one-lane lookup has always had it.)"""
     fields = {name: data.ArrayLayout(width, lanes) for name, width in entry.items()}
-    return data.StructLayout({**fields, **(beat or {}), "last": ceil_log2(lanes)})
+    return data.StructLayout({**fields, "last": ceil_log2(lanes)})
 
 
 def lookup_layout(key_width: int = KEY_BITS, lanes: int = 1) -> data.StructLayout:
