@@ -367,7 +367,8 @@ def cmd_gather(args):
 def _lanes_arg(p):
     p.add_argument("--lanes", type=int, choices=LANES, default=1,
                    help="lookup lanes of the Fragmenter RTL: lookups per input beat and per "
-                        "cycle (default 1); lookups_per_cycle is measured against this many")
+                        "cycle (default 1; with 2 or 4 the cold-key set has 4 partitions); "
+                        "lookups_per_cycle is measured against this many")
 
 
 def cmd_sim(args):
