@@ -430,6 +430,7 @@ def test_lanes_structured_and_real_keys():
     assert not any(any(e["overflow"]) for e in exp)
 
 
+@pytest.mark.slow   # 100 s; the Amaranth-simulator lane tests above run in the default tier
 @pytest.mark.parametrize("simulator", ["verilator"])
 def test_cocotb_lanes(simulator, tmp_path, simulator_or_skip):
     """Partitions and lanes under cocotb: overflowing and one-beat batches across epoch wraps,
