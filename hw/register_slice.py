@@ -27,16 +27,10 @@ class RegisterSlice(wiring.Component):
         m.d.comb += self.o.payload.eq(payload)
         load = ~self.o.valid | self.o.ready        # the output register takes a beat
         m.d.comb += self.i.ready.eq(~skid_valid)
-        # The skid register follows the input while it is free, and holds once it is taken:
-        # its enable is a flip-flop, and o.ready stays out of it (timing: the gather keys'
-        # skid was among the worst endpoints of the accelerator, 9.53 ns, through the DMA's
-        # ready).
-        with m.If(~skid_valid):
-            m.d.sync += skid.eq(self.i.payload)
         with m.If(load):
             m.d.sync += [self.o.valid.eq(skid_valid | self.i.valid),
                          payload.eq(Mux(skid_valid, skid, self.i.payload)),
                          skid_valid.eq(0)]
         with m.Elif(self.i.valid & ~skid_valid):
-            m.d.sync += skid_valid.eq(1)
+            m.d.sync += [skid.eq(self.i.payload), skid_valid.eq(1)]
         return m
