@@ -74,9 +74,9 @@ def test_no_rw_check_memories_map_without_a_collision_bypass(tmp_path, width):
         cells[name] = json.loads((tmp_path / f"{name}.json").read_text())["design"][
             "num_cells_by_type"]
     assert cells["flow"]["DP16KD"] == cells["plain"]["DP16KD"] == 1
-    # produce, consume and level (7 bits each), r_rdy and the inner FIFO's two flags
-    assert cells["flow"]["TRELLIS_FF"] == 24
-    assert cells["plain"]["TRELLIS_FF"] >= 24 + 2 * width
+    # produce, consume and level (7 bits each) and r_rdy
+    assert cells["flow"]["TRELLIS_FF"] == 22
+    assert cells["plain"]["TRELLIS_FF"] >= 22 + 2 * width
 
 
 def test_stages_are_inlined_into_their_block():
