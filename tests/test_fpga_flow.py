@@ -93,3 +93,46 @@ def test_stages_are_inlined_into_their_block():
         + [f"accelerator.dut0.core.dma.{s}" for s in ("front", "check", "chunker", "read", "write",
                                                   "counters")])
     assert inline_script(top, "accelerator", ()) == ""
+
+
+def test_floorplan_fixes_cells_by_instance_path(tmp_path):
+    """`apply_floorplan` finds a cell of a -noflatten netlist (each instance a module named by
+    its path) by the flattened name nextpnr gives it, and skips names the netlist lacks."""
+    import json
+
+    from hotline.fpga.synth import apply_floorplan
+    netlist = tmp_path / "top.json"
+    netlist.write_text(json.dumps({"modules": {
+        "top": {"cells": {"ram": {"type": "DP16KD", "attributes": {}}}},
+        "top.dut0.table": {"cells": {"bram_0_0": {"type": "DP16KD", "attributes": {}},
+                                     "bram_0_18": {"type": "DP16KD", "attributes": {}}}}}}))
+    fixed = apply_floorplan(netlist, {"ram": "X4/Y22/EBR0", "dut0.table.bram_0_18": "X6/Y22/EBR1",
+                                      "dut0.gone.bram_0_0": "X8/Y22/EBR2"})
+    cells = {m: {c: v["attributes"].get("BEL") for c, v in mod["cells"].items()}
+             for m, mod in json.loads(netlist.read_text())["modules"].items()}
+    assert fixed == 2
+    assert cells == {"top": {"ram": "X4/Y22/EBR0"},
+                     "top.dut0.table": {"bram_0_0": None, "bram_0_18": "X6/Y22/EBR1"}}
+
+
+def test_accelerator_flow_asks_nextpnr_for_margin(monkeypatch, tmp_path):
+    """The ECP5 accelerator (1 lane) is placed with its block RAM floorplan and routed for
+    BLOCK_PNR_MHZ, judged at its 100 MHz target; an explicit --freq is the clock nextpnr gets,
+    and other lane counts keep the plain flow."""
+    from hotline.fpga import blocks
+    calls = []
+
+    def fake(component, device, *, freq_mhz, seed, **kwargs):
+        calls.append(dict(freq_mhz=freq_mhz, **kwargs))
+        return {"seed": seed, "bram": 1, "bram_available": 2}
+    monkeypatch.setattr(blocks, "synth_report", fake)
+    monkeypatch.setitem(blocks.BLOCKS, "accelerator", lambda dev, lanes=1: None)
+    blocks.report("accelerator", "ecp5-85f", build_dir=tmp_path, seed=1)
+    blocks.report("accelerator", "ecp5-85f", build_dir=tmp_path, seed=1, freq_mhz=90)
+    blocks.report("accelerator", "ecp5-85f", build_dir=tmp_path, seed=1, lanes=2)
+    default, explicit, lanes2 = calls
+    assert default["freq_mhz"] == 100 and default["pnr_freq_mhz"] == blocks.BLOCK_PNR_MHZ[
+        "accelerator", "ecp5-85f", 1] > 100
+    assert default["floorplan"] is blocks.ACCELERATOR_ECP5_BRAM
+    assert explicit["freq_mhz"] == 90 and "pnr_freq_mhz" not in explicit
+    assert "floorplan" not in lanes2 and "pnr_freq_mhz" not in lanes2

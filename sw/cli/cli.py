@@ -445,7 +445,12 @@ def cmd_fpga_report(args):
         ("FF", f"{r['ff']:,} of {r['ff_available']:,}"),
         ("block RAM", f"{r['bram']} of {r['bram_available']} ({100 * r['bram_fraction']:.0f}%)"),
         ("Fmax", f"{r['fmax_mhz']} MHz (target {r['freq_mhz']:g} MHz: "
-                 f"{'met' if r['timing_ok'] else 'MISSED'})"),
+                 f"{'met' if r['timing_ok'] else 'MISSED'}, "
+                 f"{100 * (r['fmax_mhz'] / r['freq_mhz'] - 1):+.1f}%)"),
+        *([("nextpnr target", f"{r['pnr_freq_mhz']:g} MHz")]
+          if r.get("pnr_freq_mhz", r["freq_mhz"]) != r["freq_mhz"] else []),
+        *([("floorplan", f"{r['floorplan']['fixed']} of {r['floorplan']['cells']} cells fixed")]
+          if r.get("floorplan") else []),
         *([("late endpoints", f"{r['late_endpoints']:,} register inputs after "
                               f"{1000 / r['freq_mhz']:g} ns")] if "late_endpoints" in r else []),
         *((f"  {w['register']}", f"{w['arrival_ns']} ns") for w in r.get("worst_late", [])),
