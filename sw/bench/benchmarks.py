@@ -34,7 +34,7 @@ Sections:
   simulator speeds (``--quick``: one Criteo file and MovieLens);
 - synthesis: LUT4 / FF / block RAM / Fmax of cam (1, 2 and 4 lookup lanes), learner and
   cam+learner on LFE5U-85F-6 (target 125 MHz, <= 50% of the block RAM), the whole accelerator
-  at 1, 2 and 4 lanes (target 100 MHz), with the lookups/s at Fmax (L x Fmax) beside the
+  at 1 lane at nextpnr seeds 1, 2 and 3 and at 2 and 4 lanes (target 100 MHz), with the lookups/s at Fmax (L x Fmax) beside the
   43-140M lookups/s a GPU node needs, the two
   bucket hashes alone (hash-tabulation, hash-h3: LUT4 and Fmax, about 15 s each) and the
   1024-entry CAM on iCE40 UP5K (``--quick``: the iCE40 CAM only);
@@ -352,20 +352,25 @@ def bench_learner(quick):
 
 def bench_synthesis(quick):
     from hotline.fpga.blocks import report  # lazy: (see bench_cam)
-    jobs = ([("cam", "ice40-up5k", 1)] if quick else
-            [("cam", "ecp5-85f", 1), ("cam", "ecp5-85f", 2), ("cam", "ecp5-85f", 4),
-             ("learner", "ecp5-85f", 1), ("cam+learner", "ecp5-85f", 1),
-             ("accelerator", "ecp5-85f", 1), ("accelerator", "ecp5-85f", 2),
-             ("accelerator", "ecp5-85f", 4), ("hash-tabulation", "ecp5-85f", 1),
-             ("hash-h3", "ecp5-85f", 1), ("cam", "ice40-up5k", 1)])
+    # (block, device, lanes, nextpnr seed): the product configuration at seeds 1-3 (its
+    # margin must hold at each)
+    jobs = ([("cam", "ice40-up5k", 1, 1)] if quick else
+            [("cam", "ecp5-85f", 1, 1), ("cam", "ecp5-85f", 2, 1), ("cam", "ecp5-85f", 4, 1),
+             ("learner", "ecp5-85f", 1, 1), ("cam+learner", "ecp5-85f", 1, 1),
+             *(("accelerator", "ecp5-85f", 1, seed) for seed in (1, 2, 3)),
+             ("accelerator", "ecp5-85f", 2, 1), ("accelerator", "ecp5-85f", 4, 1),
+             ("hash-tabulation", "ecp5-85f", 1, 1), ("hash-h3", "ecp5-85f", 1, 1),
+             ("cam", "ice40-up5k", 1, 1)])
     out, rows = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        for block, device, lanes in jobs:
-            name = block if lanes == 1 else f"{block} ({lanes} lanes)"
+        for block, device, lanes, seed in jobs:
+            name = (block if lanes == 1 else f"{block} ({lanes} lanes)") + \
+                (f", seed {seed}" if seed != 1 else "")
             try:
-                r = report(block, device, tmp, lanes=lanes)
+                r = report(block, device, tmp, seed=seed, lanes=lanes)
             except RuntimeError as e:  # e.g. a place and route over its time limit
-                out.append({"block": block, "device": device, "lanes": lanes, "error": str(e)})
+                out.append({"block": block, "device": device, "lanes": lanes, "seed": seed,
+                            "error": str(e)})
                 rows.append([f"{name} Fmax", device, "failed", str(e).split(";")[0], "-"])
                 continue
             r.pop("build_dir")
