@@ -222,13 +222,12 @@ def test_bench_synthesis_builds_both_hash_blocks(monkeypatch):
     import hotline.fpga.blocks
     from hotline.bench.benchmarks import bench_synthesis
 
-    built = []
+    built, lanes_built, seeds_built = [], [], []
 
-    lanes_built = []
-
-    def fake_report(block, device, build_dir, lanes=1):
+    def fake_report(block, device, build_dir, seed=1, lanes=1):
         built.append((block, device))
         lanes_built.append((block, lanes))
+        seeds_built.append((block, lanes, seed))
         return {"block": block, "device": device, "build_dir": build_dir, "fmax_mhz": 200.0,
                 "freq_mhz": 125.0, "lut4": 100, "bram": 0, "bram_available": 208,
                 "bram_fraction": 0.0}
@@ -240,6 +239,9 @@ def test_bench_synthesis_builds_both_hash_blocks(monkeypatch):
     # and the lane blocks at every lane count, with their lookups/s at Fmax
     assert {(b, n) for b in ("cam", "accelerator") for n in (1, 2, 4)} <= set(lanes_built)
     assert any(row[0] == "accelerator (4 lanes) lookups/s at Fmax" for row in rows)
+    # the product configuration at nextpnr seeds 1, 2 and 3: its margin must hold at each
+    assert {("accelerator", 1, s) for s in (1, 2, 3)} <= set(seeds_built)
+    assert any(row[0] == "accelerator, seed 3 Fmax" for row in rows)
     built.clear()
     bench_synthesis(quick=True)
     assert not any(block.startswith("hash-") for block, _ in built)
