@@ -29,7 +29,7 @@ from hotline.hw.row_window_check import RowWindowCheck
 from hotline.hw.write_engine import WriteEngine
 
 from .floorplan import ACCELERATOR_ECP5_BRAM
-from .synth import DEVICES, PlaceRouteError, synth_report
+from .synth import DEVICES, ECP5_PNR_ARGS, PlaceRouteError, synth_report
 
 TARGET_MHZ = {"ecp5-85f": 125, "ice40-up5k": 30}
 BLOCK_TARGET_MHZ = {("accelerator", "ecp5-85f"): 100}
@@ -59,8 +59,7 @@ FLOORPLANS = {("accelerator", "ecp5-85f", 1): ACCELERATOR_ECP5_BRAM}
 STAGES = (CAMLookupPipeline, CAMCommandEngine, RowCommandFront, RowWindowCheck, RowChunker,
           ReadEngine, WriteEngine, RowDMACounters)
 BLOCK_FLOW = {"accelerator": {"synth_args": "-noflatten", "inline": STAGES,
-                              "pnr_args": ("--router", "router2", "--placer", "static",
-                                           "--tmg-ripup"),
+                              "pnr_args": ECP5_PNR_ARGS,
                               # some seeds' routing never converges: the next seed covers it
                               "pnr_timeout": 20 * 60}}
 # Seeds tried in turn when no seed is given, the next one after a place and route that failed or

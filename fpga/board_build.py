@@ -24,7 +24,7 @@ from hotline.hw.uart import UARTRx, UARTTx
 
 from .board_top import BoardBuild, uart_pins
 from .boards import board
-from .synth import SCRIPT_AFTER_READ, _tool, read_reports
+from .synth import ECP5_PNR_ARGS, SCRIPT_AFTER_READ, _tool, read_reports
 
 __all__ = ["EchoTop", "BoardBuildError", "board_platform", "build_board"]
 
@@ -133,9 +133,11 @@ def build_board(name, build_dir="build/boards", seed=1, top=None):
     ext = "bit" if spec.device.startswith("ecp5") else "bin"
     bitstream = out / f"{top_name}.{ext}"
     start = time.monotonic()
+    pnr_args = " ".join(ECP5_PNR_ARGS) if spec.device.startswith("ecp5") else ""
     plan = platform.prepare(
         top, name=top_name,
-        nextpnr_opts=f"--seed {seed} --report report.json --timing-allow-fail",
+        nextpnr_opts=f"--seed {seed} --report report.json --detailed-timing-report "
+                     f"--timing-allow-fail {pnr_args}",
         script_after_read=SCRIPT_AFTER_READ, script_after_synth="tee -q -o stat.json stat -json")
     plan.extract(out)
     for stale in (bitstream, out / "stat.json", out / "report.json"):
@@ -166,6 +168,8 @@ def build_board(name, build_dir="build/boards", seed=1, top=None):
                              "bram_available")},
         **{f"{k}_fraction": r[k] / r[f"{k}_available"] for k in ("lut4", "ff", "bram")},
         "utilization": r["utilization"],
+        # where the slowest paths end (nextpnr's --detailed-timing-report)
+        **{k: r[k] for k in ("late_endpoints", "worst_late") if k in r},
         "clocks": clocks, "fmax_mhz": main["fmax_mhz"], "constraint_mhz": constraint,
         "timing_ok": all(c["fmax_mhz"] >= c["target_mhz"] for c in clocks.values())
         and main["fmax_mhz"] >= constraint,

@@ -20,8 +20,15 @@ from amaranth.lib import wiring
 
 from hotline.hw.replica import KEEP_REPLICAS
 
-__all__ = ["DEVICES", "PinTop", "PlaceRouteError", "PlaceRouteTimeout", "SCRIPT_AFTER_READ",
-           "apply_floorplan", "read_reports", "synth_report"]
+__all__ = ["DEVICES", "ECP5_PNR_ARGS", "PinTop", "PlaceRouteError", "PlaceRouteTimeout",
+           "SCRIPT_AFTER_READ", "apply_floorplan", "read_reports", "synth_report"]
+
+# nextpnr's options for the accelerator on ECP5, out of context (`fpga.blocks`) and on a board
+# (`fpga.board_build`): the electrostatic placer spreads the CAM's block RAMs and their key
+# compares (the analytic placer packed them into one region that router2 could not route),
+# router2 routes in minutes where router1 had not converged in an hour, and timing-driven
+# rip-up works on every late arc (docs/toolchain.md item 13).
+ECP5_PNR_ARGS = ("--router", "router2", "--placer", "static", "--tmg-ripup")
 
 # A memory marked ``no_rw_check`` (BufferedFIFO, BucketTable) reaches Yosys from Amaranth's RTLIL
 # with its read port's collision semantics intact: Yosys reads the attribute only from Verilog,
