@@ -13,10 +13,11 @@ to consecutive window words through ``mem`` (a write is taken when ``mem_grant``
 ``flush`` (a strobe: a new session) drops every committed word not yet drained, the one
 offered included; a frame still being written is not touched.
 
-Timing: a word is offered 2 cycles after the ``commit`` strobe that commits it, then one
-word per cycle while its sink takes them; a stalled sink holds the rest (backpressure only:
-``fill`` is never stalled). ``fill.free`` is the depth
-minus the committed, undrained words (the word offered counts as drained).
+Timing: a word is offered 3 cycles after the ``commit`` strobe that commits it (the block
+RAM's read, then a register), then one word per cycle while its sink takes them; a stalled
+sink holds the rest (backpressure only: ``fill`` is never stalled). ``fill.free`` is the
+depth minus the committed words not yet read from the block RAM (the word offered and the
+one read behind it count as drained).
 """
 from amaranth import *
 from amaranth.lib import stream, wiring
@@ -70,41 +71,52 @@ class CommitRing(wiring.Component):
 
         mem_pending = Signal(bits)  # committed MEM_WRITE data words not yet written
         mem_written = Signal()
+        # Two stages: the block RAM's read (d_valid) and a register (q_*) that the sinks see,
+        # so that nothing but flip-flop inputs hangs on the block RAM's unregistered output
+        # (timing: its clock-to-out is 5.8 ns on ECP5, and the tag decode, the sink's ready
+        # and the ring's advance behind it were the board's critical path).
         d_valid = Signal()
-        d_word, d_tag = ring_rd.data.word, ring_rd.data.tag
+        q_valid = Signal()
+        q_word = Signal.like(ring_rd.data.word, reset_less=True)
+        q_tag = Signal.like(ring_rd.data.tag, reset_less=True)
         mem_word = Signal.like(self.mem.addr)
         consume = Signal()
-        with m.Switch(d_tag):
+        with m.Switch(q_tag):
             with m.Case(RingTag.LOOKUP):
-                m.d.comb += [self.lookups.valid.eq(d_valid), self.lookups.payload.eq(d_word),
+                m.d.comb += [self.lookups.valid.eq(q_valid), self.lookups.payload.eq(q_word),
                              consume.eq(self.lookups.ready)]
             with m.Case(RingTag.CAM):
-                m.d.comb += [self.cam_cmds.valid.eq(d_valid), self.cam_cmds.payload.eq(d_word),
+                m.d.comb += [self.cam_cmds.valid.eq(q_valid), self.cam_cmds.payload.eq(q_word),
                              consume.eq(self.cam_cmds.ready)]
             with m.Case(RingTag.SCATTER):
-                m.d.comb += [self.scatter_keys.valid.eq(d_valid),
-                             self.scatter_keys.payload.eq(d_word),
+                m.d.comb += [self.scatter_keys.valid.eq(q_valid),
+                             self.scatter_keys.payload.eq(q_word),
                              consume.eq(self.scatter_keys.ready)]
             with m.Case(RingTag.ADDR):
                 m.d.comb += consume.eq(1)
             with m.Case(RingTag.MEMDATA):
                 m.d.comb += consume.eq(self.mem_grant & self.mem.ready)
-        take = d_valid & consume
-        issue = (rptr != wcommit) & (~d_valid | take)
+        take = q_valid & consume
+        advance = d_valid & (~q_valid | take)      # the read word moves into the register
+        issue = (rptr != wcommit) & (~d_valid | advance)
         m.d.comb += [ring_rd.addr.eq(rptr[:-1]), ring_rd.en.eq(issue)]
         with m.If(take):
-            m.d.sync += d_valid.eq(0)
-            with m.If(d_tag == RingTag.ADDR):
-                m.d.sync += mem_word.eq(d_word[3:32])
-            with m.If(d_tag == RingTag.MEMDATA):
+            m.d.sync += q_valid.eq(0)
+            with m.If(q_tag == RingTag.ADDR):
+                m.d.sync += mem_word.eq(q_word[3:32])
+            with m.If(q_tag == RingTag.MEMDATA):
                 m.d.sync += mem_word.eq(mem_word + 1)
+        with m.If(advance):
+            m.d.sync += [q_valid.eq(1), q_word.eq(ring_rd.data.word), q_tag.eq(ring_rd.data.tag),
+                         d_valid.eq(0)]
         with m.If(issue):
             m.d.sync += [rptr.eq(rptr + 1), d_valid.eq(1)]
-        m.d.comb += mem_written.eq(take & (d_tag == RingTag.MEMDATA))
+        m.d.comb += mem_written.eq(take & (q_tag == RingTag.MEMDATA))
         m.d.sync += mem_pending.eq(mem_pending + fill.mem_words - mem_written)
         with m.If(self.flush):
-            m.d.sync += [rptr.eq(wcommit), d_valid.eq(0), mem_pending.eq(fill.mem_words)]
+            m.d.sync += [rptr.eq(wcommit), d_valid.eq(0), q_valid.eq(0),
+                         mem_pending.eq(fill.mem_words)]
         m.d.comb += [self.mem_pending.eq(mem_pending != 0),
-                     self.mem.addr.eq(mem_word), self.mem.wdata.eq(d_word),
-                     self.mem.write.eq(d_valid & (d_tag == RingTag.MEMDATA))]
+                     self.mem.addr.eq(mem_word), self.mem.wdata.eq(q_word),
+                     self.mem.write.eq(q_valid & (q_tag == RingTag.MEMDATA))]
         return m

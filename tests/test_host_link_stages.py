@@ -322,8 +322,8 @@ def test_ring_commits_drains_in_order_and_rolls_back():
 
 
 def test_ring_timing_free_space_and_mem_pending():
-    """A word is offered 2 cycles after its commit strobe; ``free`` counts committed,
-    undrained words; ``mem_pending`` holds until the last MEMDATA word is written."""
+    """A word is offered 3 cycles after its commit strobe; ``free`` counts committed words
+    not yet read from the block RAM; ``mem_pending`` holds until the last MEMDATA word is written."""
     d = CommitRing(RING_WORDS, 6)
     seen = []
 
@@ -342,7 +342,9 @@ def test_ring_timing_free_space_and_mem_pending():
         assert not ctx.get(d.lookups.valid)
         assert ctx.get(d.fill.free) == RING_WORDS - 3
         await ctx.tick()
-        assert ctx.get(d.lookups.valid) and ctx.get(d.lookups.payload) == 1  # 2 cycles
+        assert not ctx.get(d.lookups.valid)  # the block RAM's read
+        await ctx.tick()
+        assert ctx.get(d.lookups.valid) and ctx.get(d.lookups.payload) == 1  # 3 cycles
         for _ in range(5):  # a stalled sink holds the word
             await ctx.tick()
             assert ctx.get(d.lookups.valid) and ctx.get(d.lookups.payload) == 1
