@@ -11,7 +11,14 @@ them fixed, seeds 2 and 3 of the same netlist placed at 87.22 and 91.70 MHz. `fp
 passes them to `hotline.fpga.synth.apply_floorplan`; the report counts the cells it fixed.
 Cells not in the netlist are skipped, so a renamed memory is merely unplaced: regenerate the
 table from a placed netlist (``nextpnr-ecp5 ... --write placed.json``, each cell's
-``NEXTPNR_BEL`` attribute) when the block RAMs change.
+``NEXTPNR_BEL`` attribute) when the block RAMs change: ``python -m hotline.fpga.floorplan
+NETLIST`` (`bram_sites`, `write_table`). The accelerator's flow writes ``routed.json``, but
+a placement with the floorplan returns these sites: new ones need a placement without it.
+Sites so taken from the placement of the current netlist at seed 3 without a floorplan (all
+32 CAM block RAMs in the Y22 row, the cold-key set's at Y46, the learner's at Y70 and Y82)
+did worse than these: at seed 3 nextpnr's pre-route estimate fell from 78.96 to 68.19 MHz
+and router2 still had 11-46 arcs failing at 106 MHz after 230 iterations, where with these
+it routed at 105.37 MHz.
 """
 
 import json
