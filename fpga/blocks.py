@@ -61,7 +61,10 @@ STAGES = (CAMLookupPipeline, CAMCommandEngine, RowCommandFront, RowWindowCheck, 
 BLOCK_FLOW = {"accelerator": {"synth_args": "-noflatten", "inline": STAGES,
                               "pnr_args": ECP5_PNR_ARGS,
                               # some seeds' routing never converges: the next seed covers it
-                              "pnr_timeout": 20 * 60}}
+                              "pnr_timeout": 20 * 60,
+                              # the routed netlist, to regenerate the block RAM floorplan from
+                              # (`hotline.fpga.floorplan.bram_sites`)
+                              "write_netlist": True}}
 # Seeds tried in turn when no seed is given, the next one after a place and route that failed or
 # ran over its time limit (at seed 1, one netlist of the whole accelerator routed and the next
 # did not).

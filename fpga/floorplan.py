@@ -11,10 +11,51 @@ them fixed, seeds 2 and 3 of the same netlist placed at 87.22 and 91.70 MHz. `fp
 passes them to `hotline.fpga.synth.apply_floorplan`; the report counts the cells it fixed.
 Cells not in the netlist are skipped, so a renamed memory is merely unplaced: regenerate the
 table from a placed netlist (``nextpnr-ecp5 ... --write placed.json``, each cell's
-``NEXTPNR_BEL`` attribute) when the block RAMs change.
+``NEXTPNR_BEL`` attribute) when the block RAMs change: ``python -m hotline.fpga.floorplan
+NETLIST`` (`bram_sites`, `write_table`). The accelerator's flow writes ``routed.json``, but
+a placement with the floorplan returns these sites: new ones need a placement without it.
+Sites so taken from the placement of the current netlist at seed 3 without a floorplan (all
+32 CAM block RAMs in the Y22 row, the cold-key set's at Y46, the learner's at Y70 and Y82)
+did worse than these: at seed 3 nextpnr's pre-route estimate fell from 78.96 to 68.19 MHz
+and router2 still had 11-46 arcs failing at 106 MHz after 230 iterations, where with these
+it routed at 105.37 MHz.
 """
 
-__all__ = ["ACCELERATOR_ECP5_BRAM"]
+import json
+import re
+import sys
+from pathlib import Path
+
+__all__ = ["ACCELERATOR_ECP5_BRAM", "bram_sites", "write_table"]
+
+
+def bram_sites(netlist, cell_type="DP16KD"):
+    """{instance path: bel} of every ``cell_type`` cell of nextpnr's placed or routed JSON
+    ``netlist`` (a path; ``--write``: one flat module, each placed cell's bel in its
+    ``NEXTPNR_BEL`` attribute), sorted by path. Unplaced cells are an error."""
+    design = json.loads(Path(netlist).read_text())
+    sites = {}
+    for module in design["modules"].values():
+        for name, cell in module["cells"].items():
+            if cell["type"] == cell_type:
+                bel = cell["attributes"].get("NEXTPNR_BEL")
+                if not bel:
+                    raise ValueError(f"{cell_type} {name} of {netlist} is not placed")
+                sites[name] = bel
+    return dict(sorted(sites.items()))
+
+
+def write_table(sites, name="ACCELERATOR_ECP5_BRAM", path=__file__):
+    """Replace the table ``name`` of this module's source (``path``) by ``sites``, formatted
+    as it is; returns the number of entries."""
+    source = Path(path).read_text()
+    body = "".join(f'    "{cell}": "{bel}",\n' for cell, bel in sites.items())
+    new, n = re.subn(rf"^{name} = {{\n.*?^}}\n", lambda _: f"{name} = {{\n{body}}}\n", source,
+                     flags=re.M | re.S)
+    if n != 1:
+        raise ValueError(f"no table {name} in {path}")
+    Path(path).write_text(new)
+    return len(sites)
 
 ACCELERATOR_ECP5_BRAM = {
     "dut0.core.dma.write.data_fifo.storage.0.0": "X78/Y22/EBR0",
@@ -164,3 +205,7 @@ ACCELERATOR_ECP5_BRAM = {
     "dut0.core.learner.table7.bram_0_63": "X100/Y46/EBR2",
     "dut0.core.learner.table7.bram_0_9": "X118/Y46/EBR2",
 }
+
+
+if __name__ == "__main__":  # python -m hotline.fpga.floorplan ROUTED_JSON
+    print(f"{write_table(bram_sites(sys.argv[1]))} block RAM sites written to {__file__}")

@@ -166,7 +166,7 @@ def apply_floorplan(netlist, bels):
 
 def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", seed=1,
                  synth_args="", pnr_args=(), pnr_timeout=None, inline=(), pnr_freq_mhz=None,
-                 floorplan=None):
+                 floorplan=None, write_netlist=False):
     """Synthesise, place and route ``component`` (or a tuple of components, synthesised
     together) for ``device`` (a key of DEVICES).
 
@@ -176,7 +176,9 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
     ``pnr_freq_mhz``: the clock nextpnr is asked for (default ``freq_mhz``; timing is judged
     at ``freq_mhz`` either way): with timing-driven rip-up (``--tmg-ripup``) router2 works
     on every arc until it meets that clock, so a higher one buys margin; ``floorplan``: fixed
-    bels of cells, see `apply_floorplan`.
+    bels of cells, see `apply_floorplan`; ``write_netlist``: nextpnr writes the routed
+    netlist to ``routed.json`` in the build directory (each cell's bel in its ``NEXTPNR_BEL``
+    attribute: `hotline.fpga.floorplan.bram_sites` reads a floorplan from it).
     Returns a dict: device, name, freq_mhz, pnr_freq_mhz, seed (nextpnr's), floorplan (None,
     or the cells it names and how many of them the netlist has: ``cells``, ``fixed``), lut4, ff,
     bram (cells after synthesis), lut4_available/ff_available/bram_available, utilization
@@ -202,10 +204,12 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
         constraints = [option, filename]
     # nextpnr exits non-zero when timing fails but still writes its report.
     (out / "report.json").unlink(missing_ok=True)
+    (out / "routed.json").unlink(missing_ok=True)
     try:
         _run([_tool(dev["pnr"]), *dev["args"], *constraints, "--json", "top.json",
               "--freq", str(pnr_freq_mhz or freq_mhz), "--seed", str(seed),
-              "--report", "report.json", "--detailed-timing-report", *pnr_args],
+              "--report", "report.json", "--detailed-timing-report", *pnr_args,
+              *(("--write", "routed.json") if write_netlist else ())],
              out / "nextpnr.log", pnr_timeout)
     except subprocess.TimeoutExpired:
         raise PlaceRouteTimeout(f"nextpnr did not finish in {pnr_timeout / 60:g} min (seed "

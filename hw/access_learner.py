@@ -173,7 +173,8 @@ class AccessLearner(wiring.Component):
             """Pipeline registers ``name_valid`` (cancelled by a clear) and ``name_<field>``,
             loaded every cycle (no reset: the reset net reaches the valid bits only)."""
             regs = SimpleNamespace(valid=Signal(name=f"{name}_valid"))
-            m.d.sync += regs.valid.eq(valid & ~self.clear)
+            if valid is not None:    # None: the caller drives ``valid``
+                m.d.sync += regs.valid.eq(valid & ~self.clear)
             for field, value in fields.items():
                 setattr(regs, field, Signal.like(value, name=f"{name}_{field}", reset_less=True))
                 m.d.sync += getattr(regs, field).eq(value)
@@ -181,8 +182,14 @@ class AccessLearner(wiring.Component):
 
         # t+1: the counted key and its bucket (hashed from the input port, so only flip-flops
         # drive the read address below: timing).
-        s1 = stage("s1", take, key=self.lookups.payload,
+        # Its valid is the AND of two registers, the input's valid and whether it is taken
+        # (timing: the valid comes late, through the accelerator's lookup handshake, and went
+        # through two LUTs here to s1_valid).
+        s1 = stage("s1", None, key=self.lookups.payload,
                    bucket=self.hash.expr(self.lookups.payload))
+        s1_in, s1_open = Signal(name="s1_in"), Signal(name="s1_open")
+        m.d.sync += [s1_in.eq(self.lookups.valid), s1_open.eq(self.active & ~self.clear)]
+        m.d.comb += s1.valid.eq(s1_in & s1_open)
 
         # t+2: the bucket addresses the read port (the host readout borrows the port whenever
         # the stage is empty) and is checked against the last WINDOW counted keys.

@@ -180,8 +180,12 @@ class Fragmenter(wiring.Component):
         rmarks = self.marks_layout(res.user)
         hits = Value.cast(res.hit)
         hot_slots = Value.cast(res.slot)
+        # need: the answers the beat takes from the ring (one per cold lookup, or its
+        # non-insert beat's), counted on the way in (timing: counted at the FIFO's output, it
+        # was on the path of the FIFO's read enable).
         group = data.StructLayout({"hit": L, "hot_slot": data.ArrayLayout(self.cam.slot_width, L),
-                                   "eos": L, "empty": L, "valid": L, "eob": 1, "cold": L})
+                                   "eos": L, "empty": L, "valid": L, "eob": 1, "cold": L,
+                                   "need": bits_for(L)})
         m.submodules.groups = groups = BufferedFIFO(width=group.size, depth=self.GROUP_DEPTH)
         cold_mask = rmarks.valid & ~hits & ~rmarks.empty
         entering = Signal(group)
@@ -190,6 +194,7 @@ class Fragmenter(wiring.Component):
             entering.eos.eq(rmarks.eos), entering.empty.eq(rmarks.empty),
             entering.valid.eq(rmarks.valid), entering.eob.eq(rmarks.eob),
             entering.cold.eq(cold_mask),
+            entering.need.eq(_popcount(cold_mask) | (rmarks.eob & ~cold_mask.any())),
         ]
 
         # The dispatcher feeds the cold set the cold lookups of one beat at a time, lowest
@@ -302,9 +307,11 @@ class Fragmenter(wiring.Component):
 
         # ---- classification stage: one whole beat with its slots --------------------------
         head = group(groups.r_data)
-        # The head's answers: one per cold lookup, or its non-insert beat's.
-        need = _popcount(head.cold) | (head.eob & ~head.cold.any())
-        complete = groups.r_rdy & (held >= need)
+        need = head.need
+        # held >= k for k = 1..L, registered (from held's next value): the head's test is then
+        # a select of one of them (timing: the FIFO's read enable waited for the compare).
+        held_ge = Signal(L, name="held_ge")
+        complete = groups.r_rdy & Cat(C(1, 1), held_ge).bit_select(need, 1)
         for j in range(L):
             m.d.comb += slots.r_pos[j].eq(rp + (_popcount(head.cold[:j]) if j else 0))
         m.d.comb += tallies.r_pos[0].eq(rp + need - 1)
@@ -317,9 +324,14 @@ class Fragmenter(wiring.Component):
         cls = Signal(ready_layout, reset_less=True)
         cls_valid = Signal()
         cls_fire = Signal()
-        load = complete & (~cls_valid | cls_fire)
+        # The output FIFOs have room for what cls holds: a register, from cls's and the rooms'
+        # next values (timing: the room check sat in front of the beat FIFO's read enable).
+        fire_ok = Signal()
+        load = complete & (~cls_valid | fire_ok)
         m.d.comb += groups.r_en.eq(load)
-        m.d.sync += held.eq(held + written - Mux(load, need, 0))
+        held_next = Signal.like(held)
+        m.d.comb += held_next.eq(held + written - Mux(load, need, 0))
+        m.d.sync += [held.eq(held_next), held_ge.eq(Cat(held_next >= k for k in range(1, L + 1)))]
         with m.If(load):
             m.d.sync += [
                 cls.hit.eq(head.hit), cls.eos.eq(head.eos), cls.empty.eq(head.empty),
@@ -366,9 +378,19 @@ class Fragmenter(wiring.Component):
         # enable, were critical paths). A beat that closes a sample waits for room in both
         # sample FIFOs, since which one it writes comes out of the classification.
         rooms = {name: fifo_room(m, fifos[name], name) for name in needs}
-        m.d.comb += cls_fire.eq(cls_valid & (~cls.needs_remap | rooms["remap"])
-                                & (~cls.needs_samples | (rooms["popular"] & rooms["non_popular"]))
-                                & (~cls.eob | rooms["batches"]))
+        m.d.comb += cls_fire.eq(cls_valid & fire_ok)
+
+        def rooms_for(needs_remap, needs_samples, eob, room):
+            return ((~needs_remap | room("remap"))
+                    & (~needs_samples | (room("popular") & room("non_popular")))
+                    & (~eob | room("batches")))
+        # fire_ok's next value: the rooms' next values (fifo_room's), for the beat cls holds next.
+        room_next = {name: fifos[name].level <= fifos[name].depth - 3 for name in needs}
+        m.d.sync += fire_ok.eq(Mux(
+            load,
+            rooms_for((head.valid & ~head.empty).any(), (head.valid & head.eos).any(), head.eob,
+                      room_next.__getitem__),
+            rooms_for(cls.needs_remap, cls.needs_samples, cls.eob, room_next.__getitem__)))
         for name, need in needs.items():
             m.d.comb += fifos[name].w_en.eq(cls_fire & need)
 

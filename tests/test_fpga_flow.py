@@ -115,6 +115,35 @@ def test_floorplan_fixes_cells_by_instance_path(tmp_path):
                      "top.dut0.table": {"bram_0_0": None, "bram_0_18": "X6/Y22/EBR1"}}
 
 
+def test_floorplan_table_from_a_placed_netlist(tmp_path):
+    """`bram_sites` reads each block RAM's bel from nextpnr's written netlist (unplaced: an
+    error) and `write_table` puts them, sorted by path, in place of a module's table."""
+    import json
+
+    import pytest
+
+    from hotline.fpga.floorplan import bram_sites, write_table
+    netlist = tmp_path / "routed.json"
+    cells = {"top.b.bram_0_0": {"type": "DP16KD", "attributes": {"NEXTPNR_BEL": "X6/Y22/EBR1"}},
+             "top.a.bram_0_0": {"type": "DP16KD", "attributes": {"NEXTPNR_BEL": "X4/Y22/EBR0"}},
+             "top.a.lut": {"type": "TRELLIS_COMB", "attributes": {"NEXTPNR_BEL": "X1/Y1/A"}}}
+    netlist.write_text(json.dumps({"modules": {"top": {"cells": cells}}}))
+    sites = bram_sites(netlist)
+    assert list(sites.items()) == [("top.a.bram_0_0", "X4/Y22/EBR0"),
+                                   ("top.b.bram_0_0", "X6/Y22/EBR1")]
+    module = tmp_path / "plan.py"
+    module.write_text('"""doc"""\n\nTABLE = {\n    "old": "X1/Y1/EBR0",\n}\n\nOTHER = {}\n')
+    assert write_table(sites, "TABLE", module) == 2
+    assert module.read_text() == ('"""doc"""\n\nTABLE = {\n    "top.a.bram_0_0": "X4/Y22/EBR0",\n'
+                                  '    "top.b.bram_0_0": "X6/Y22/EBR1",\n}\n\nOTHER = {}\n')
+    with pytest.raises(ValueError):
+        write_table(sites, "MISSING", module)
+    cells["top.a.bram_0_0"]["attributes"] = {}
+    netlist.write_text(json.dumps({"modules": {"top": {"cells": cells}}}))
+    with pytest.raises(ValueError):
+        bram_sites(netlist)
+
+
 def test_accelerator_flow_asks_nextpnr_for_margin(monkeypatch, tmp_path):
     """The ECP5 accelerator (1 lane) is placed with its block RAM floorplan and routed for
     BLOCK_PNR_MHZ, judged at its 100 MHz target; an explicit --freq is the clock nextpnr gets,
