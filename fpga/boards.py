@@ -92,15 +92,16 @@ _ECP5_CONFIG = replace(PRODUCT, cam_entries=2048, cold_capacity=2048, cold_max_k
 _ECP5_LEARNER = dict(count_bits=16)
 
 # The link runs at 3 Mbaud, the most the ULX3S's FT231X does (and the OrangeCrab's external
-# adapter must: FT232H, FT231X and CP2102N do). core_hz: below each board's measured Fmax
-# with margin (docs/boards.md). uart_hz: 20 and 16 clocks per bit, from the same VCO.
+# adapter must: FT232H, FT231X and CP2102N do). core_hz: the highest PLL step with 5% margin
+# below each board's measured Fmax (docs/boards.md: ULX3S 66.46 MHz at a 75 MHz target,
+# OrangeCrab 96.28 MHz at 84 MHz, seed 1). uart_hz: 20 and 16 clocks per bit, from the same VCO.
 
 BOARDS = {b.name: b for b in (
     BoardSpec("ulx3s-85f", ("amaranth_boards.ulx3s", "ULX3S_85F_Platform"), "ecp5-85f",
-              25_000_000, 50_000_000, 60_000_000, LINK_BAUD, _ECP5_CONFIG, _ECP5_LEARNER,
+              25_000_000, 60_000_000, 60_000_000, LINK_BAUD, _ECP5_CONFIG, _ECP5_LEARNER,
               window_bytes=65536),
     BoardSpec("orangecrab-85f", ("amaranth_boards.orangecrab_r0_2", "OrangeCrabR0_2_85FPlatform"),
-              "ecp5-85f", 48_000_000, 72_000_000, 48_000_000, LINK_BAUD, _ECP5_CONFIG,
+              "ecp5-85f", 48_000_000, 84_000_000, 48_000_000, LINK_BAUD, _ECP5_CONFIG,
               _ECP5_LEARNER, window_bytes=65536),
     # Out of the product; its UART echo image runs from the 12 MHz oscillator (no PLL).
     BoardSpec("icebreaker", ("amaranth_boards.icebreaker", "ICEBreakerPlatform"), "ice40-up5k",

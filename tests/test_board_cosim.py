@@ -46,7 +46,7 @@ def _parity(url, tmp_path, samples, hot_keys):
     info = got[4].info()
     assert (info["window_bytes"], info["max_request"], info["clock_hz"], info["baud"]) == \
         (BOARD.window_bytes, BOARD.max_request, BOARD.core_hz, BOARD.baud)
-    assert (BOARD.core_hz, BOARD.baud) == (50_000_000, 3_000_000)  # INFO: the accelerator clock
+    assert (BOARD.core_hz, BOARD.baud) == (60_000_000, 3_000_000)  # INFO: the accelerator clock
 
 
 def test_board_matches_model_through_the_serial_driver(board, tmp_path):
