@@ -1,7 +1,14 @@
 """fifo_room: a registered "will accept a write next cycle" for SyncFIFOBuffered FIFOs."""
 from amaranth.hdl import Cat, Signal
 
-__all__ = ["fifo_room"]
+__all__ = ["fifo_room", "fifo_has_room"]
+
+
+def fifo_has_room(fifos):
+    """The value `fifo_room` registers: each of ``fifos`` holds at most ``depth - 3`` entries
+    (for a register that a caller computes from it together with other next values)."""
+    fifos = fifos if isinstance(fifos, (list, tuple)) else [fifos]
+    return Cat(fifo.level <= fifo.depth - 3 for fifo in fifos).all()
 
 
 def fifo_room(m, fifos, name):
@@ -15,5 +22,5 @@ def fifo_room(m, fifos, name):
         if fifo.depth < 4:
             raise ValueError(f"fifo_room needs a FIFO of depth >= 4, not {fifo.depth}")
     room = Signal(init=1, name=f"{name}_room")
-    m.d.sync += room.eq(Cat(fifo.level <= fifo.depth - 3 for fifo in fifos).all())
+    m.d.sync += room.eq(fifo_has_room(fifos))
     return room

@@ -52,7 +52,7 @@ from hotline.contract.streams import fragmenter_layouts, lookup_layout
 from .banked_ring import BankedRing
 from .buffered_fifo import BufferedFIFO
 from .cold_key_set import ColdKeySet
-from .fifo_room import fifo_room
+from .fifo_room import fifo_has_room, fifo_room
 from .funnel_fifo import FunnelFIFO
 from .lagged_counter import lagged_count
 from .onehot import one_hot_select
@@ -332,12 +332,15 @@ class Fragmenter(wiring.Component):
         held_next = Signal.like(held)
         m.d.comb += held_next.eq(held + written - Mux(load, need, 0))
         m.d.sync += [held.eq(held_next), held_ge.eq(Cat(held_next >= k for k in range(1, L + 1)))]
+        # the output FIFOs the head beat may write (cls keeps them: the room check needs only
+        # these registers)
+        head_needs_remap = (head.valid & ~head.empty).any()
+        head_needs_samples = (head.valid & head.eos).any()
         with m.If(load):
             m.d.sync += [
                 cls.hit.eq(head.hit), cls.eos.eq(head.eos), cls.empty.eq(head.empty),
                 cls.valid.eq(head.valid), cls.eob.eq(head.eob),
-                cls.needs_remap.eq((head.valid & ~head.empty).any()),
-                cls.needs_samples.eq((head.valid & head.eos).any()),
+                cls.needs_remap.eq(head_needs_remap), cls.needs_samples.eq(head_needs_samples),
                 cls.cold.eq(tallies.r_data[0].cold), cls.overflow.eq(tallies.r_data[0].overflow),
                 rp.eq(rp + need),
             ]
@@ -377,20 +380,18 @@ class Fragmenter(wiring.Component):
         # through w_rdy, then the sample classification in front of the beat FIFO's read
         # enable, were critical paths). A beat that closes a sample waits for room in both
         # sample FIFOs, since which one it writes comes out of the classification.
-        rooms = {name: fifo_room(m, fifos[name], name) for name in needs}
         m.d.comb += cls_fire.eq(cls_valid & fire_ok)
+        room_next = {name: fifo_has_room(fifos[name]) for name in needs}   # fifo_room's
 
-        def rooms_for(needs_remap, needs_samples, eob, room):
-            return ((~needs_remap | room("remap"))
-                    & (~needs_samples | (room("popular") & room("non_popular")))
-                    & (~eob | room("batches")))
-        # fire_ok's next value: the rooms' next values (fifo_room's), for the beat cls holds next.
-        room_next = {name: fifos[name].level <= fifos[name].depth - 3 for name in needs}
+        def rooms_for(needs_remap, needs_samples, eob):
+            return ((~needs_remap | room_next["remap"])
+                    & (~needs_samples | (room_next["popular"] & room_next["non_popular"]))
+                    & (~eob | room_next["batches"]))
+        # fire_ok's next value: the rooms' next values, for the beat cls holds next.
         m.d.sync += fire_ok.eq(Mux(
             load,
-            rooms_for((head.valid & ~head.empty).any(), (head.valid & head.eos).any(), head.eob,
-                      room_next.__getitem__),
-            rooms_for(cls.needs_remap, cls.needs_samples, cls.eob, room_next.__getitem__)))
+            rooms_for(head_needs_remap, head_needs_samples, head.eob),
+            rooms_for(cls.needs_remap, cls.needs_samples, cls.eob)))
         for name, need in needs.items():
             m.d.comb += fifos[name].w_en.eq(cls_fire & need)
 
