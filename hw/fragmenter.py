@@ -24,12 +24,13 @@ cold lookups passes it by. Outputs, each a stream behind its own FIFO, at most o
 overflows since reset or ``clear_counters`` (48 bits, wrapping; ``lagged_count``: they lag the
 output beats, and a beat in the clearing cycle is counted after the clear).
 
-Timing: one ``lookups`` beat per cycle sustained while the cold set keeps up: per cycle it
-takes the longest run of one beat's cold lookups, in lane order, whose keys lie in distinct
-partitions (one lookup at one lane; a batch's last beat without cold lookups takes one cycle
-of it too), and ``cold_keys`` takes one new key per cycle. With lanes, a beat's cold lookups
-wait for it in a FIFO, so bursts are absorbed while at most ``GROUP_DEPTH`` beats wait for
-their cold slots (the schedule is `hotline.sim.fragmenter_run.beat_cycles`). Also across
+Timing: one ``lookups`` beat per cycle sustained while the cold set keeps up: it takes one
+cold-set beat per cycle, at one lane a beat's cold lookup (a batch's last beat without one
+takes a non-insert beat), with lanes a run of up to L queued cold lookups in distinct
+partitions, across beat boundaries within a batch (`ColdRunDispatcher`); and ``cold_keys``
+takes one new key per cycle. With lanes, bursts of cold lookups are absorbed while at most
+``GROUP_DEPTH`` beats wait for their cold slots (the schedule is
+`hotline.sim.fragmenter_run.beat_cycles`). Also across
 batch boundaries (the cold set needs no clearing pass between batches, except one pass of
 ``capacity // (2 * ways * partitions)`` cycles every ``2**epoch_bits - 1`` batches: 2048
 cycles every 255 batches in the product configuration). Latency ``LATENCY`` cycles from a ``lookups``
@@ -52,6 +53,7 @@ from hotline.contract.streams import fragmenter_layouts, lookup_layout
 from .banked_ring import BankedRing
 from .buffered_fifo import BufferedFIFO
 from .cold_key_set import ColdKeySet
+from .cold_run_dispatcher import ColdRunDispatcher
 from .fifo_room import fifo_has_room, fifo_room
 from .funnel_fifo import FunnelFIFO
 from .lagged_counter import lagged_count
@@ -120,9 +122,13 @@ class Fragmenter(wiring.Component):
         self.cam = PopularityCAM(**self.cam_args, key_width=key_width,
                                  user_width=self.marks_layout.size,
                                  lanes=L)
-        self.cold = ColdKeySet(**self.cold_args, key_width=key_width, lanes=L)
-        # CAM, (the cold-lookup FIFO,) dispatcher, cold set, answer ring, classification
-        self.LATENCY = self.cam.LATENCY + (3 if L > 1 else 1) + self.cold.LATENCY + 2
+        # With lanes, a cold-set beat carries its run's entry count (``user``): the answers
+        # it stands for.
+        self.cold = ColdKeySet(**self.cold_args, key_width=key_width, lanes=L,
+                               **({"user_width": bits_for(L)} if L > 1 else {}))
+        # CAM, (the dispatcher's queue,) its window or register, cold set, answer ring,
+        # classification
+        self.LATENCY = self.cam.LATENCY + (2 if L > 1 else 1) + self.cold.LATENCY + 2
         self.layouts = fragmenter_layouts(
             hot_slot_width=self.cam.slot_width, cold_slot_width=self.cold.slot_width,
             max_batch_samples=max_batch_samples, cold_max_keys=self.cold.max_keys,
@@ -197,64 +203,54 @@ class Fragmenter(wiring.Component):
             entering.need.eq(_popcount(cold_mask) | (rmarks.eob & ~cold_mask.any())),
         ]
 
-        # The dispatcher feeds the cold set the cold lookups of one beat at a time, lowest
-        # lane first: per cycle the longest run of them in distinct partitions of the cold
-        # set, in order, in its lanes 0, 1, ... (one lane: one cold lookup). A batch's last
-        # beat without cold lookups sends one non-insert beat, so the cold set still sees
-        # every batch end. With lanes, the beats' cold lookups wait for it in a FIFO of their
-        # own, so a burst of cold lookups does not stall the lookups behind it while the beat
-        # FIFO has room (one lane has at most one cold lookup per beat: it loads the
-        # dispatcher directly). Each key's partition is hashed on the way into that FIFO.
-        pbits = len(self.cold.partition_hash.expr(C(0, kw)))
-        work_layout = data.StructLayout({"key": data.ArrayLayout(kw, L),
-                                         "part": data.ArrayLayout(pbits, L), "mask": L, "eob": 1})
+        # The dispatcher feeds the cold set. One lane: a beat has at most one cold lookup, sent
+        # as one cold-set beat (a batch's last beat without one sends a non-insert beat, so the
+        # cold set still sees every batch end). With lanes, the beats' cold lookups (and such
+        # batch ends, as dummy entries) queue in a ColdRunDispatcher, which sends per cycle the
+        # longest run of them in distinct partitions, across beat boundaries, so a burst of
+        # cold lookups does not stall the lookups behind it while the beat FIFO has room. Each
+        # key's partition is hashed on the way into the queue.
         needs_cold = cold_mask.any() | rmarks.eob
-        ser_keys = Signal(data.ArrayLayout(kw, L), reset_less=True)
-        ser_part = Signal(data.ArrayLayout(pbits, L), reset_less=True)
-        ser_mask = Signal(L)
-        ser_eob = Signal()     # the dispatched beat closes its batch
-        ser_dummy = Signal()   # ... and has no cold lookup: one non-insert beat
-        # A lane is sent unless a lane at or before it shares a partition with an earlier one.
-        clash = [ser_mask[j] & Cat(ser_mask[i] & (ser_part[i] == ser_part[j])
-                                   for i in range(j)).any() if j else C(0, 1) for j in range(L)]
-        send = Cat(ser_mask[j] & ~Cat(*clash[:j + 1]).any() for j in range(L))
-        left = ser_mask & ~send
-        sending = ser_mask.any() | ser_dummy
-        sent_keys, n_sent = _compact(m, send, [ser_keys[j] for j in range(L)], "cold_in")
         ci = cold.i.payload
-        m.d.comb += [
-            cold.i.valid.eq(sending),
-            ci.eob.eq(ser_eob & ~left.any()),
-            *(_lane(ci.key, L, k).eq(sent_keys[k]) for k in range(L)),
-            *(_lane(ci.insert, L, k).eq(n_sent > k) for k in range(L)),
-        ]
-        ser_free = ~sending | (cold.i.ready & ~left.any())
-        entering_work = Signal(work_layout)
-        m.d.comb += [Value.cast(entering_work.key).eq(Value.cast(rmarks.key)),
-                     *(entering_work.part[j].eq(self.cold.partition_hash.expr(rmarks.key[j]))
-                       for j in range(L)),
-                     entering_work.mask.eq(cold_mask), entering_work.eob.eq(rmarks.eob)]
         if L > 1:
-            m.submodules.cold_work = work = BufferedFIFO(width=work_layout.size,
-                                                         depth=self.GROUP_DEPTH)
-            work_room, next_work = work.w_rdy, work_layout(work.r_data)
-            load_ser = ser_free & work.r_rdy
-            m.d.comb += work.r_en.eq(ser_free)
+            pbits = len(self.cold.partition_hash.expr(C(0, kw)))
+            m.submodules.dispatch = disp = ColdRunDispatcher(kw, pbits, L, self.GROUP_DEPTH * L)
+            part = [self.cold.partition_hash.expr(rmarks.key[j]) for j in range(L)]
+            cold_lanes, n_cold = _compact(m, cold_mask, [Cat(rmarks.key[j], part[j])
+                                                         for j in range(L)], "cold_lane")
+            dummy = rmarks.eob & ~cold_mask.any()
+            m.d.comb += cam.result.ready.eq(groups.w_rdy & (~needs_cold | disp.w_room))
+            taken = cam.result.valid & cam.result.ready
+            m.d.comb += disp.w_count.eq(Mux(taken & needs_cold, Mux(dummy, 1, n_cold), 0))
+            last = Mux(dummy, 0, n_cold - 1)    # the entry that closes a batch
+            for k, lane in enumerate(cold_lanes):
+                entry = disp.w_data[k]
+                m.d.comb += [entry.key.eq(lane[:kw]), entry.part.eq(lane[kw:]),
+                             entry.close.eq(rmarks.eob & (last == k))]
+            m.d.comb += disp.w_data[0].dummy.eq(dummy)
+            d = disp.o.payload
+            m.d.comb += [cold.i.valid.eq(disp.o.valid), disp.o.ready.eq(cold.i.ready),
+                         ci.eob.eq(d.eob), ci.user.eq(d.count),
+                         *(ci.key[k].eq(d.key[k]) for k in range(L)),
+                         *(ci.insert[k].eq(d.insert[k]) for k in range(L))]
         else:
-            work_room, next_work = ser_free, entering_work
-        m.d.comb += cam.result.ready.eq(groups.w_rdy & (~needs_cold | work_room))
-        taken = cam.result.valid & cam.result.ready
+            ser_keys = Signal(data.ArrayLayout(kw, 1), reset_less=True)
+            ser_mask = Signal()
+            ser_eob = Signal()     # the dispatched beat closes its batch
+            ser_dummy = Signal()   # ... and has no cold lookup: one non-insert beat
+            sending = ser_mask | ser_dummy
+            sent_keys, _ = _compact(m, [ser_mask], [ser_keys[0]], "cold_in")
+            m.d.comb += [cold.i.valid.eq(sending), ci.eob.eq(ser_eob), ci.key.eq(sent_keys[0]),
+                         ci.insert.eq(ser_mask)]
+            ser_free = ~sending | cold.i.ready
+            m.d.comb += cam.result.ready.eq(groups.w_rdy & (~needs_cold | ser_free))
+            taken = cam.result.valid & cam.result.ready
+            with m.If(cold.i.valid & cold.i.ready):
+                m.d.sync += [ser_mask.eq(0), ser_dummy.eq(0)]
+            with m.If(taken & needs_cold):
+                m.d.sync += [ser_keys.eq(rmarks.key), ser_mask.eq(cold_mask),
+                             ser_eob.eq(rmarks.eob), ser_dummy.eq(rmarks.eob & ~cold_mask)]
         m.d.comb += [groups.w_en.eq(taken), groups.w_data.eq(entering)]
-        if L > 1:
-            m.d.comb += [work.w_en.eq(taken & needs_cold), work.w_data.eq(entering_work)]
-        else:
-            load_ser = taken & needs_cold
-        with m.If(cold.i.valid & cold.i.ready):
-            m.d.sync += [ser_mask.eq(left), ser_dummy.eq(0)]
-        with m.If(load_ser):
-            m.d.sync += [ser_keys.eq(next_work.key), ser_part.eq(next_work.part),
-                         ser_mask.eq(next_work.mask), ser_eob.eq(next_work.eob),
-                         ser_dummy.eq(next_work.eob & ~next_work.mask.any())]
 
         # ---- answers: the cold set's, in a ring the head beat takes all of its own from ------
         # The ring takes the answers of a cycle (one per key sent, or the non-insert beat's)
@@ -291,7 +287,8 @@ class Fragmenter(wiring.Component):
         else:
             m.d.comb += [fifos["cold_keys"].w_en.eq(answer & new_key[0]),
                          fifos["cold_keys"].w_data.eq(o.key)]
-        answers = Mux(Cat(*inserted).any(), _popcount(inserted), 1)
+        # one per key sent, or the non-insert beat's; with lanes, the run's entries
+        answers = o.user if L > 1 else Mux(Cat(*inserted).any(), _popcount(inserted), 1)
         written = Mux(answer, answers, 0)
         tally = [Signal(tally_layout, name=f"tally{k}") for k in range(L)]
         for k in range(L):

@@ -150,11 +150,15 @@ def expected_streams(run, responses, lanes=1):
 def beat_cycles(run, keys, config):
     """The cycles the Fragmenter of ``config`` (an `AcceleratorConfig`) needs for ``run``'s
     lookups ``keys`` when no output stalls (its schedule): one ``lookups`` beat per cycle,
-    while the cold-key set takes each beat's cold lookups from the beats' cold-lookup FIFO,
-    per cycle the longest run of them in distinct partitions (one non-insert beat for a
-    batch's last beat without any), and at most ``Fragmenter.GROUP_DEPTH`` beats wait between
+    while the cold-key set keeps up, at most ``Fragmenter.GROUP_DEPTH`` beats waiting between
     the CAM and the classification stage for their cold slots; also the cold set's clearing
-    pass after every ``2**cold_epoch_bits - 1`` batches, during which no lookup enters."""
+    pass after every ``2**cold_epoch_bits - 1`` batches, during which no lookup enters.
+
+    The cold set takes one beat per cycle: at one lane a beat's cold lookup (a batch's last
+    beat without one: a non-insert beat); with lanes, a ``ColdRunDispatcher`` run: from the
+    cold lookups (and such batch ends) that have reached its window, the longest run of up to
+    L in distinct partitions, ending at a batch end. The ``cold_keys`` FIFO takes the cold
+    set's answers while it has room for their new keys, and gives one key per cycle."""
     lanes = config.lanes
     group, _, eob, empty = run.beat_groups(lanes)
     if not len(group):
@@ -162,50 +166,91 @@ def beat_cycles(run, keys, config):
     n = int(group[-1]) + 1
     cold_group = group[~empty][~run.hot]
     part = ColdKeySetModel(**config.cold_kwargs()).partition_of(np.asarray(keys)[~run.hot])
-    # New cold keys of each beat (first appearances in its batch): the cold_keys stream
-    # takes them one per cycle.
+    # New cold keys (first appearances in their batch): the cold_keys stream takes them one
+    # per cycle.
     lookup_batch = (np.searchsorted(run.sample_offsets, np.arange(len(run.hot)), side="right")
                     - 1) // run.batch_size
     batch_key = (lookup_batch[~run.hot].astype(np.uint64) << np.uint64(32)) | \
         np.asarray(keys, np.uint64)[~run.hot]
-    firsts = np.bincount(cold_group[np.unique(batch_key, return_index=True)[1]],
-                         minlength=n).tolist()
-    sends = np.zeros(n, np.int64)     # cold-set beats of each lookups beat
-    at, seen = -1, 0
-    for g, p in zip(cold_group.tolist(), part.tolist()):
-        if g != at or seen >> p & 1:
-            sends[g] += 1
-            at, seen = g, 0
-        seen |= 1 << p
+    new = np.zeros(len(cold_group), bool)
+    new[np.unique(batch_key, return_index=True)[1]] = True
     closes = np.zeros(n, bool)
     closes[group[eob]] = True
-    work = np.maximum(sends, closes).tolist()
+    # Each beat's cold-set entries: (partition or -1 for a batch end without cold lookups,
+    # new key, closes the batch).
+    entries = [[] for _ in range(n)]
+    for g, p, f in zip(cold_group.tolist(), part.tolist(), new.tolist()):
+        entries[g].append([p, f, False])
+    for g in np.nonzero(closes)[0].tolist():
+        if not entries[g]:
+            entries[g].append([-1, False, False])
+        entries[g][-1][2] = True
     wraps = np.zeros(n, bool)                  # the beats after which the cold set clears
     epochs = (1 << config.cold_epoch_bits) - 1
     wraps[np.nonzero(closes)[0][epochs - 1::epochs]] = True
     clearing = config.cold_capacity // (2 * config.cold_ways * config.cold_partitions)
     depth, answer = Fragmenter.GROUP_DEPTH, ColdKeySet.LATENCY + 1
-    # Cycles from a beat leaving the CAM to its first cold-set beat: the FIFO in between
-    # (lanes) or none.
-    to_cold = 3 if lanes > 1 else 1
+    # Cycles from a beat leaving the CAM to the cold set: the dispatcher's queue and window
+    # (lanes), or its register.
+    to_cold = 2 if lanes > 1 else 1
     # The cold_keys FIFO takes the cold set's answers while it has room for L new keys.
     keys_room = Fragmenter.FIFO_DEPTH - (lanes if lanes > 1 else 3)
-    left = [0] * n                             # enters classification
-    cold_free = prev_in = prev_out = resume = drained = -1
-    for i, w in enumerate(work):
+    state = {"free": -1, "drained": -1}
+    waiting = []                 # [arrival, beat, partition, new, closes], in order
+    last_send = [-1] * n         # the cold-set beat that carries a beat's last entry
+
+    def send_run():
+        """Send the next run from the head of ``waiting``."""
+        d = max(state["free"], waiting[0][0])
+        k, seen, firsts = 0, set(), 0
+        while k < len(waiting) and k < lanes and waiting[k][0] <= d:
+            _, beat, p, f, close = waiting[k]
+            if p >= 0:
+                if p in seen:
+                    break
+                seen.add(p)
+            firsts += f
+            k += 1
+            if close:
+                break
+        if firsts:   # held back until the cold_keys FIFO has room
+            d = max(d, state["drained"] - keys_room - answer)
+            state["drained"] = max(state["drained"], d + answer) + firsts
+        for _, beat, *_ in waiting[:k]:
+            last_send[beat] = d
+        del waiting[:k]
+        state["free"] = d + 1
+
+    def settle(beat):
+        """Send runs until ``beat``'s entries have all gone."""
+        while waiting and waiting[0][1] <= beat:
+            send_run()
+
+    t_in, left = [0] * n, [0] * n
+    prev_in = prev_out = resume = -1
+    done = 0                                   # beats with ``left`` known
+
+    def leave(upto):
+        nonlocal done, prev_out
+        settle(upto)
+        while done <= upto:
+            ready = t_in[done] + 2
+            if entries[done]:
+                ready = max(ready, last_send[done] + answer)
+            prev_out = max(prev_out + 1, ready)
+            left[done] = prev_out
+            done += 1
+
+    for i in range(n):
+        if i >= depth:
+            leave(i - depth)
         t = max(prev_in + 1, left[i - depth] + 1 if i >= depth else 0, resume)
-        ready = t + 2
-        if w:
-            start = max(t + to_cold, cold_free)
-            cold_free = start + w
-            if firsts[i]:   # held back until the cold_keys FIFO has room
-                cold_free = max(cold_free, drained - keys_room + 1 - answer)
-                drained = max(drained, cold_free - 1 + answer) + firsts[i]
-            ready = max(ready, cold_free - 1 + answer)
+        t_in[i] = prev_in = t
+        waiting += [[t + to_cold, i, p, f, c] for p, f, c in entries[i]]
         if wraps[i]:   # the next beat enters the CAM after the clearing pass
-            resume = cold_free - 1 + answer + clearing + PopularityCAM.LATENCY
-        prev_in, prev_out = t, max(prev_out + 1, ready)
-        left[i] = prev_out
+            settle(i)
+            resume = state["free"] - 1 + answer + clearing + PopularityCAM.LATENCY
+    leave(n - 1)
     return prev_out + 1
 
 
