@@ -84,8 +84,8 @@ def test_real_streams_in_lanes_verilator(rel, batch, limit, lanes, rtl):
 @pytest.mark.parametrize("lanes", [1, 2, param(4, slow=True)])
 def test_lanes_keep_their_schedule_and_095_lookups_per_lane(lanes, rtl):
     """On Criteo batches of 1024 without stalls (a quarter of the lookups cold), the RTL keeps
-    its schedule (`beat_cycles`: one beat per cycle while the cold set, one cold lookup per
-    cycle, keeps up, with the beat FIFO absorbing bursts), and L lanes give >= 0.95 L lookups
+    its schedule (`beat_cycles`: one beat per cycle while the cold set, a run of cold lookups
+    in distinct partitions per cycle, keeps up, with the beat FIFO absorbing bursts), and L lanes give >= 0.95 L lookups
     per cycle."""
     ds = load_dataset(real_file("criteo_kaggle/train_random4584.csv.gz"))
     hot = exact_hot_set(ds.keys, 2600)

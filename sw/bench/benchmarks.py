@@ -12,7 +12,7 @@ Sections:
 - fragment_rtl: the Fragmenter RTL on Verilator over the generated stream and every real
   file (B = 1024) with 1, 2 and 4 lookup lanes, in lookups per cycle against the ideal L and
   against its schedule (`beat_cycles`: one beat per cycle while the partitioned cold set,
-  a run of cold lookups in distinct partitions per cycle behind a 32-beat FIFO, and the
+  a run of queued cold lookups in distinct partitions per cycle, across beats, and the
   cold_keys stream, one key per cycle, keep up), with the worst lanes figure per L against
   0.95 L, every beat checked against the model; and the simulators' speed (simulated
   cycles/s) on one short stream, Verilator beside
