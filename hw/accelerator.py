@@ -39,7 +39,7 @@ from amaranth.lib.wiring import In, Out
 from hotline.contract.config import AcceleratorConfig
 from hotline.contract.dma import CAUSES
 from hotline.contract.regmap import HOTLINE_REGISTERS
-from hotline.contract.streams import CAM_EVENT_LAYOUT, dma_done_layout
+from hotline.contract.streams import CAM_EVENT_LAYOUT, cold_key_layout, dma_done_layout
 
 from .access_learner import READ_LATENCY, AccessLearner
 from .axi import AXI4LiteSignature, AXI4Signature
@@ -49,6 +49,7 @@ from .buffered_fifo import BufferedFIFO
 from .csr import CSRBank
 from .fifo_room import fifo_room
 from .fragmenter import Fragmenter
+from .funnel_fifo import FunnelFIFO
 from .onehot import lowest_one_hot, one_hot_select
 from .lagged_counter import lagged_count
 from .register_slice import RegisterSlice
@@ -92,7 +93,7 @@ class HotlineAccelerator(wiring.Component):
         self.learner = AccessLearner(**(learner or {}))
         self.dma = RowDMA(None, framing="end", **(dma or {}))
         f, d = self.fragmenter, self.dma
-        self.merge = BatchKeyMerge(f.layouts["cold_keys"], f.layouts["batches"])
+        self.merge = BatchKeyMerge(cold_key_layout(f.key_width), f.layouts["batches"])
         self.csr = CSRBank(HOTLINE_REGISTERS, CSR_ADDR_WIDTH, constants={
             "CAM_ENTRIES": f.cam.entries, "COLD_MAX_KEYS": f.cold.max_keys,
             "NUM_TABLES": d.num_tables, "ROW_BITS": d.row_bits, "DATA_WIDTH": d.data_width,
@@ -244,7 +245,21 @@ class HotlineAccelerator(wiring.Component):
             wiring.connect(m, getattr(frag, name), wiring.flipped(getattr(self, name)))
 
         # ---- cold keys + batch summaries: to the host and to the gather -----------------
-        wiring.connect(m, frag.cold_keys, merge.keys)
+        keys = frag.cold_keys
+        if frag.lanes > 1:
+            # The Fragmenter's lane beats of cold keys, one key per cycle: the host and the
+            # gather take one row per key anyway.
+            m.submodules.cold_keys = funnel = FunnelFIFO(merge.keys.payload.shape(),
+                                                         frag.fifo_depth, frag.lanes)
+            m.d.comb += [funnel.w_count.eq(Mux(keys.valid & funnel.w_room, keys.payload.last + 1,
+                                               0)),
+                         keys.ready.eq(funnel.w_room),
+                         *(funnel.w_data[k].key.eq(keys.payload.key[k])
+                           for k in range(frag.lanes))]
+            wiring.connect(m, funnel.r, merge.keys)
+        else:
+            m.d.comb += [merge.keys.valid.eq(keys.valid), keys.ready.eq(merge.keys.ready),
+                         merge.keys.payload.key.eq(keys.payload.key[0])]
         wiring.connect(m, frag.batches, merge.batches)
         wiring.connect(m, merge.o, fork.i)
         wiring.connect(m, fork.o0, wiring.flipped(self.batch_keys))

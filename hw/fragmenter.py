@@ -15,7 +15,8 @@ cold lookups passes it by. Outputs, each a stream behind its own FIFO, at most o
 - ``popular`` / ``non_popular``: {sample} = batch-local sample index of the samples the beat
   closes, in input order, a lane beat; a sample is popular iff all its lookups are hot (an
   empty sample is popular);
-- ``cold_keys``: {key} the batch's distinct cold keys in first-appearance order;
+- ``cold_keys``: {key} the batch's distinct cold keys in first-appearance order, a lane beat
+  of L keys from the batch's first (the last beat holds what is left; `BatchLanePacker`);
 - ``batches``: {popular, non_popular, cold, overflow} per batch, after its last beats, so the
   host knows how many entries of each stream belong to the batch.
 
@@ -28,7 +29,7 @@ Timing: one ``lookups`` beat per cycle sustained while the cold set keeps up: it
 cold-set beat per cycle, at one lane a beat's cold lookup (a batch's last beat without one
 takes a non-insert beat), with lanes a run of up to L queued cold lookups in distinct
 partitions, across beat boundaries within a batch (`ColdRunDispatcher`); and ``cold_keys``
-takes one new key per cycle. With lanes, bursts of cold lookups are absorbed while at most
+takes one new key per cycle at one lane, up to L with lanes. With lanes, bursts of cold lookups are absorbed while at most
 ``GROUP_DEPTH`` beats wait for their cold slots (the schedule is
 `hotline.sim.fragmenter_run.beat_cycles`). Also across
 batch boundaries (the cold set needs no clearing pass between batches, except one pass of
@@ -51,11 +52,11 @@ from hotline.contract.regmap import FRAGMENTER_COUNTERS
 from hotline.contract.streams import fragmenter_layouts, lookup_layout
 
 from .banked_ring import BankedRing
+from .batch_lane_packer import BatchLanePacker
 from .buffered_fifo import BufferedFIFO
 from .cold_key_set import ColdKeySet
 from .cold_run_dispatcher import ColdRunDispatcher
 from .fifo_room import fifo_has_room, fifo_room
-from .funnel_fifo import FunnelFIFO
 from .lagged_counter import lagged_count
 from .onehot import one_hot_select
 from .popularity_cam import PopularityCAM
@@ -156,10 +157,15 @@ class Fragmenter(wiring.Component):
         for name, layout in self.layouts.items():
             port = getattr(self, name)
             if name == "cold_keys" and L > 1:
-                # The cold set answers up to L new keys per cycle.
-                fifos[name] = fifo = FunnelFIFO(layout.size, self.fifo_depth, L)
-                m.d.comb += [port.valid.eq(fifo.r.valid), port.payload.eq(fifo.r.payload),
-                             fifo.r.ready.eq(port.ready)]
+                # The cold set answers up to L new keys per cycle; they leave in beats of
+                # L from the batch's first, whatever the cold set's runs were.
+                fifos[name] = fifo = BatchLanePacker(
+                    self.key_width, L, self.fifo_depth * L,
+                    self.layouts["batches"].members["cold"])
+                out = fifo.o.payload
+                m.d.comb += [port.valid.eq(fifo.o.valid), fifo.o.ready.eq(port.ready),
+                             port.payload.last.eq(out.count - 1),
+                             *(port.payload.key[k].eq(out.data[k]) for k in range(L))]
             else:
                 fifos[name] = fifo = BufferedFIFO(width=layout.size, depth=self.fifo_depth)
                 m.d.comb += [port.valid.eq(fifo.r_rdy), port.payload.eq(fifo.r_data),
@@ -274,15 +280,18 @@ class Fragmenter(wiring.Component):
         new_key = [_lane(o.first, L, k) & inserted[k] for k in range(L)]
         overflowed = [_lane(o.overflow, L, k) for k in range(L)]
         if L > 1:
-            keys_room = fifos["cold_keys"].w_room
+            # a batch end, with or without new keys, is written to the packer too
+            m.d.comb += cold.o.ready.eq(~(Cat(*new_key).any() | o.eob)
+                                        | fifos["cold_keys"].w_room)
         else:
             keys_room = fifo_room(m, fifos["cold_keys"], "cold_keys")
-        m.d.comb += cold.o.ready.eq(~Cat(*new_key).any() | keys_room)
+            m.d.comb += cold.o.ready.eq(~Cat(*new_key).any() | keys_room)
         answer = cold.o.valid & cold.o.ready
         new_keys, n_new = _compact(m, Cat(*new_key), [_lane(o.key, L, k) for k in range(L)],
                                    "new_key")
         if L > 1:
             m.d.comb += [fifos["cold_keys"].w_count.eq(Mux(answer, n_new, 0)),
+                         fifos["cold_keys"].w_end.eq(answer & o.eob),
                          *(fifos["cold_keys"].w_data[k].eq(new_keys[k]) for k in range(L))]
         else:
             m.d.comb += [fifos["cold_keys"].w_en.eq(answer & new_key[0]),

@@ -25,7 +25,8 @@ from . import streams
 from .harness import StreamHarness
 
 OUTPUTS = ("resp", "moves", "remap", "popular", "non_popular", "cold_keys", "batches")
-LANE_OUTPUTS = LANE_STREAMS[1:]  # the outputs in lane beats: their entries carry "beat"
+# The outputs in lane beats (their entries carry "beat"): the top's, and cold_keys.
+LANE_OUTPUTS = LANE_STREAMS[1:] + ("cold_keys",)
 BACKENDS = ("verilator", "icarus", "amaranth")
 
 
@@ -157,8 +158,9 @@ def beat_cycles(run, keys, config):
     The cold set takes one beat per cycle: at one lane a beat's cold lookup (a batch's last
     beat without one: a non-insert beat); with lanes, a ``ColdRunDispatcher`` run: from the
     cold lookups (and such batch ends) that have reached its window, the longest run of up to
-    L in distinct partitions, ending at a batch end. The ``cold_keys`` FIFO takes the cold
-    set's answers while it has room for their new keys, and gives one key per cycle."""
+    L in distinct partitions, ending at a batch end. At one lane the ``cold_keys`` FIFO takes
+    the cold set's answers while it has room for their new keys, and gives one key per cycle
+    (with lanes it gives up to L per cycle and does not hold the cold set back)."""
     lanes = config.lanes
     group, _, eob, empty = run.beat_groups(lanes)
     if not len(group):
@@ -166,8 +168,8 @@ def beat_cycles(run, keys, config):
     n = int(group[-1]) + 1
     cold_group = group[~empty][~run.hot]
     part = ColdKeySetModel(**config.cold_kwargs()).partition_of(np.asarray(keys)[~run.hot])
-    # New cold keys (first appearances in their batch): the cold_keys stream takes them one
-    # per cycle.
+    # New cold keys (first appearances in their batch): one lane's cold_keys stream takes them
+    # one per cycle.
     lookup_batch = (np.searchsorted(run.sample_offsets, np.arange(len(run.hot)), side="right")
                     - 1) // run.batch_size
     batch_key = (lookup_batch[~run.hot].astype(np.uint64) << np.uint64(32)) | \
@@ -193,8 +195,8 @@ def beat_cycles(run, keys, config):
     # Cycles from a beat leaving the CAM to the cold set: the dispatcher's queue and window
     # (lanes), or its register.
     to_cold = 2 if lanes > 1 else 1
-    # The cold_keys FIFO takes the cold set's answers while it has room for L new keys.
-    keys_room = Fragmenter.FIFO_DEPTH - (lanes if lanes > 1 else 3)
+    # One lane's cold_keys FIFO takes the cold set's answers while it holds at most depth - 3.
+    keys_room = Fragmenter.FIFO_DEPTH - 3
     state = {"free": -1, "drained": -1}
     waiting = []                 # [arrival, beat, partition, new, closes], in order
     last_send = [-1] * n         # the cold-set beat that carries a beat's last entry
@@ -213,7 +215,7 @@ def beat_cycles(run, keys, config):
             k += 1
             if close:
                 break
-        if firsts:   # held back until the cold_keys FIFO has room
+        if firsts and lanes == 1:   # held back until the cold_keys FIFO has room
             d = max(d, state["drained"] - keys_room - answer)
             state["drained"] = max(state["drained"], d + answer) + firsts
         for _, beat, *_ in waiting[:k]:

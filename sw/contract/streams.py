@@ -20,14 +20,15 @@ building any gateware, and the blocks build their ports from the same functions:
   (``move`` = 1, ``word`` as the CAM_MOVE register reads), then its response (``move`` = 0,
   ``word`` as CAM_RESP reads).
 
-Lane beats: with L > 1 lanes, ``lookups``, ``remap``, ``popular`` and ``non_popular`` carry up
-to L entries per beat: each per-entry field is an ``ArrayLayout(width, L)`` (entry ``i`` in
+Lane beats: with L > 1 lanes, ``lookups``, ``remap``, ``popular`` and ``non_popular`` (and the
+Fragmenter's ``cold_keys``, inside the top) carry up to L entries per beat: each per-entry field is an ``ArrayLayout(width, L)`` (entry ``i`` in
 lane ``i``), and a field ``last`` (``ceil_log2(L)`` bits) is the index of the beat's last
 entry; the other fields belong to the beat (``lookups.eob``: the beat closes its batch). A
 ``lookups`` beat holds consecutive lookup beats of one batch (`lane_groups`: L per beat, a
 batch's first starts a new one). The Fragmenter answers each ``lookups`` beat with at most one
 beat per stream: ``remap`` its non-empty lookups, ``popular`` / ``non_popular`` the samples
-it closes, in order; a stream with no entry for it gets no beat. At L = 1 every layout is the
+it closes, in order; a stream with no entry for it gets no beat. ``cold_keys`` holds each batch's
+new cold keys L per beat from the batch's first (the last beat what is left). At L = 1 every layout is the
 same bits as the single-lookup one (``last`` has no bits). `lane_pack` / `lane_unpack` convert.
 
 ``RESULT_STREAMS`` is also the order of the streams in a ``RESULTS`` response of the host
@@ -45,7 +46,7 @@ from .shapes import CAMOp
 
 __all__ = ["INPUT_STREAMS", "RESULT_STREAMS", "STREAMS", "LANE_STREAMS", "pack_lookups",
            "BATCH_END", "DMA_DONE_FIELDS",
-           "lookup_layout", "fragmenter_layouts", "batch_keys_layout", "dma_keys_layout",
+           "lookup_layout", "fragmenter_layouts", "cold_key_layout", "batch_keys_layout", "dma_keys_layout",
            "dma_done_layout", "cam_cmd_layout", "CAM_EVENT_LAYOUT", "stream_layouts", "batch_end",
            "batch_key", "pack", "unpack", "lookup_beats", "lane_layout", "lane_groups", "lane_pack",
            "lane_unpack", "lane_count"]
@@ -81,18 +82,24 @@ def lookup_layout(key_width: int = KEY_BITS, lanes: int = 1) -> data.StructLayou
 
 def fragmenter_layouts(*, hot_slot_width: int, cold_slot_width: int, max_batch_samples: int,
                        cold_max_keys: int, key_width: int = KEY_BITS, lanes: int = 1) -> dict:
-    """The Fragmenter's output payloads: ``remap``, ``popular``, ``non_popular`` (lane beats
-    of ``lanes`` entries), ``cold_keys`` and ``batches`` (a batch's summary)."""
+    """The Fragmenter's output payloads: ``remap``, ``popular``, ``non_popular``,
+    ``cold_keys`` (lane beats of ``lanes`` entries) and ``batches`` (a batch's summary)."""
     sample_width = bits_for(max_batch_samples - 1)
     count_width = bits_for(max_batch_samples)
     return {
         "remap": lane_layout({"hot": 1, "slot": max(hot_slot_width, cold_slot_width)}, lanes),
         "popular": lane_layout({"sample": sample_width}, lanes),
         "non_popular": lane_layout({"sample": sample_width}, lanes),
-        "cold_keys": data.StructLayout({"key": key_width}),
+        "cold_keys": lane_layout(dict(cold_key_layout(key_width).members), lanes),
         "batches": data.StructLayout({"popular": count_width, "non_popular": count_width,
                                       "cold": bits_for(cold_max_keys * 2), "overflow": 1}),
     }
+
+
+def cold_key_layout(key_width: int = KEY_BITS) -> data.StructLayout:
+    """One cold key {key}: an entry of the Fragmenter's ``cold_keys``, and the key fields of
+    ``batch_keys``."""
+    return data.StructLayout({"key": key_width})
 
 
 def batch_keys_layout(key_layout: data.StructLayout,
@@ -137,7 +144,7 @@ def stream_layouts(config: AcceleratorConfig, key_width: int = KEY_BITS) -> dict
             "scatter_keys": dma_keys_layout(key_width),
             "cam_cmds": cam_cmd_layout(key_width),
             "remap": f["remap"], "popular": f["popular"], "non_popular": f["non_popular"],
-            "batch_keys": batch_keys_layout(f["cold_keys"], f["batches"]),
+            "batch_keys": batch_keys_layout(cold_key_layout(key_width), f["batches"]),
             "dma_done": dma_done_layout(scatter=True), "cam_events": CAM_EVENT_LAYOUT}
 
 

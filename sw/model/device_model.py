@@ -178,14 +178,19 @@ class FragmentRun:
 
     def lane_beats(self, lanes):
         """With ``lanes`` lookup lanes, the Fragmenter's output beat of each entry:
-        {"remap": per non-empty lookup, "popular" / "non_popular": per such sample, in order}.
-        A ``lookups`` lane beat is answered by at most one beat per stream, holding its
-        entries (`hotline.contract.streams`, lane beats)."""
+        {"remap": per non-empty lookup, "popular" / "non_popular": per such sample, in order,
+        "cold_keys": per unique cold key}. A ``lookups`` lane beat is answered by at most one
+        beat per stream, holding its entries; ``cold_keys`` holds a batch's keys ``lanes`` per
+        beat from its first (`hotline.contract.streams`, lane beats)."""
         group, eos, _, empty = self.beat_groups(lanes)
         closing = group[eos]
-        return {name: np.unique(g, return_inverse=True)[1].astype(np.int64)
-                for name, g in (("remap", group[~empty]), ("popular", closing[self.popular]),
-                                ("non_popular", closing[~self.popular]))}
+        beats = {name: np.unique(g, return_inverse=True)[1].astype(np.int64)
+                 for name, g in (("remap", group[~empty]), ("popular", closing[self.popular]),
+                                 ("non_popular", closing[~self.popular]))}
+        sizes = np.diff(self.cold_offsets)
+        in_batch = np.arange(self.cold_offsets[-1]) - np.repeat(self.cold_offsets[:-1], sizes)
+        beats["cold_keys"] = np.cumsum(in_batch % lanes == 0).astype(np.int64) - 1
+        return beats
 
     def batch_sizes(self):
         """(popular, non_popular, unique_cold_rows) counts per batch, as int64 arrays."""
