@@ -55,10 +55,10 @@ from .banked_ring import BankedRing
 from .batch_lane_packer import BatchLanePacker
 from .buffered_fifo import BufferedFIFO
 from .cold_key_set import ColdKeySet
-from .cold_run_dispatcher import ColdRunDispatcher
+from .cold_run_dispatcher import ColdRunDispatcher, answer_layout
 from .fifo_room import fifo_has_room, fifo_room
 from .lagged_counter import lagged_count
-from .onehot import one_hot_select
+from .onehot import compact, popcount
 from .popularity_cam import PopularityCAM
 
 __all__ = ["Fragmenter", "COUNTERS"]
@@ -67,27 +67,9 @@ COUNTERS = FRAGMENTER_COUNTERS
 COUNTER_BITS = 48
 
 
-def _popcount(bits):
-    return sum((b for b in bits), C(0, bits_for(len(bits))))
-
-
 def _lane(value, lanes, j):
     """Lane ``j`` of a per-lane field (the field itself at one lane)."""
     return value if lanes == 1 else value[j]
-
-
-def _compact(m, select, values, name):
-    """``values[j]`` of the set bits of ``select``, moved to the front in order: (entries,
-    count). ``select`` a list of 1-bit values, ``values`` a list of equal-width values."""
-    n = len(select)
-    before = [_popcount(select[:j]) if j else C(0, 1) for j in range(n)]
-    out = []
-    for k in range(n):
-        entry = Signal(len(values[0]), name=f"{name}{k}")
-        m.d.comb += entry.eq(one_hot_select([select[j] & (before[j] == k) for j in range(n)],
-                                            values))
-        out.append(entry)
-    return out, _popcount(select)
 
 
 class Fragmenter(wiring.Component):
@@ -123,10 +105,10 @@ class Fragmenter(wiring.Component):
         self.cam = PopularityCAM(**self.cam_args, key_width=key_width,
                                  user_width=self.marks_layout.size,
                                  lanes=L)
-        # With lanes, a cold-set beat carries its run's entry count (``user``): the answers
-        # it stands for.
+        # With lanes, a cold-set beat carries its run's answers (``user``: how many, and
+        # which are repeats; `ColdRunDispatcher`).
         self.cold = ColdKeySet(**self.cold_args, key_width=key_width, lanes=L,
-                               **({"user_width": bits_for(L)} if L > 1 else {}))
+                               **({"user_width": answer_layout(L).size} if L > 1 else {}))
         # CAM, (the dispatcher's queue,) its window or register, cold set, answer ring,
         # classification
         self.LATENCY = self.cam.LATENCY + (2 if L > 1 else 1) + self.cold.LATENCY + 2
@@ -206,7 +188,7 @@ class Fragmenter(wiring.Component):
             entering.eos.eq(rmarks.eos), entering.empty.eq(rmarks.empty),
             entering.valid.eq(rmarks.valid), entering.eob.eq(rmarks.eob),
             entering.cold.eq(cold_mask),
-            entering.need.eq(_popcount(cold_mask) | (rmarks.eob & ~cold_mask.any())),
+            entering.need.eq(popcount(cold_mask) | (rmarks.eob & ~cold_mask.any())),
         ]
 
         # The dispatcher feeds the cold set. One lane: a beat has at most one cold lookup, sent
@@ -222,7 +204,7 @@ class Fragmenter(wiring.Component):
             pbits = len(self.cold.partition_hash.expr(C(0, kw)))
             m.submodules.dispatch = disp = ColdRunDispatcher(kw, pbits, L, self.GROUP_DEPTH * L)
             part = [self.cold.partition_hash.expr(rmarks.key[j]) for j in range(L)]
-            cold_lanes, n_cold = _compact(m, cold_mask, [Cat(rmarks.key[j], part[j])
+            cold_lanes, n_cold = compact(m, cold_mask, [Cat(rmarks.key[j], part[j])
                                                          for j in range(L)], "cold_lane")
             dummy = rmarks.eob & ~cold_mask.any()
             m.d.comb += cam.result.ready.eq(groups.w_rdy & (~needs_cold | disp.w_room))
@@ -236,7 +218,7 @@ class Fragmenter(wiring.Component):
             m.d.comb += disp.w_data[0].dummy.eq(dummy)
             d = disp.o.payload
             m.d.comb += [cold.i.valid.eq(disp.o.valid), disp.o.ready.eq(cold.i.ready),
-                         ci.eob.eq(d.eob), ci.user.eq(d.count),
+                         ci.eob.eq(d.eob), ci.user.eq(d.answers),
                          *(ci.key[k].eq(d.key[k]) for k in range(L)),
                          *(ci.insert[k].eq(d.insert[k]) for k in range(L))]
         else:
@@ -245,7 +227,7 @@ class Fragmenter(wiring.Component):
             ser_eob = Signal()     # the dispatched beat closes its batch
             ser_dummy = Signal()   # ... and has no cold lookup: one non-insert beat
             sending = ser_mask | ser_dummy
-            sent_keys, _ = _compact(m, [ser_mask], [ser_keys[0]], "cold_in")
+            sent_keys, _ = compact(m, [ser_mask], [ser_keys[0]], "cold_in")
             m.d.comb += [cold.i.valid.eq(sending), ci.eob.eq(ser_eob), ci.key.eq(sent_keys[0]),
                          ci.insert.eq(ser_mask)]
             ser_free = ~sending | cold.i.ready
@@ -287,7 +269,7 @@ class Fragmenter(wiring.Component):
             keys_room = fifo_room(m, fifos["cold_keys"], "cold_keys")
             m.d.comb += cold.o.ready.eq(~Cat(*new_key).any() | keys_room)
         answer = cold.o.valid & cold.o.ready
-        new_keys, n_new = _compact(m, Cat(*new_key), [_lane(o.key, L, k) for k in range(L)],
+        new_keys, n_new = compact(m, Cat(*new_key), [_lane(o.key, L, k) for k in range(L)],
                                    "new_key")
         if L > 1:
             m.d.comb += [fifos["cold_keys"].w_count.eq(Mux(answer, n_new, 0)),
@@ -296,14 +278,47 @@ class Fragmenter(wiring.Component):
         else:
             m.d.comb += [fifos["cold_keys"].w_en.eq(answer & new_key[0]),
                          fifos["cold_keys"].w_data.eq(o.key)]
-        # one per key sent, or the non-insert beat's; with lanes, the run's entries
-        answers = o.user if L > 1 else Mux(Cat(*inserted).any(), _popcount(inserted), 1)
-        written = Mux(answer, answers, 0)
         tally = [Signal(tally_layout, name=f"tally{k}") for k in range(L)]
-        for k in range(L):
-            m.d.comb += [tally[k].cold.eq(batch_cold + _popcount(new_key[:k + 1])),
-                         tally[k].overflow.eq(batch_overflow | Cat(*overflowed[:k + 1]).any()),
-                         slots.w_data[k].eq(_lane(o.slot, L, k)), tallies.w_data[k].eq(tally[k])]
+        if L > 1:
+            # The run's answers: an entry takes the next lane's, or (a repeat) the answer of
+            # its copy, earlier in the run or among the last L written (``recent``).
+            run = answer_layout(L)(o.user)
+            answers = run.count
+            own = [run.repeat[k] == 0 for k in range(L)]
+            lane_of = [popcount(own[:k]) if k else C(0, 1) for k in range(L)]
+            new_before = [popcount(new_key[:i]) for i in range(L + 1)]
+            over_before = [Cat(C(0, 1), *overflowed[:i]).any() for i in range(L + 1)]
+            recent = [Signal(self.cold.slot_width, name=f"recent_slot{j}") for j in range(L)]
+            index = bits_for(L)
+            run_slots = []
+            for k in range(L):
+                back = run.repeat[k]
+                copy = Array(recent)[(back - k - 1)[:index]]
+                if k:
+                    copy = Mux(back <= k, Array(run_slots)[(k - back)[:index]], copy)
+                value = Signal(self.cold.slot_width, name=f"answer_slot{k}")
+                m.d.comb += value.eq(Mux(own[k], Array(o.slot)[lane_of[k]], copy))
+                run_slots.append(value)
+                upto = lane_of[k] + own[k]
+                m.d.comb += [tally[k].cold.eq(batch_cold + Array(new_before)[upto]),
+                             tally[k].overflow.eq(batch_overflow | Array(over_before)[upto]),
+                             slots.w_data[k].eq(value), tallies.w_data[k].eq(tally[k])]
+            with m.If(answer):
+                with m.Switch(answers):
+                    for t in range(1, L + 1):
+                        with m.Case(t):
+                            m.d.sync += [recent[j].eq(run_slots[t - 1 - j] if j < t
+                                                      else recent[j - t]) for j in range(L)]
+        else:
+            # one per key sent, or the non-insert beat's
+            answers = Mux(Cat(*inserted).any(), popcount(inserted), 1)
+            for k in range(L):
+                m.d.comb += [tally[k].cold.eq(batch_cold + popcount(new_key[:k + 1])),
+                             tally[k].overflow.eq(batch_overflow
+                                                  | Cat(*overflowed[:k + 1]).any()),
+                             slots.w_data[k].eq(_lane(o.slot, L, k)),
+                             tallies.w_data[k].eq(tally[k])]
+        written = Mux(answer, answers, 0)
         m.d.comb += [slots.w_count.eq(written), tallies.w_count.eq(written)]
         with m.If(answer):
             with m.If(o.eob):
@@ -319,7 +334,7 @@ class Fragmenter(wiring.Component):
         held_ge = Signal(L, name="held_ge")
         complete = groups.r_rdy & Cat(C(1, 1), held_ge).bit_select(need, 1)
         for j in range(L):
-            m.d.comb += slots.r_pos[j].eq(rp + (_popcount(head.cold[:j]) if j else 0))
+            m.d.comb += slots.r_pos[j].eq(rp + (popcount(head.cold[:j]) if j else 0))
         m.d.comb += tallies.r_pos[0].eq(rp + need - 1)
         ready_layout = data.StructLayout({
             "hit": L, "slot": data.ArrayLayout(max(self.cam.slot_width, self.cold.slot_width), L),
@@ -373,12 +388,12 @@ class Fragmenter(wiring.Component):
         sample = Signal(range(self.max_batch_samples))
         popular = Signal(self.layouts["batches"].members["popular"])
         non_popular = Signal.like(popular)
-        samples_at = [sample + _popcount(ends[:j]) if j else sample for j in range(L)]
-        remap_lanes, n_remap = _compact(m, look, [Cat(cls.slot[j], cls.hit[j]) for j in range(L)],
+        samples_at = [sample + popcount(ends[:j]) if j else sample for j in range(L)]
+        remap_lanes, n_remap = compact(m, look, [Cat(cls.slot[j], cls.hit[j]) for j in range(L)],
                                         "remap")
         slot_bits = len(cls.slot[0])
-        pop_lanes, n_pop = _compact(m, pop, [s[:len(sample)] for s in samples_at], "popular")
-        non_lanes, n_non = _compact(m, non, [s[:len(sample)] for s in samples_at], "non_popular")
+        pop_lanes, n_pop = compact(m, pop, [s[:len(sample)] for s in samples_at], "popular")
+        non_lanes, n_non = compact(m, non, [s[:len(sample)] for s in samples_at], "non_popular")
 
         needs = {"remap": cls.needs_remap, "popular": n_pop != 0, "non_popular": n_non != 0,
                  "batches": cls.eob}
@@ -410,7 +425,7 @@ class Fragmenter(wiring.Component):
                 m.d.comb += out.last.eq(count - 1)
             return out
 
-        ends_popular, ends_non_popular = _popcount(pop), _popcount(non)
+        ends_popular, ends_non_popular = popcount(pop), popcount(non)
         summary = Signal(self.layouts["batches"])
         m.d.comb += [
             fifos["remap"].w_data.eq(lane_beat(
@@ -431,11 +446,11 @@ class Fragmenter(wiring.Component):
         # bits' enables (timing: that fan-out, 5.6 ns of route, was the critical path).
         c = self.counters
         hit_lookups = [look[j] & cls.hit[j] for j in range(L)]
-        incs = {"lookups": (cls_fire, _popcount(look)), "hits": (cls_fire, _popcount(hit_lookups)),
-                "samples": (cls_fire, _popcount(ends)),
+        incs = {"lookups": (cls_fire, popcount(look)), "hits": (cls_fire, popcount(hit_lookups)),
+                "samples": (cls_fire, popcount(ends)),
                 "popular_samples": (cls_fire, ends_popular),
                 "cold_rows": (answer, n_new), "batches": (cls_fire, cls.eob),
-                "overflows": (answer, _popcount(overflowed))}
+                "overflows": (answer, popcount(overflowed))}
         for name, (fire, inc) in incs.items():
             lagged_count(m, getattr(c, name), Mux(fire, inc, 0), self.clear_counters, name)
         with m.If(cls_fire):
@@ -443,7 +458,7 @@ class Fragmenter(wiring.Component):
             with m.If(cls.eob):
                 m.d.sync += [sample.eq(0), popular.eq(0), non_popular.eq(0)]
             with m.Else():
-                m.d.sync += [sample.eq(sample + _popcount(ends)),
+                m.d.sync += [sample.eq(sample + popcount(ends)),
                              popular.eq(popular + ends_popular),
                              non_popular.eq(non_popular + ends_non_popular)]
         return m

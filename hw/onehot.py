@@ -1,7 +1,8 @@
 """One-hot selects built as AND-OR trees (no binary decode in front of the data)."""
-from amaranth.hdl import Const, Mux
+from amaranth.hdl import C, Const, Mux, Signal
+from amaranth.utils import bits_for
 
-__all__ = ["one_hot_select", "lowest_one_hot"]
+__all__ = ["one_hot_select", "lowest_one_hot", "popcount", "compact"]
 
 
 def one_hot_select(select, values):
@@ -15,3 +16,23 @@ def one_hot_select(select, values):
 def lowest_one_hot(mask):
     """One-hot of the lowest set bit of ``mask`` (0 when none is)."""
     return (mask & (~mask + 1))[:len(mask)]
+
+
+def popcount(bits):
+    """The set bits among ``bits`` (a list of 1-bit values)."""
+    return sum((b for b in bits), C(0, bits_for(len(bits))))
+
+
+def compact(m, select, values, name):
+    """``values[j]`` of the set bits of ``select``, moved to the front in order: (entries,
+    count), the entries signals of ``m`` named ``name0``, ... ``select`` a list of 1-bit
+    values, ``values`` a list of equal-width values."""
+    n = len(select)
+    before = [popcount(select[:j]) if j else C(0, 1) for j in range(n)]
+    out = []
+    for k in range(n):
+        entry = Signal(len(values[0]), name=f"{name}{k}")
+        m.d.comb += entry.eq(one_hot_select([select[j] & (before[j] == k) for j in range(n)],
+                                            values))
+        out.append(entry)
+    return out, popcount(select)

@@ -15,11 +15,12 @@ import numpy as np
 from amaranth.sim import Simulator
 
 from hotline.contract.cam import CAMOp
+from hotline.contract.config import repeat_window
 from hotline.contract.streams import LANE_STREAMS, lane_unpack, pack, pack_lookups, unpack
 from hotline.hw.cold_key_set import ColdKeySet
 from hotline.hw.fragmenter import Fragmenter
 from hotline.hw.popularity_cam import PopularityCAM
-from hotline.model.cold_key_set import ColdKeySetModel
+from hotline.model.cold_key_set import ColdKeySetModel, latest_copy
 
 from . import streams
 from .harness import StreamHarness
@@ -158,7 +159,8 @@ def beat_cycles(run, keys, config):
     The cold set takes one beat per cycle: at one lane a beat's cold lookup (a batch's last
     beat without one: a non-insert beat); with lanes, a ``ColdRunDispatcher`` run: from the
     cold lookups (and such batch ends) that have reached its window, the longest run of up to
-    L in distinct partitions, ending at a batch end. At one lane the ``cold_keys`` FIFO takes
+    L in distinct partitions (a repeat of one of the L cold lookups before it takes none),
+    ending at a batch end. At one lane the ``cold_keys`` FIFO takes
     the cold set's answers while it has room for their new keys, and gives one key per cycle
     (with lanes it gives up to L per cycle and does not hold the cold set back)."""
     lanes = config.lanes
@@ -176,10 +178,16 @@ def beat_cycles(run, keys, config):
         np.asarray(keys, np.uint64)[~run.hot]
     new = np.zeros(len(cold_group), bool)
     new[np.unique(batch_key, return_index=True)[1]] = True
+    # Repeats of one of the L cold lookups before them in their batch take no partition.
+    cold_batch = lookup_batch[~run.hot]
+    starts = np.r_[0, np.nonzero(np.diff(cold_batch))[0] + 1, len(cold_batch)]
+    for a, b in zip(starts[:-1], starts[1:]):
+        repeat = latest_copy(batch_key[a:b], repeat_window(lanes)) >= 0
+        part[a:b][repeat] = -2
     closes = np.zeros(n, bool)
     closes[group[eob]] = True
-    # Each beat's cold-set entries: (partition or -1 for a batch end without cold lookups,
-    # new key, closes the batch).
+    # Each beat's cold-set entries: (partition, -2 for a repeat, -1 for a batch end without
+    # cold lookups; new key; closes the batch).
     entries = [[] for _ in range(n)]
     for g, p, f in zip(cold_group.tolist(), part.tolist(), new.tolist()):
         entries[g].append([p, f, False])
@@ -207,7 +215,7 @@ def beat_cycles(run, keys, config):
         k, seen, firsts = 0, set(), 0
         while k < len(waiting) and k < lanes and waiting[k][0] <= d:
             _, beat, p, f, close = waiting[k]
-            if p >= 0:
+            if p >= 0:   # takes a partition
                 if p in seen:
                     break
                 seen.add(p)

@@ -1,8 +1,9 @@
 """ColdRunDispatcher against a Python reference: the runs it sends from a full queue are the
-greedy maximal runs (up to L entries, distinct partitions, ending at a batch end), and
-while entries arrive and the cold set stalls at random, every run still obeys the rule and
-the entries leave in order. Keys: dense row ids of one table and of 26 tables, a single
-partition, one-entry batches and dummy batch ends, and a real Criteo file's cold lookups."""
+greedy maximal runs (up to L entries, distinct partitions but for repeats of one of the L
+keys before, ending at a batch end), and while entries arrive and the cold set stalls at
+random, every run still obeys the rule, every repeat is found, and the entries leave in
+order. Keys: dense row ids of one table and of 26 tables, a single partition, one-entry
+batches and dummy batch ends, user-item pairs, and a real Criteo file's cold lookups."""
 import random
 
 import numpy as np
@@ -35,14 +36,26 @@ def entries_of(keys, batch, dummies=(), partitions=4):
     return out
 
 
+def repeats_of(entries, lanes):
+    """Per entry: how many cold lookups back the latest copy of its key is, within its batch
+    and the L before it (0: none, or a dummy)."""
+    out, batch = [], []
+    for key, _, close, dummy in entries:
+        back = next((d for d in range(1, min(lanes, len(batch)) + 1) if batch[-d] == key), 0)
+        out.append(0 if dummy else back)
+        batch = [] if close else batch + [key]
+    return out
+
+
 def reference_runs(entries, lanes):
-    """The greedy maximal runs of ``entries`` (all waiting): [(count, keys, eob)]."""
+    """The greedy maximal runs of ``entries`` (all waiting): [(count, keys, eob, repeats)]."""
+    repeats = repeats_of(entries, lanes)
     runs, i = [], 0
     while i < len(entries):
         seen, keys, k = set(), [], 0
         while i + k < len(entries) and k < lanes:
             key, part, close, dummy = entries[i + k]
-            if not dummy:
+            if not dummy and not repeats[i + k]:
                 if part in seen:
                     break
                 seen.add(part)
@@ -50,24 +63,28 @@ def reference_runs(entries, lanes):
             k += 1
             if close:
                 break
-        runs.append((k, keys, entries[i + k - 1][2]))
+        runs.append((k, keys, entries[i + k - 1][2], repeats[i:i + k]))
         i += k
     return runs
 
 
-def check_run(run, lanes):
-    """The rule every run obeys, whatever reached the window."""
-    count, entries = run
-    assert 1 <= count <= lanes and len(entries) == count
-    parts = [e[1] for e in entries if not e[3]]
-    assert len(parts) == len(set(parts)), f"partitions repeat in {entries}"
-    assert not any(e[2] or e[3] for e in entries[:-1]), "a batch end inside a run"
+def check_runs(runs, entries, lanes):
+    """The rule every run obeys, whatever reached the window; every repeat found."""
+    repeats = repeats_of(entries, lanes)
+    at = 0
+    for count, got, got_repeats in runs:
+        assert 1 <= count <= lanes and len(got) == count
+        assert got_repeats == repeats[at:at + count]
+        parts = [e[1] for e, r in zip(got, got_repeats) if not e[3] and not r]
+        assert len(parts) == len(set(parts)), f"partitions repeat in {got}"
+        assert not any(e[2] or e[3] for e in got[:-1]), "a batch end inside a run"
+        at += count
 
 
 def drive(dut, entries, *, write_first, busy, rng):
     """Write ``entries`` (0 .. L per cycle while w_room; all before any read with
     ``write_first``) while reading ``o`` with ready low a ``busy`` share of the cycles;
-    returns the runs [(count, [entry])]."""
+    returns the runs [(count, [entry], [repeat])]."""
     L = dut.lanes
     runs = []
 
@@ -88,15 +105,16 @@ def drive(dut, entries, *, write_first, busy, rng):
             ctx.set(dut.o.ready, ready)
             if ctx.get(dut.o.valid) and ready:
                 o = ctx.get(dut.o.payload)
-                n = o.count
+                n = o.answers.count
                 got = waiting[:n]
                 del waiting[:n]
-                # the lanes hold the run's keys, in order, inserts exactly those
-                keys = [e[0] for e in got if not e[3]]
+                repeats = [o.answers.repeat[k] for k in range(n)]
+                # the lanes hold the run's keys but repeats, in order, inserts exactly those
+                keys = [e[0] for e, r in zip(got, repeats) if not e[3] and not r]
                 assert [o.key[k] for k in range(len(keys))] == keys
                 assert [(o.insert >> k) & 1 for k in range(L)] == [1] * len(keys) + [0] * (L - len(keys))
                 assert o.eob == got[-1][2]
-                runs.append((n, got))
+                runs.append((n, got, repeats))
             waiting += words
             at += count
             await ctx.tick()
@@ -119,6 +137,8 @@ def key_sets():
         "one-key batches": entries_of(rng.integers(0, 2**32, 40, dtype=np.uint64), 1,
                                       dummies=set(range(0, 40, 3))),
         "repeated keys": entries_of(np.repeat(tables[:60], 3), 50),
+        "user-item pairs": entries_of(np.stack([np.repeat(tables[:10], 6),
+                                                tables[100:160]], 1).ravel(), 32),
     }
 
 
@@ -128,9 +148,13 @@ def test_runs_from_a_full_queue_are_the_greedy_ones(lanes, name):
     entries = key_sets()[name]
     dut = ColdRunDispatcher(KEY_BITS, 2, lanes, depth=1024)
     runs = drive(dut, entries, write_first=True, busy=0.3, rng=random.Random(lanes))
-    want = reference_runs(entries, lanes)
-    got = [(n, [e[0] for e in es if not e[3]], es[-1][2]) for n, es in runs]
-    assert got == want
+    assert summarize(runs) == reference_runs(entries, lanes)
+
+
+def summarize(runs):
+    """The runs as `reference_runs` gives them."""
+    return [(n, [e[0] for e, r in zip(es, rs) if not e[3] and not r], es[-1][2], rs)
+            for n, es, rs in runs]
 
 
 @pytest.mark.parametrize("lanes", [2, 4])
@@ -139,9 +163,8 @@ def test_runs_obey_the_rule_while_entries_arrive(lanes, busy):
     entries = [e for es in key_sets().values() for e in es]
     dut = ColdRunDispatcher(KEY_BITS, 2, lanes, depth=4 * lanes)
     runs = drive(dut, entries, write_first=False, busy=busy, rng=random.Random(7))
-    for run in runs:
-        check_run(run, lanes)
-    assert [e for _, es in runs for e in es] == entries
+    check_runs(runs, entries, lanes)
+    assert [e for _, es, _ in runs for e in es] == entries
     if busy == 0.9:   # the window full most of the time: the runs are long
         assert len(runs) < 0.8 * len(entries)
 
@@ -156,5 +179,4 @@ def test_real_cold_lookups():
     entries = entries_of(cold, 256, partitions=COLD_PARTITIONS[4])
     dut = ColdRunDispatcher(KEY_BITS, 2, 4, depth=4096)
     runs = drive(dut, entries, write_first=True, busy=0.2, rng=random.Random(1))
-    got = [(n, [e[0] for e in es if not e[3]], es[-1][2]) for n, es in runs]
-    assert got == reference_runs(entries, 4)
+    assert summarize(runs) == reference_runs(entries, 4)

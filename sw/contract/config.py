@@ -21,7 +21,7 @@ import numpy as np
 
 from .errors import HotlineError
 
-__all__ = ["AcceleratorConfig", "PRODUCT", "LANES", "COLD_PARTITIONS", "COLD_SEEDS",
+__all__ = ["AcceleratorConfig", "PRODUCT", "LANES", "COLD_PARTITIONS", "repeat_window", "COLD_SEEDS",
            "COLD_PARTITION_SEED", "pow2_at_least", "hot_slot_width", "cold_slot_width",
            "max_batch_lookups", "learner_geometry", "LEARNER_WINDOW", "ENTRIES_PER_HOT_KEY",
            "ENTRIES_PER_HOT_KEY_BLIND", "MIN_ENTRIES"]
@@ -36,6 +36,15 @@ LANES = (1, 2, 4)
 # cycle per lane in the schedule (`beat_cycles`), against 0.999 / 0.98 with four. Four
 # partitions keep the product's table depth at >= 512 buckets, so block RAMs do not grow.
 COLD_PARTITIONS = {1: 1, 2: 4, 4: 4}
+
+
+def repeat_window(lanes: int) -> int:
+    """Cold lookups back that a repeated key is matched against before it takes a partition:
+    with lanes, a cold lookup whose key equals one of the previous L cold lookups of its batch
+    takes the answer of the latest of them (its slot; not a new key, no overflow) instead of
+    going to the cold set (on Amazon-book a user's key repeats in consecutive samples). One
+    lane: 0, none."""
+    return lanes if lanes > 1 else 0
 # Hash seeds of the cold-key set: its two tables', and the partition's.
 COLD_SEEDS = (11, 12)
 COLD_PARTITION_SEED = 13

@@ -28,6 +28,16 @@ def first_appearance(keys):
     return rank[inverse], uniq[order]
 
 
+def latest_copy(keys, window):
+    """Per key, the index of the latest equal key among the ``window`` keys before it, or -1."""
+    keys = np.asarray(keys)
+    out = np.full(len(keys), -1, np.int64)
+    for d in range(window, 0, -1):     # the nearest copy last, so it wins
+        same = np.nonzero(keys[d:] == keys[:-d])[0] + d
+        out[same] = same - d
+    return out
+
+
 class ColdKeySetModel:
     """Same parameters and defaults (the product configuration's) as
     ``hotline.hw.cold_key_set.ColdKeySet``, the timing ones (``epoch_bits``, ...) excepted."""
@@ -61,18 +71,23 @@ class ColdKeySetModel:
         fits = [np.bincount(h[t])[h[t]] <= self.ways for t in (0, 1)]
         return bool(np.all(fits[0] | fits[1]))
 
-    def batch(self, keys):
-        """(slot, first, overflow) per key of one batch's inserted keys, in order."""
+    def batch(self, keys, window=0):
+        """(slot, first, overflow) per key of one batch's inserted keys, in order; ``window``
+        as in `replay`."""
         keys = np.asarray(keys, np.uint64)
         rank, uniq = first_appearance(keys)
         if self.overflow_impossible(uniq):
             first = np.zeros(len(keys), bool)
             first[np.unique(rank, return_index=True)[1]] = True
             return rank, first, np.zeros(len(keys), bool)
-        return self.replay(keys)
+        return self.replay(keys, window)
 
-    def replay(self, keys):
-        """The exact insertion sequence of one batch (what `batch` does when overflow is possible)."""
+    def replay(self, keys, window=0):
+        """The exact insertion sequence of one batch (what `batch` does when overflow is
+        possible). A key equal to one of the ``window`` keys before it (the Fragmenter's
+        `hotline.contract.config.repeat_window`) takes the latest one's slot and is neither
+        new nor overflowed: it never reaches the set. That differs from a lookup in the set
+        only after an overflow, which stores nothing."""
         h0, h1 = self.buckets_of(keys)
         part = self.partition_of(keys).tolist()
         fill = [np.zeros(self.buckets * self.partitions, np.int64) for _ in (0, 1)]
@@ -81,7 +96,11 @@ class ColdKeySetModel:
         slot = np.zeros(len(keys), np.int64)
         first = np.zeros(len(keys), bool)
         overflow = np.zeros(len(keys), bool)
+        copy = latest_copy(keys, window).tolist()
         for i, k in enumerate(keys.tolist()):
+            if copy[i] >= 0:
+                slot[i] = slot[copy[i]]
+                continue
             if k in stored:
                 slot[i] = stored[k]
                 continue

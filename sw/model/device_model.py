@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hotline.contract.config import AcceleratorConfig
+from hotline.contract.config import AcceleratorConfig, repeat_window
 from hotline.contract.errors import HotlineError
 from hotline.contract.keys import MAX_ROWS, ROW_BITS
 from hotline.contract.beats import lane_groups, lookup_beats
@@ -223,19 +223,23 @@ class DeviceModel:
 
     ``slots`` are the hot keys' CAM slots (default: their rank). With ``cold_set`` (a
     `ColdKeySetModel`) the cold-key numbering mirrors the hardware's finite set, overflow
-    included; without it, the numbering is exact first appearance.
+    included, with ``lanes`` lookup lanes (a repeated cold key within
+    `hotline.contract.config.repeat_window` takes its copy's slot); without it, the numbering
+    is exact first appearance.
     """
 
-    def __init__(self, hot_keys, slots=None, table_sizes=None, cold_set=None):
+    def __init__(self, hot_keys, slots=None, table_sizes=None, cold_set=None, lanes=1):
         hot_keys = np.asarray(hot_keys, np.uint32)
         slots = np.arange(len(hot_keys)) if slots is None else slots
         self.index = HotIndex(hot_keys, slots, table_sizes)
         self.cold_set = cold_set
+        self.window = repeat_window(lanes)
         self.counters = Counters()
 
     @classmethod
     def for_config(cls, hot_keys, slots, config, table_sizes=None) -> "DeviceModel":
-        return cls(hot_keys, slots, table_sizes, ColdKeySetModel(**config.cold_kwargs()))
+        return cls(hot_keys, slots, table_sizes, ColdKeySetModel(**config.cold_kwargs()),
+                   config.lanes)
 
     def fragment(self, keys, sample_offsets, batch_size, progress=None) -> FragmentRun:
         """Fragment a whole stream: ``keys`` [L] in sample order, ``sample_offsets`` [N + 1].
@@ -262,7 +266,7 @@ class DeviceModel:
             cold_slot, uniq = self.index.first_appearance(keys[cold_pos])
             over = ()
             if self.cold_set is not None and not self.cold_set.overflow_impossible(uniq):
-                cold_slot, first, over = self.cold_set.replay(keys[cold_pos])
+                cold_slot, first, over = self.cold_set.replay(keys[cold_pos], self.window)
                 uniq = keys[cold_pos][first]
                 overflows += int(over.sum())
             overflow.append(bool(np.any(over)))
