@@ -6,8 +6,10 @@ stands for a sample with no lookups; set eos too)}, per beat {eob (the beat clos
 last (the beat's last lane)}. All L lookups of a beat are looked up in the PopularityCAM at
 once (hot slot = CAM entry address). Cold lookups go through the ColdKeySet, which numbers
 the batch's distinct cold keys in order of first appearance (with lanes, a ColdKeySet of
-``AcceleratorConfig.cold_partitions`` partitions taking up to L keys per cycle); a beat without
-cold lookups passes it by. Outputs, each a stream behind its own FIFO, at most one beat per
+``AcceleratorConfig.cold_partitions`` partitions taking up to L keys per cycle, and a cold
+lookup that repeats one of the L before it in its batch taking the latest one's slot without
+reaching the set: `hotline.contract.config.repeat_window`); a beat without cold lookups passes
+it by. Outputs, each a stream behind its own FIFO, at most one beat per
 ``lookups`` beat:
 
 - ``remap``: {hot, slot} per non-empty lookup, in input order (hot slot if hot, else cold
@@ -28,7 +30,8 @@ output beats, and a beat in the clearing cycle is counted after the clear).
 Timing: one ``lookups`` beat per cycle sustained while the cold set keeps up: it takes one
 cold-set beat per cycle, at one lane a beat's cold lookup (a batch's last beat without one
 takes a non-insert beat), with lanes a run of up to L queued cold lookups in distinct
-partitions, across beat boundaries within a batch (`ColdRunDispatcher`); and ``cold_keys``
+partitions, across beat boundaries within a batch, a repeat of one of the L cold lookups
+before it taking none (`ColdRunDispatcher`); and ``cold_keys``
 takes one new key per cycle at one lane, up to L with lanes. With lanes, bursts of cold lookups are absorbed while at most
 ``GROUP_DEPTH`` beats wait for their cold slots (the schedule is
 `hotline.sim.fragmenter_run.beat_cycles`). Also across
