@@ -131,9 +131,13 @@ def _yosys(script, out):
                 out / "yosys.stdout") == 0
 
 
-# Where Yosys 0.70 stops when two signals of a module reach ABC9 under one name
-# (`rename_element_wires`): "Assert `wire' failed in .../abc_ops_reintegrate.cc:596".
-ABC9_NAME_CLASH = "abc_ops_reintegrate.cc"
+def _abc9_name_clash(log) -> bool:
+    """Whether yosys log ``log`` ends in an error of ABC9's reintegration, where Yosys 0.70 stops
+    when two signals of a module reach ABC9 under one name (`rename_element_wires`): one of its
+    asserts ("Assert `wire' failed in .../abc_ops_reintegrate.cc:596" at 2 lanes,
+    "Assert `GetSize(conn.first) == GetSize(conn.second)' failed" at 4)."""
+    return "\nERROR: " in log and re.findall(r"Executing (\w+) pass", log)[-1:] == [
+        "ABC_OPS_REINTEGRATE"]
 
 
 def rename_element_wires(design) -> str:
@@ -237,7 +241,7 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
               f"{dev['synth']} {synth_args} -top {name} -json top.json; "
               "tee -q -o stat.json stat -json")
     # Only after ABC9's name clash, so that a netlist that maps as it is stays as it was.
-    if not _yosys(script, out) and ABC9_NAME_CLASH in (out / "yosys.log").read_text():
+    if not _yosys(script, out) and _abc9_name_clash((out / "yosys.log").read_text()):
         (out / "top.il").write_text(rename_element_wires(design))
         _yosys(script, out)
     if not (out / "top.json").exists():

@@ -192,3 +192,20 @@ def test_array_element_wires_are_renamed_off_abc9_bit_names():
     assert renamed == (design.replace("\\same[4] ", "\\same(4) ", 2)
                        .replace("\\same[4]\n", "\\same(4)\n", 1))
     assert "module \\b\n  wire width 2 \\same[4]\n" in renamed
+
+
+def test_abc9_name_clash_is_told_from_other_yosys_failures():
+    """The flow renames element wires and runs yosys again only after an error in ABC9's
+    reintegration (the assert differs between the 2- and 4-lane accelerators)."""
+    from hotline.fpga.synth import _abc9_name_clash
+    reintegrate = ("5.44.32.5. Executing ABC9.\n"
+                   "5.44.32.7. Executing ABC_OPS_REINTEGRATE pass (reintegrate ABC mapped design"
+                   " into module).\n<suppressed ~21524 debug messages>\n")
+    assert _abc9_name_clash(reintegrate + "ERROR: Assert `wire' failed in "
+                            "/yosys-src/passes/techmap/abc_ops_reintegrate.cc:596.\n")
+    assert _abc9_name_clash(reintegrate + "ERROR: Assert `GetSize(conn.first) == "
+                            "GetSize(conn.second)' failed in /yosys-src/kernel/rtlil.cc:3091.\n")
+    assert not _abc9_name_clash(reintegrate + "5.45. Executing TECHMAP pass (map to technology "
+                                "primitives).\nEnd of script.\n")
+    assert not _abc9_name_clash(reintegrate + "5.45. Executing TECHMAP pass (map to technology "
+                                "primitives).\nERROR: Can't open include file `x.v'!\n")
