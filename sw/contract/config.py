@@ -34,7 +34,8 @@ LANES = (1, 2, 4)
 # partitions at two lanes as well: with two, a beat's two cold lookups share a partition half
 # the time, and MovieLens / Amazon-book (cold fraction ~0.6) fall to 0.94 / 0.93 lookups per
 # cycle per lane in the schedule (`beat_cycles`), against 0.999 / 0.98 with four. Four
-# partitions keep the product's table depth at >= 512 buckets, so block RAMs do not grow.
+# partitions make the product's tables 512 buckets deep, which `hw/bram.py` maps at 1024 x 18,
+# half of each block RAM: the cold-key set takes 96 DP16KD, not 48 (docs/hardware.md).
 COLD_PARTITIONS = {1: 1, 2: 4, 4: 4}
 
 
