@@ -201,8 +201,8 @@ def beat_cycles(run, keys, config):
     clearing = config.cold_capacity // (2 * config.cold_ways * config.cold_partitions)
     depth, answer = Fragmenter.GROUP_DEPTH, ColdKeySet.LATENCY + 1
     # Cycles from a beat leaving the CAM to the cold set: the dispatcher's queue and window
-    # (lanes), or its register.
-    to_cold = 2 if lanes > 1 else 1
+    # and a register slice (lanes), or its register.
+    to_cold = 3 if lanes > 1 else 1
     # One lane's cold_keys FIFO takes the cold set's answers while it holds at most depth - 3.
     keys_room = Fragmenter.FIFO_DEPTH - 3
     state = {"free": -1, "drained": -1}
