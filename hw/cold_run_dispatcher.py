@@ -5,7 +5,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for
 
 from .banked_ring import BankedRing
-from .onehot import compact, popcount
+from .onehot import compact, popcount, shift_in
 
 __all__ = ["ColdRunDispatcher", "answer_layout"]
 
@@ -107,16 +107,8 @@ class ColdRunDispatcher(wiring.Component):
         # keys become the latest sent (none after a batch end).
         fire = self.o.valid & self.o.ready
         taken = Mux(fire, count, 0)
-        with m.Switch(taken):
-            for t in range(1, L + 1):
-                with m.Case(t):
-                    for j in range(L):
-                        if j < t:
-                            m.d.sync += [sent_key[j].eq(win[t - 1 - j].key),
-                                         sent_valid[j].eq(~win[t - 1 - j].dummy)]
-                        else:
-                            m.d.sync += [sent_key[j].eq(sent_key[j - t]),
-                                         sent_valid[j].eq(sent_valid[j - t])]
+        shift_in(m, sent_key, [w.key for w in win], taken)
+        shift_in(m, list(sent_valid), [~w.dummy for w in win], taken)
         with m.If(fire & o.eob):
             m.d.sync += sent_valid.eq(0)
         remain = Signal(range(L + 1))

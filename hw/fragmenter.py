@@ -61,7 +61,7 @@ from .cold_key_set import ColdKeySet
 from .cold_run_dispatcher import ColdRunDispatcher, answer_layout
 from .fifo_room import fifo_has_room, fifo_room
 from .lagged_counter import lagged_count
-from .onehot import compact, popcount
+from .onehot import compact, popcount, shift_in
 from .popularity_cam import PopularityCAM
 from .register_slice import RegisterSlice
 
@@ -311,12 +311,6 @@ class Fragmenter(wiring.Component):
                 m.d.comb += [tally[k].cold.eq(batch_cold + Array(new_before)[upto]),
                              tally[k].overflow.eq(batch_overflow | Array(over_before)[upto]),
                              slots.w_data[k].eq(value), tallies.w_data[k].eq(tally[k])]
-            with m.If(answer):
-                with m.Switch(answers):
-                    for t in range(1, L + 1):
-                        with m.Case(t):
-                            m.d.sync += [recent[j].eq(run_slots[t - 1 - j] if j < t
-                                                      else recent[j - t]) for j in range(L)]
         else:
             # one per key sent, or the non-insert beat's
             answers = Mux(Cat(*inserted).any(), popcount(inserted), 1)
@@ -327,6 +321,8 @@ class Fragmenter(wiring.Component):
                              slots.w_data[k].eq(_lane(o.slot, L, k)),
                              tallies.w_data[k].eq(tally[k])]
         written = Mux(answer, answers, 0)
+        if L > 1:
+            shift_in(m, recent, run_slots, written)
         m.d.comb += [slots.w_count.eq(written), tallies.w_count.eq(written)]
         with m.If(answer):
             with m.If(o.eob):

@@ -2,7 +2,7 @@
 from amaranth.hdl import C, Const, Mux, Signal
 from amaranth.utils import bits_for
 
-__all__ = ["one_hot_select", "lowest_one_hot", "popcount", "compact"]
+__all__ = ["one_hot_select", "lowest_one_hot", "popcount", "compact", "shift_in"]
 
 
 def one_hot_select(select, values):
@@ -36,3 +36,13 @@ def compact(m, select, values, name):
                                             values))
         out.append(entry)
     return out, popcount(select)
+
+
+def shift_in(m, latest, arrivals, count):
+    """At the clock edge, the registers ``latest`` (latest first) take the first ``count``
+    (0 .. len(arrivals)) of ``arrivals`` (in arrival order) in front of what they held."""
+    with m.Switch(count):
+        for t in range(1, len(arrivals) + 1):
+            with m.Case(t):
+                m.d.sync += [reg.eq(arrivals[t - 1 - j] if j < t else latest[j - t])
+                             for j, reg in enumerate(latest)]

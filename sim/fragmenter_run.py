@@ -205,13 +205,14 @@ def beat_cycles(run, keys, config):
     to_cold = 3 if lanes > 1 else 1
     # One lane's cold_keys FIFO takes the cold set's answers while it holds at most depth - 3.
     keys_room = Fragmenter.FIFO_DEPTH - 3
-    state = {"free": -1, "drained": -1}
+    free = drained = -1          # the cold set's next free cycle; the cold_keys FIFO's drain
     waiting = []                 # [arrival, beat, partition, new, closes], in order
     last_send = [-1] * n         # the cold-set beat that carries a beat's last entry
 
     def send_run():
         """Send the next run from the head of ``waiting``."""
-        d = max(state["free"], waiting[0][0])
+        nonlocal free, drained
+        d = max(free, waiting[0][0])
         k, seen, firsts = 0, set(), 0
         while k < len(waiting) and k < lanes and waiting[k][0] <= d:
             _, beat, p, f, close = waiting[k]
@@ -224,12 +225,12 @@ def beat_cycles(run, keys, config):
             if close:
                 break
         if firsts and lanes == 1:   # held back until the cold_keys FIFO has room
-            d = max(d, state["drained"] - keys_room - answer)
-            state["drained"] = max(state["drained"], d + answer) + firsts
+            d = max(d, drained - keys_room - answer)
+            drained = max(drained, d + answer) + firsts
         for _, beat, *_ in waiting[:k]:
             last_send[beat] = d
         del waiting[:k]
-        state["free"] = d + 1
+        free = d + 1
 
     def settle(beat):
         """Send runs until ``beat``'s entries have all gone."""
@@ -259,7 +260,7 @@ def beat_cycles(run, keys, config):
         waiting += [[t + to_cold, i, p, f, c] for p, f, c in entries[i]]
         if wraps[i]:   # the next beat enters the CAM after the clearing pass
             settle(i)
-            resume = state["free"] - 1 + answer + clearing + PopularityCAM.LATENCY
+            resume = free - 1 + answer + clearing + PopularityCAM.LATENCY
     leave(n - 1)
     return prev_out + 1
 
