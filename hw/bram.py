@@ -8,16 +8,17 @@ __all__ = ["BucketTable"]
 
 
 # DP16KD port width -> lowest word-address pin (TN1264): x9 words on pins 3..13, x18 on 4..13,
-# where pins 0 and 1 are the x18 write port's byte enables.
-_DP16KD_ADDR_LSB = {9: 3, 18: 4}
+# x36 on 5..13, where pins 0-1 (x18) or 0-3 (x36) are the write port's byte enables.
+_DP16KD_ADDR_LSB = {9: 3, 18: 4, 36: 5}
+_DP16KD_BYTE_ENABLES = {9: 0, 18: 2, 36: 4}
 
 
 def _dp16kd_addr(port, addr, width, write=False):
-    """DP16KD address pins of ``port`` for a ``width``-bit word address."""
+    """DP16KD address pins of ``port`` for a ``width``-bit word address (all bytes written)."""
     lsb = _DP16KD_ADDR_LSB[width]
     pins = Cat(addr, Const(0, 14))[:14 - lsb]
-    byte_enable = int(write and width == 18)
-    return {f"i_AD{port}{i}": pins[i - lsb] if i >= lsb else byte_enable if i < 2 else 0
+    enables = _DP16KD_BYTE_ENABLES[width] if write else 0
+    return {f"i_AD{port}{i}": pins[i - lsb] if i >= lsb else int(i < enables)
             for i in range(14)}
 
 
@@ -38,8 +39,9 @@ class BucketTable(Elaboratable):
     there instead (only in the written lanes with ``primitive="ecp5"``), so its data is then
     undefined. A true dual-port block RAM holds both ports: no more block RAMs than one.
     ``primitive``: None infers a Memory followed by two registers; "ecp5" instantiates DP16KD
-    block RAMs (depth <= 2048: 2048 x 9, or 1024 x 18 for depth <= 1024) whose output register is the first of them, with
-    a 0.95 ns clock-to-out instead of 5.8 ns (Yosys does not infer it). The last register is
+    block RAMs (depth <= 2048: 2048 x 9, 1024 x 18 for depth <= 1024, or with one read port
+    512 x 36 for depth <= 512, the pseudo-dual-port width) whose output register is the first
+    of them, with a 0.95 ns clock-to-out instead of 5.8 ns (Yosys does not infer it). The last register is
     in the fabric, so the block RAMs' long routes end at flip-flops, not at logic.
     """
     LATENCY = 3
@@ -80,8 +82,9 @@ class BucketTable(Elaboratable):
         if self.primitive == "ecp5":
             # One DP16KD per 9 (or 18) bits of an entry lane: port A writes, port B reads; with
             # two read ports, port A also reads (REGMODE_A as B's, for the same latency).
-            # The widest port that is deep enough: a shallow table needs half the blocks.
-            block = 18 if self.depth <= 1024 else 9
+            # The widest port that is deep enough: a shallow table needs half the blocks. The
+            # 36-bit width takes both ports (A writes, B reads DOA:DOB), so not with two reads.
+            block = (36 if self.depth <= 512 and not dual else 18 if self.depth <= 1024 else 9)
             reads = [("B", self.read_data, "dout", self.read_early)]
             if dual:
                 reads.append(("A", self.read2_data, "dout_a", None))
@@ -95,25 +98,27 @@ class BucketTable(Elaboratable):
                     outputs = {}
                     for port, data, name, early in reads:
                         dout = Signal(block, name=f"{name}_{lane}_{lsb}")
-                        outputs.update({f"o_DO{port}{i}": dout[i] for i in range(block)})
+                        pins = ([f"o_DO{p}{i}" for p in "AB" for i in range(18)] if block == 36
+                                else [f"o_DO{port}{i}" for i in range(block)])
+                        outputs.update(zip(pins, dout))
                         m.d.sync += data[lane * self.width + lsb:][:bits].eq(dout)
                         if early is not None:
                             m.d.comb += early[lane * self.width + lsb:][:bits].eq(dout)
+                    din = [self.write_data[lsb + i] if i < bits else 0 for i in range(36)]
                     m.submodules[f"bram_{lane}_{lsb}"] = self.dp16kd(
                         p_DATA_WIDTH_A=block, p_DATA_WIDTH_B=block,
-                        p_REGMODE_A="OUTREG" if dual else "NOREG",
+                        p_REGMODE_A="OUTREG" if dual or block == 36 else "NOREG",
                         p_REGMODE_B="OUTREG", p_WRITEMODE_A="NORMAL", p_WRITEMODE_B="NORMAL",
                         p_RESETMODE="SYNC", p_CSDECODE_A="0b000", p_CSDECODE_B="0b000",
                         p_GSR="DISABLED",
                         i_CLKA=ClockSignal(), i_CEA=1, i_OCEA=1, i_RSTA=0,
                         i_WEA=self.write_en[lane], i_CSA0=0, i_CSA1=0, i_CSA2=0,
                         **_dp16kd_addr("A", addr_a, block, write=True),
-                        **{f"i_DIA{i}": self.write_data[lsb + i] if i < bits else 0
-                           for i in range(18)},
+                        **{f"i_DIA{i}": din[i] for i in range(18)},
                         i_CLKB=ClockSignal(), i_CEB=1, i_OCEB=1, i_RSTB=0, i_WEB=0,
                         i_CSB0=0, i_CSB1=0, i_CSB2=0,
                         **_dp16kd_addr("B", self.read_addr, block),
-                        **{f"i_DIB{i}": 0 for i in range(18)},
+                        **{f"i_DIB{i}": din[18 + i] if block == 36 else 0 for i in range(18)},
                         **outputs)
         else:
             m.submodules.memory = memory = Memory(

@@ -332,9 +332,11 @@ def test_cocotb_real_stream(path, tmp_path, simulator_or_skip):
 
 class DP16KDModel(Elaboratable):
     """The DP16KD configurations BucketTable uses, from the ECP5 memory guide (TN1264): 9-bit
-    ports address 2048 words with pins 3..13, 18-bit ports 1024 words with pins 4..13 (pins
-    0 and 1 of the write port are its byte enables, both set); port A writes when WEA; port B
-    reads, its data registered once in the array and once more in the output register."""
+    ports address 2048 words with pins 3..13, 18-bit ports 1024 words with pins 4..13, 36-bit
+    (pseudo-dual-port) 512 words with pins 5..13; the write port's pins below those are its
+    byte enables (x18: 0-1, x36: 0-3), all set. Port A writes when WEA (at x36 DIA then DIB);
+    port B reads (at x36 onto DOA then DOB), its data registered once in the array and once
+    more in the output register (at x36 both halves', REGMODE_A and REGMODE_B)."""
 
     def __init__(self, **ports):
         self.ports = ports
@@ -342,20 +344,25 @@ class DP16KDModel(Elaboratable):
     def elaborate(self, platform):
         p = self.ports
         width = p["p_DATA_WIDTH_A"]
-        assert width in (9, 18) and (p["p_DATA_WIDTH_B"], p["p_REGMODE_B"]) == (width, "OUTREG")
+        assert width in (9, 18, 36) and (p["p_DATA_WIDTH_B"], p["p_REGMODE_B"]) == (width, "OUTREG")
         assert (p["i_WEB"], p["i_CEA"], p["i_CEB"], p["i_OCEB"]) == (0, 1, 1, 1)
-        lsb, depth = {9: (3, 2048), 18: (4, 1024)}[width]
-        if width == 18:
-            assert (p["i_ADA0"], p["i_ADA1"]) == (1, 1)
+        lsb, depth, enables = {9: (3, 2048, 0), 18: (4, 1024, 2), 36: (5, 512, 4)}[width]
+        assert all(p[f"i_ADA{i}"] == int(i < enables) for i in range(lsb))
+        assert all(p[f"i_ADB{i}"] == 0 for i in range(lsb))
         pins = lambda prefix, lo, hi: Cat(Const(v, 1) if isinstance(v, int) else v
                                           for v in (p[f"{prefix}{i}"] for i in range(lo, hi)))
+        data_in, data_out = pins("i_DIA", 0, min(width, 18)), pins("o_DOB", 0, min(width, 18))
+        if width == 36:
+            assert p["p_REGMODE_A"] == "OUTREG" and p["i_OCEA"] == 1
+            data_in = Cat(data_in, pins("i_DIB", 0, 18))
+            data_out = Cat(pins("o_DOA", 0, 18), data_out)
         m = Module()
         m.submodules.array = array = Memory(shape=width, depth=depth, init=[])
         wr, rd = array.write_port(), array.read_port()
         out = Signal(width)
         m.d.comb += [wr.addr.eq(pins("i_ADA", lsb, 14)), wr.en.eq(p["i_WEA"]),
-                     wr.data.eq(pins("i_DIA", 0, width)), rd.addr.eq(pins("i_ADB", lsb, 14)),
-                     pins("o_DOB", 0, width).eq(out)]
+                     wr.data.eq(data_in), rd.addr.eq(pins("i_ADB", lsb, 14)),
+                     data_out.eq(out)]
         m.d.sync += out.eq(rd.data)
         return m
 

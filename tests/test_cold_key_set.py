@@ -111,6 +111,11 @@ def test_ecp5_tables_structure():
     # 2 tables x 2 banks of 2048 buckets x 4 ways x 6 nine-bit blocks (54-bit entries)
     assert dut.entry_layout.size == 54
     assert text.count("DP16KD #(") == text.count('.REGMODE_B("OUTREG")') == 2 * 2 * 4 * 6
+    # Four partitions of 512 buckets (the product's set with lanes): 512 x 36 blocks, 2 per
+    # entry, not 3 of 1024 x 18 half used.
+    dut = ColdKeySet(16384, max_keys=8192, partitions=4, lanes=4, primitive="ecp5")
+    text = verilog.convert(dut, name="top", emit_src=False)
+    assert text.count("DP16KD #(") == text.count(".DATA_WIDTH_B(32'd36)") == 4 * 2 * 4 * 2
 
 
 def colliding(dut, n, rng):

@@ -209,10 +209,10 @@ class DualPortDP16KDModel(DP16KDModel):
     def elaborate(self, platform):
         m = super().elaborate(platform)
         p = self.ports
-        reads = "o_DOA0" in p
-        assert p["p_REGMODE_A"] == ("OUTREG" if reads else "NOREG")
+        width = p["p_DATA_WIDTH_A"]
+        reads = "o_DOA0" in p and width != 36      # at x36 DOA is port B's upper half
+        assert p["p_REGMODE_A"] == ("OUTREG" if reads or width == 36 else "NOREG")
         if reads:
-            width = p["p_DATA_WIDTH_A"]
             rd = m.submodules.array.read_port()
             written, out = Signal(), Signal(width)
             m.d.comb += [rd.addr.eq(Cat(p[f"i_ADA{i}"] for i in range({9: 3, 18: 4}[width], 14))),
@@ -234,11 +234,15 @@ def test_ecp5_tables_match_model(monkeypatch):
 
 
 def test_ecp5_tables_structure():
-    # 2 tables x 8 ways x 2 blocks per 33-bit entry: 64 buckets deep, 1024 x 18 blocks.
+    # 2 tables x 8 ways x 1 block per 33-bit entry: 64 buckets deep, 512 x 36 blocks.
     text = verilog.convert(PopularityCAM(1024, ways=8, primitive="ecp5"), name="top",
                            emit_src=False)
+    assert text.count("DP16KD #(") == text.count(".DATA_WIDTH_A(32'd36)") == 2 * 8
+    assert text.count('.REGMODE_B("OUTREG")') == text.count('.REGMODE_A("OUTREG")') == 16
+    # 1024 buckets deep: 1024 x 18 blocks, 2 per entry.
+    text = verilog.convert(PopularityCAM(16384, ways=8, primitive="ecp5"), name="top",
+                           emit_src=False)
     assert text.count("DP16KD #(") == text.count(".DATA_WIDTH_A(32'd18)") == 2 * 8 * 2
-    assert text.count('.REGMODE_B("OUTREG")') == 32
     # 2048 buckets deep: 2048 x 9 blocks, 4 per entry.
     text = verilog.convert(PopularityCAM(16384, ways=4, primitive="ecp5"), name="top",
                            emit_src=False)

@@ -34,8 +34,8 @@ LANES = (1, 2, 4)
 # partitions at two lanes as well: with two, a beat's two cold lookups share a partition half
 # the time, and MovieLens / Amazon-book (cold fraction ~0.6) fall to 0.94 / 0.93 lookups per
 # cycle per lane in the schedule (`beat_cycles`), against 0.999 / 0.98 with four. Four
-# partitions make the product's tables 512 buckets deep, which `hw/bram.py` maps at 1024 x 18,
-# half of each block RAM: the cold-key set takes 96 DP16KD, not 48 (docs/hardware.md).
+# partitions make the product's tables 512 buckets deep, which `hw/bram.py` maps at 512 x 36:
+# two block RAMs per 54-bit entry, the cold-key set 64 DP16KD, not 48 (docs/hardware.md).
 COLD_PARTITIONS = {1: 1, 2: 4, 4: 4}
 
 
