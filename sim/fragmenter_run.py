@@ -198,7 +198,8 @@ def beat_cycles(run, keys, config):
     wraps = np.zeros(n, bool)                  # the beats after which the cold set clears
     epochs = (1 << config.cold_epoch_bits) - 1
     wraps[np.nonzero(closes)[0][epochs - 1::epochs]] = True
-    clearing = config.cold_capacity // (2 * config.cold_ways * config.cold_partitions)
+    cold = config.cold_kwargs()
+    clearing = cold["capacity"] // (2 * cold["ways"] * cold["partitions"])
     depth, answer = Fragmenter.GROUP_DEPTH, ColdKeySet.LATENCY + 1
     # Cycles from a beat leaving the CAM to the cold set: the dispatcher's queue and window
     # and a register slice (lanes), or its register.

@@ -8,6 +8,7 @@ import random
 
 import numpy as np
 import pytest
+from amaranth.utils import ceil_log2
 
 from hotline.contract.config import COLD_PARTITIONS
 from hotline.contract.keys import make_keys
@@ -176,7 +177,8 @@ def test_real_cold_lookups():
     keys, counts = np.unique(ds.keys, return_counts=True)
     hot = keys[np.argsort(-counts, kind="stable")[:2600]]
     cold = ds.keys[~np.isin(ds.keys, hot)][:3000]
-    entries = entries_of(cold, 256, partitions=COLD_PARTITIONS[4])
-    dut = ColdRunDispatcher(KEY_BITS, 2, 4, depth=4096)
+    partitions = COLD_PARTITIONS[4]
+    entries = entries_of(cold, 256, partitions=partitions)
+    dut = ColdRunDispatcher(KEY_BITS, ceil_log2(partitions), 4, depth=4096)
     runs = drive(dut, entries, write_first=True, busy=0.2, rng=random.Random(1))
     assert summarize(runs) == reference_runs(entries, 4)

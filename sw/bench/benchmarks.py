@@ -239,7 +239,7 @@ def bench_fragment_rtl(quick):
                     "data", "lanes", "samples", "lookups", "hot_rows", "cycles",
                     "lookups_per_cycle", "simulated_cycles_per_second", "popular_fraction",
                     "hot_lookup_fraction", "schedule_cycles", "cycles_over_schedule",
-                    "lookups_per_cycle_per_lane")}, "accelerator": config.as_dict()})
+                    "lookups_per_cycle_per_lane")}, "accelerator": config.report()})
         # Simulator speed, same short stream and geometry on each backend.
         short = open_data(f"synth:criteo-kaggle:{100 if quick else 500}")
         speed = {}
@@ -306,14 +306,20 @@ def bench_hashing(quick):
     capacity = 4096 if quick else 16384
     for name, keys in key_families(capacity).items():
         loads = {fam: cold_first_overflow(keys, capacity, fam) for fam in ("tabulation", "h3")}
-        # the cold set with lanes: partitions fill alone
-        loads["tabulation_4_partitions"] = cold_first_overflow(keys, capacity, "tabulation",
-                                                               partitions=4)
+        # the cold set with lanes (its geometry as built): partitions fill alone
+        lanes_sets = {}
+        for lanes in (2, 4):
+            g = AcceleratorConfig(cold_capacity=capacity, lanes=lanes).cold_kwargs()
+            label = f"{g['partitions']} partitions x {g['ways']} ways, stash {g['stash']}"
+            lanes_sets[label] = loads[f"tabulation_{lanes}_lanes"] = cold_first_overflow(
+                keys, capacity, "tabulation", ways=g["ways"], stash=g["stash"],
+                partitions=g["partitions"])
         cold.append({"data": name, "capacity": capacity, **loads})
         rows.append([f"cold set load at first overflow ({capacity})", name,
                      fmt(loads["tabulation"]),
-                     f"{fmt(loads['tabulation_4_partitions'])} in 4 partitions, "
-                     f"{fmt(loads['h3'])} H3; stated load 0.5", (loads["tabulation"] or 1.0) / 0.5])
+                     ", ".join(f"{fmt(v)} in {k}" for k, v in lanes_sets.items()) +
+                     f", {fmt(loads['h3'])} H3; stated load 0.5",
+                     min(v or 1.0 for v in (loads["tabulation"], *lanes_sets.values())) / 0.5])
     return {"cam_first_refusal": cam, "cam_holds_k": hold, "cold_first_overflow": cold,
             "target_cam_load": 0.95, "cam_sizing_load": AcceleratorConfig.CAM_LOAD}, rows
 

@@ -413,7 +413,7 @@ def cmd_sim(args):
             row += [res["cycles"], res["lookups_per_cycle"],
                     f"{res['simulated_cycles_per_second'] / 1e6:.2f}M", "yes"]
         rows.append(row)
-    write_json(out / "sim.json", {"backend": backend, "accelerator": config.as_dict(),
+    write_json(out / "sim.json", {"backend": backend, "accelerator": config.report(),
                                   "batch_size": args.batch_size, "hot_rows": args.hot_rows,
                                   "runs": results})
     headers = ["data", "samples", "popular %", "hot-lookup %", "cold rows/batch"]

@@ -157,7 +157,7 @@ def fragment(ds, hot_rows, batch_size, profile_fraction=1.0, backend=MODEL_BACKE
         "profile_samples": window,
         "coverage": hot.coverage,
         "distinct_keys": int(len(np.unique(keys))),
-        "accelerator": config.as_dict(),
+        "accelerator": config.report(),
     }
     out.update(run.summary())
     out["wall_seconds"] = wall

@@ -33,10 +33,18 @@ LANES = (1, 2, 4)
 # the Fragmenter sends a beat's cold lookups to distinct partitions in the same cycle. Four
 # partitions at two lanes as well: with two, a beat's two cold lookups share a partition half
 # the time, and MovieLens / Amazon-book (cold fraction ~0.6) fall to 0.94 / 0.93 lookups per
-# cycle per lane in the schedule (`beat_cycles`), against 0.999 / 0.98 with four. Four
-# partitions make the product's tables 512 buckets deep, which `hw/bram.py` maps at 512 x 36:
-# two block RAMs per 54-bit entry, the cold-key set 64 DP16KD, not 48 (docs/hardware.md).
-COLD_PARTITIONS = {1: 1, 2: 4, 4: 4}
+# cycle per lane in the schedule (`beat_cycles`), against 0.999 / 0.98 with four. Eight at
+# four lanes: with four, MovieLens' runs of cold lookups in distinct partitions average 2.2
+# keys, 0.903 lookups per cycle per lane; with eight, 0.9996.
+# Four partitions make the product's tables 512 buckets deep, which `hw/bram.py` maps at
+# 512 x 36: two block RAMs per 54-bit entry, the cold-key set 64 DP16KD, not 48. Beyond four,
+# a partition's buckets have half the ways and its stash twice the entries per doubling
+# (`AcceleratorConfig.cold_kwargs`): the tables stay 512 deep, 64 DP16KD at eight partitions
+# (with 4 ways, 256 deep at 512 x 36, 128: more than the 85F has left), and the set's load at
+# its first overflow stays at or above the 0.5 it is sized for: 0.50-0.53 on the hashing
+# bench's key families with 2 ways and an 8-entry stash (0.44-0.49 with a 4-entry one; 0.65-0.73
+# with 4 ways; `python -m hotline.bench --only hashing`).
+COLD_PARTITIONS = {1: 1, 2: 4, 4: 8}
 
 
 def repeat_window(lanes: int) -> int:
@@ -170,13 +178,17 @@ class AcceleratorConfig:
 
     @property
     def cold_partitions(self) -> int:
-        """Partitions of the cold-key set: 1 with one lane, else 4 (`COLD_PARTITIONS`)."""
+        """Partitions of the cold-key set: 1, 4, 8 at 1, 2, 4 lanes (`COLD_PARTITIONS`)."""
         return COLD_PARTITIONS[self.lanes]
 
     def cold_kwargs(self) -> dict:
-        return dict(capacity=self.cold_capacity, ways=self.cold_ways, stash=self.cold_stash,
-                    max_keys=self.cold_max_keys, epoch_bits=self.cold_epoch_bits,
-                    partitions=self.cold_partitions)
+        """The cold-key set's geometry as built (`ColdKeySet`, `ColdKeySetModel`): beyond 4
+        partitions, ``cold_ways`` halved and ``cold_stash`` doubled per doubling
+        (`COLD_PARTITIONS`)."""
+        spread = max(1, self.cold_partitions // 4)
+        return dict(capacity=self.cold_capacity, ways=max(1, self.cold_ways // spread),
+                    stash=self.cold_stash * spread, max_keys=self.cold_max_keys,
+                    epoch_bits=self.cold_epoch_bits, partitions=self.cold_partitions)
 
     def learner_kwargs(self) -> dict:
         return dict(buckets=self.learner_buckets, ways=self.learner_ways)
@@ -191,6 +203,11 @@ class AcceleratorConfig:
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+    def report(self) -> dict:
+        """`as_dict` and, as ``cold_set``, the cold-key set's geometry as built (`cold_kwargs`),
+        for the commands' JSON reports."""
+        return {**self.as_dict(), "cold_set": self.cold_kwargs()}
 
 
 #: The product configuration (see the module docstring): `AcceleratorConfig`'s defaults.
