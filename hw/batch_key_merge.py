@@ -7,8 +7,11 @@ a batch-sized buffer). The rule: a key at the head of ``cold_keys`` belongs to t
 summary is at the head of ``batches`` while fewer than its ``cold`` keys have been forwarded; with
 no summary waiting, it belongs to the batch still being fragmented. So keys pass as soon as they
 arrive, and a summary passes once its keys have. This needs a summary to become visible no
-later than any key written after it, which holds for the Fragmenter's two equal
-``SyncFIFOBuffered`` (same write-to-read latency, no read bubbles while data is queued).
+later than any key written after it: the Fragmenter writes a batch's first new cold key no
+earlier than the previous batch's summary (its answers with new keys wait for it), and its
+two equal ``SyncFIFOBuffered`` have the same write-to-read latency and no read bubbles while
+data is queued (with lanes, the keys' packer and funnel only add latency).
+`tests/test_fragmenter.py` checks the order directly.
 
 ``o`` carries {end, key, popular, non_popular, cold, overflow}: ``end = 0`` beats are cold
 keys (the summary fields are 0), ``end = 1`` beats close a batch with its summary (``key`` is

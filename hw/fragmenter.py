@@ -269,13 +269,21 @@ class Fragmenter(wiring.Component):
         inserted = [_lane(o.insert, L, k) for k in range(L)]
         new_key = [_lane(o.first, L, k) & inserted[k] for k in range(L)]
         overflowed = [_lane(o.overflow, L, k) for k in range(L)]
+        # BatchKeyMerge (in the top) needs a batch's summary written no later than the next
+        # batch's first cold key. The summary is written when the batch's last beat is
+        # classified, after the batch's last answer (and later while the outputs stall), so
+        # an answer with new keys waits while a batch whose last answer was taken has no
+        # summary yet: ``unsummarized`` such batches (``keys_wait``: nonzero, a register).
+        unsummarized = Signal(range(self.GROUP_DEPTH + 2))
+        keys_wait = Signal()
+        any_new = Cat(*new_key).any()
         if L > 1:
             # a batch end, with or without new keys, is written to the packer too
-            m.d.comb += cold.o.ready.eq(~(Cat(*new_key).any() | o.eob)
-                                        | fifos["cold_keys"].w_room)
+            m.d.comb += cold.o.ready.eq((~any_new | ~keys_wait)
+                                        & (~(any_new | o.eob) | fifos["cold_keys"].w_room))
         else:
             keys_room = fifo_room(m, fifos["cold_keys"], "cold_keys")
-            m.d.comb += cold.o.ready.eq(~Cat(*new_key).any() | keys_room)
+            m.d.comb += cold.o.ready.eq(~any_new | (keys_room & ~keys_wait))
         answer = cold.o.valid & cold.o.ready
         new_keys, n_new = compact(m, Cat(*new_key), [_lane(o.key, L, k) for k in range(L)],
                                    "new_key")
@@ -457,6 +465,8 @@ class Fragmenter(wiring.Component):
                 "overflows": (answer, popcount(overflowed))}
         for name, (fire, inc) in incs.items():
             lagged_count(m, getattr(c, name), Mux(fire, inc, 0), self.clear_counters, name)
+        unsummarized_next = unsummarized + (answer & o.eob) - (cls_fire & cls.eob)
+        m.d.sync += [unsummarized.eq(unsummarized_next), keys_wait.eq(unsummarized_next != 0)]
         with m.If(cls_fire):
             m.d.sync += all_hot.eq(hot)
             with m.If(cls.eob):

@@ -63,10 +63,11 @@ class FragmenterSim:
         return self.harness.build_seconds if self.harness else 0.0
 
     def run(self, insert_keys, keys, sample_offsets, batch_size, busy_in=0.0, busy_out=0.0,
-            progress=None, expect=None):
+            progress=None, expect=None, stamps=None):
         """Returns ({stream: decoded fields}, lookup-phase cycles, wall seconds).
 
-        ``expect`` ({stream: beat count}) is needed by the Amaranth backend only.
+        ``expect`` ({stream: beat count}) is needed by the Amaranth backend only; there,
+        ``stamps`` (a dict) gets {stream: the cycle of each of its beats}.
         """
         cmd = pack(self.layouts["cmd"], op=np.full(len(insert_keys), CAMOp.INSERT.value),
                    key=np.asarray(insert_keys, np.uint64))
@@ -77,10 +78,10 @@ class FragmenterSim:
                 progress=progress, watch="remap")
         else:
             raw, cycles, seconds = self._run_amaranth(cmd.tolist(), lookups, expect,
-                                                      busy_in, busy_out)
+                                                      busy_in, busy_out, stamps)
         return {n: decode(self.layouts[n], raw[n], n) for n in OUTPUTS}, cycles, seconds
 
-    def _run_amaranth(self, cmd, lookups, expect, busy_in, busy_out):
+    def _run_amaranth(self, cmd, lookups, expect, busy_in, busy_out, stamps=None):
         dut = self.dut
         sim = Simulator(dut)
         sim.add_clock(1e-8)
@@ -101,10 +102,11 @@ class FragmenterSim:
 
         sim.add_testbench(phases)
         sim.add_process(count_cycles)
+        stamps = {} if stamps is None else stamps
         for i, name in enumerate(OUTPUTS):
             sim.add_testbench(functools.partial(
                 streams.get, stream=getattr(dut, name), count=expect[name], busy=busy_out,
-                seed=10 + i, out=raw[name], deadline=limit))
+                seed=10 + i, out=raw[name], deadline=limit, at=stamps.setdefault(name, [])))
         t0 = time.perf_counter()
         sim.run()
         raw = {n: [p.as_value().value for p in v] for n, v in raw.items()}
@@ -162,7 +164,8 @@ def beat_cycles(run, keys, config):
     L in distinct partitions (a repeat of one of the L cold lookups before it takes none),
     ending at a batch end. At one lane the ``cold_keys`` FIFO takes
     the cold set's answers while it has room for their new keys, and gives one key per cycle
-    (with lanes it gives up to L per cycle and does not hold the cold set back)."""
+    (with lanes it gives up to L per cycle and does not hold the cold set back). An answer with
+    new keys also waits for the previous batch's summary (`Fragmenter`, for BatchKeyMerge)."""
     lanes = config.lanes
     group, _, eob, empty = run.beat_groups(lanes)
     if not len(group):
@@ -186,6 +189,9 @@ def beat_cycles(run, keys, config):
         part[a:b][repeat] = -2
     closes = np.zeros(n, bool)
     closes[group[eob]] = True
+    # The last beat of the batch before each beat's (-1: none).
+    close_beats = np.nonzero(closes)[0]
+    prev_close = np.r_[-1, close_beats][np.searchsorted(close_beats, np.arange(n))].tolist()
     # Each beat's cold-set entries: (partition, -2 for a repeat, -1 for a batch end without
     # cold lookups; new key; closes the batch).
     entries = [[] for _ in range(n)]
@@ -225,6 +231,12 @@ def beat_cycles(run, keys, config):
             k += 1
             if close:
                 break
+        before = prev_close[waiting[0][1]]
+        if firsts and before >= 0:
+            # Its answer waits until the previous batch's summary is written (a cycle after
+            # that batch's last beat leaves the beat FIFO), and one more (a register).
+            leave(before)
+            d = max(d, left[before] + 3 - answer)
         if firsts and lanes == 1:   # held back until the cold_keys FIFO has room
             d = max(d, drained - keys_room - answer)
             drained = max(drained, d + answer) + firsts

@@ -33,7 +33,10 @@ async def put(ctx, stream, payloads, busy=0.0, seed=0, deadline=None):
     ctx.set(stream.valid, 0)
 
 
-async def get(ctx, stream, count, busy=0.0, seed=1, out=None, deadline=None):
+async def get(ctx, stream, count, busy=0.0, seed=1, out=None, deadline=None, at=None):
+    """Collect ``count`` payloads of ``stream`` into ``out`` (and return it), ``busy`` the
+    stall probability before each; ``at``: a list that gets each beat's cycle, counted from
+    this call's start (the same for every `get` started with the simulation)."""
     rng = random.Random(seed)
     out = [] if out is None else out
     cycles = 0
@@ -56,6 +59,8 @@ async def get(ctx, stream, count, busy=0.0, seed=1, out=None, deadline=None):
             if valid:
                 break
         out.append(payload)
+        if at is not None:
+            at.append(cycles)
     ctx.set(stream.ready, 0)
     return out
 

@@ -200,6 +200,42 @@ def test_amaranth_simulator_short_stream(lanes):
     check(sim, ds.keys, ds.sample_offsets, 5, hot, busy_in=0.2, busy_out=0.2)
 
 
+@pytest.mark.parametrize("lanes", [1, 2, 4])
+def test_summary_leaves_before_the_next_batchs_keys(lanes):
+    """BatchKeyMerge's premise (hw/batch_key_merge.py): with the outputs never stalled, a
+    batch's summary leaves ``batches`` no later than the next batch's first key leaves
+    ``cold_keys``. Directed at the race: one-sample batches that end with a cold lookup, the
+    next batch's first lookup a new cold key (a cold key is written at the cold set's answer,
+    the summary only after the batch's last beat is classified), some hot lookups between."""
+    rng = np.random.default_rng(9)
+    hot = np.arange(1, 7, dtype=np.uint64)
+    samples, keys = [], []
+    for n in range(60):
+        lookups = [1000 + len(keys) + i for i in range(int(rng.integers(1, 4)))]
+        if n % 3 == 1:
+            lookups.insert(0, int(rng.choice(hot)))
+        samples.append(len(lookups))
+        keys += lookups
+    keys, offsets = np.array(keys, np.uint64), np.concatenate([[0], np.cumsum(samples)])
+    sim = FragmenterSim(dataclasses.replace(TINY, lanes=lanes), "amaranth")
+    placement, run = model_fragment(keys, offsets, 1, hot, sim.config)
+    want = expected_streams(run, placement.responses, lanes)
+    stamps = {}
+    got, _, _ = sim.run(hot, keys, offsets, 1, expect=beat_counts(want), stamps=stamps)
+    compare(got, want)
+    # The cycle each batch's first cold-key beat left (a lane beat holds one batch's keys).
+    first_key_at = {}
+    beat = 0
+    for b, count in enumerate(np.diff(run.cold_offsets)):
+        if count:
+            first_key_at[b] = stamps["cold_keys"][beat]
+            beat += -(-int(count) // lanes)
+    assert beat == len(stamps["cold_keys"])
+    summary_at = stamps["batches"]
+    late = [b for b, t in first_key_at.items() if b and t < summary_at[b - 1]]
+    assert len(summary_at) == len(samples) and not late, late[:5]
+
+
 def test_cocotb_regression(tmp_path, simulator_or_skip):
     """The same block under cocotb (Verilator): CAM load phase, then a real stream with stalls."""
     simulator_or_skip("verilator")
