@@ -13,11 +13,12 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from hotline.contract.config import PRODUCT
+from hotline.contract.config import COLD_PARTITIONS, PRODUCT
 from hotline.contract.hashing import bucket_hash
 from hotline.hw.accelerator import HotlineAccelerator
 from hotline.hw.access_learner import AccessLearner
 from hotline.hw.cold_key_set import ColdKeySet
+from hotline.hw.fragmenter import Fragmenter
 from hotline.hw.cam_command_engine import CAMCommandEngine
 from hotline.hw.cam_lookup_pipeline import CAMLookupPipeline
 from hotline.hw.popularity_cam import PopularityCAM
@@ -32,7 +33,7 @@ from .floorplan import ACCELERATOR_ECP5_BRAM
 from .synth import DEVICES, ECP5_PNR_ARGS, PlaceRouteError, synth_report
 
 TARGET_MHZ = {"ecp5-85f": 125, "ice40-up5k": 30}
-BLOCK_TARGET_MHZ = {("accelerator", "ecp5-85f"): 100}
+BLOCK_TARGET_MHZ = {("accelerator", "ecp5-85f"): 100, ("fragmenter", "ecp5-85f"): 100}
 # The clock nextpnr is asked for where it is above the target (the report still judges timing
 # at the target): with timing-driven rip-up, router2 works on every late arc until it meets the
 # clock it is given, so asking for more than the target buys margin (docs/toolchain.md item
@@ -64,7 +65,11 @@ BLOCK_FLOW = {"accelerator": {"synth_args": "-noflatten", "inline": STAGES,
                               "pnr_timeout": 20 * 60,
                               # the routed netlist, to regenerate the block RAM floorplan from
                               # (`hotline.fpga.floorplan.bram_sites`)
-                              "write_netlist": True}}
+                              "write_netlist": True},
+              # the top's placer and router, without timing-driven rip-up: a report of where
+              # the time goes, in minutes
+              "fragmenter": {"pnr_args": ("--router", "router2", "--placer", "static"),
+                             "pnr_timeout": 20 * 60}}
 # Seeds tried in turn when no seed is given, the next one after a place and route that failed or
 # ran over its time limit (at seed 1, one netlist of the whole accelerator routed and the next
 # did not).
@@ -77,8 +82,11 @@ _CAM = {"ecp5-85f": lambda lanes: PopularityCAM(**PRODUCT.cam_kwargs(), primitiv
         "ice40-up5k": lambda lanes: PopularityCAM(1024, ways=4, max_kicks=16, lanes=lanes)}
 _LEARNER = {"ecp5-85f": lambda: AccessLearner(primitive="ecp5"),
             "ice40-up5k": lambda: AccessLearner(buckets=64, ways=4, count_bits=16)}
-_COLD = {"ecp5-85f": lambda: ColdKeySet(**PRODUCT.cold_kwargs(), primitive="ecp5"),
-         "ice40-up5k": lambda: ColdKeySet(1024, max_keys=1024)}
+_COLD = {"ecp5-85f": lambda lanes: ColdKeySet(
+              **dataclasses.replace(PRODUCT, lanes=lanes).cold_kwargs(), lanes=lanes,
+              primitive="ecp5"),
+         "ice40-up5k": lambda lanes: ColdKeySet(1024, max_keys=1024, lanes=lanes,
+                                                partitions=COLD_PARTITIONS[lanes])}
 
 
 class HashProbe(wiring.Component):
@@ -96,25 +104,39 @@ class HashProbe(wiring.Component):
         return m
 
 
+def _ice40_fragmenter(lanes):
+    """The iCE40 UP5K's reduced Fragmenter arguments (out of the product: its flow stays in
+    CI)."""
+    return dict(cam=dict(entries=1024, ways=4, max_kicks=16), max_batch_samples=256, lanes=lanes,
+                cold=dict(capacity=1024, max_keys=1024, partitions=COLD_PARTITIONS[lanes]))
+
+
 def _accelerator(dev, lanes=1):
     if dev == "ecp5-85f":  # the product: a 64-bit AXI4 master, 32 tables
         return HotlineAccelerator.from_config(dataclasses.replace(PRODUCT, lanes=lanes),
                                               learner=dict(primitive="ecp5"), primitive="ecp5")
     return HotlineAccelerator(
-        fragmenter=dict(cam=dict(entries=1024, ways=4, max_kicks=16),
-                        cold=dict(capacity=1024, max_keys=1024),
-                        max_batch_samples=256, lanes=lanes),
+        fragmenter=_ice40_fragmenter(lanes),
         learner=dict(buckets=64, ways=4, count_bits=16),
         dma=dict(data_width=32, fifo_beats=32, max_chunks=16, max_burst_beats=8, num_tables=8))
 
 
-LANE_BLOCKS = ("cam", "accelerator")  # the blocks built with L lookup lanes
+def _fragmenter(dev, lanes=1):
+    if dev == "ecp5-85f":
+        return Fragmenter(**HotlineAccelerator.fragmenter_kwargs(
+            dataclasses.replace(PRODUCT, lanes=lanes), primitive="ecp5"))
+    return Fragmenter(**_ice40_fragmenter(lanes))
+
+
+LANE_BLOCKS = ("cam", "cold-key-set", "fragmenter", "accelerator")  # built with L lanes
 
 BLOCKS = {
     "cam": lambda dev, lanes=1: _CAM[dev](lanes),
     "learner": lambda dev: _LEARNER[dev](),
     "cam+learner": lambda dev: (_CAM[dev](1), _LEARNER[dev]()),
-    "cold-key-set": lambda dev: _COLD[dev](),
+    "cold-key-set": lambda dev, lanes=1: _COLD[dev](lanes),
+    # the whole top's Fragmenter alone: CAM, cold-key set, dispatcher and lane logic
+    "fragmenter": lambda dev, lanes=1: _fragmenter(dev, lanes),
     "accelerator": _accelerator,
     "hash-tabulation": lambda dev: HashProbe("tabulation"),
     "hash-h3": lambda dev: HashProbe("h3"),
@@ -123,14 +145,14 @@ BLOCKS = {
 
 def report(block, device, build_dir="build/synth", freq_mhz=None, seed=None, lanes=1):
     """Synthesis, placement and timing report of ``block`` on ``device`` (``seed``: nextpnr's;
-    None: the block's ``BLOCK_SEEDS``, else 1; ``lanes``: the lookup lanes of the ``cam`` and
-    ``accelerator`` blocks)."""
+    None: the block's ``BLOCK_SEEDS``, else 1; ``lanes``: the lookup lanes of the
+    ``LANE_BLOCKS``)."""
     if block not in BLOCKS:
         raise ValueError(f"unknown block {block!r} (choose from {', '.join(BLOCKS)})")
     if device not in DEVICES:
         raise ValueError(f"unknown device {device!r} (choose from {', '.join(DEVICES)})")
     if lanes != 1 and block not in LANE_BLOCKS:
-        raise ValueError(f"lanes is an option of the {' and '.join(LANE_BLOCKS)} blocks, not of "
+        raise ValueError(f"lanes is an option of the {', '.join(LANE_BLOCKS)} blocks, not of "
                          f"{block!r}")
     freq = freq_mhz or BLOCK_TARGET_MHZ.get((block, device), TARGET_MHZ[device])
     flow = dict(BLOCK_FLOW.get(block, {}))

@@ -81,12 +81,19 @@ class HotlineAccelerator(wiring.Component):
         AXI4 master, ``num_tables`` table descriptors and ``learner`` (``AccessLearner``
         keyword arguments over ``config.learner_kwargs()``). ``primitive``: the CAM's and the cold-key
         set's ``BucketTable`` primitive (None: inferred block RAM; "ecp5": DP16KD)."""
+        return cls(fragmenter=cls.fragmenter_kwargs(config, primitive),
+                   learner={**config.learner_kwargs(), **(learner or {})},
+                   dma=dict(data_width=data_width, addr_width=addr_width, num_tables=num_tables))
+
+    @staticmethod
+    def fragmenter_kwargs(config: AcceleratorConfig, primitive=None) -> dict:
+        """`Fragmenter` arguments of ``config``, the CAM's and cold-key set's ``BucketTable``
+        ``primitive`` over them (as in `from_config`)."""
         fragmenter = config.fragmenter_kwargs()
         if primitive is not None:
             for block in ("cam", "cold"):
                 fragmenter[block] = dict(fragmenter[block], primitive=primitive)
-        return cls(fragmenter=fragmenter, learner={**config.learner_kwargs(), **(learner or {})},
-                   dma=dict(data_width=data_width, addr_width=addr_width, num_tables=num_tables))
+        return fragmenter
 
     def __init__(self, *, fragmenter=None, learner=None, dma=None):
         self.fragmenter = Fragmenter(**(fragmenter or {}))

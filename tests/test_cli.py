@@ -166,7 +166,8 @@ def test_fpga_report_lanes_only_for_the_lane_blocks(capsys):
     """``--lanes`` with a block that has no lanes is one error line, before any synthesis."""
     assert main(["fpga", "report", "learner", "--lanes", "2"]) == 2
     err = capsys.readouterr().err
-    assert "lanes is an option of the cam and accelerator blocks, not of 'learner'" in err
+    assert ("lanes is an option of the cam, cold-key-set, fragmenter, accelerator blocks, "
+            "not of 'learner'") in err
     assert err.count("hotline: error") == 1
 
 

@@ -153,7 +153,8 @@ def build_parser():
     fsub = f.add_subparsers(dest="fpga_command", required=True, metavar="ACTION")
     p = fsub.add_parser("report", help="synthesise, place and route one block; report LUT4, FF, "
                         "block RAM and Fmax against the target",
-                        epilog="blocks: cam, learner, cam+learner, cold-key-set, accelerator (the "
+                        epilog="blocks: cam, learner, cam+learner, cold-key-set, fragmenter (the "
+                        "CAM, cold-key set and lane logic of the top), accelerator (the "
                         "whole top). The ECP5 configuration is the product one (16384-entry "
                         "CAM) at 125 MHz (the whole accelerator: 100 MHz); iCE40 UP5K gets a "
                         "reduced one (1024 entries) at 30 MHz. A place and route that fails or "
@@ -162,14 +163,15 @@ def build_parser():
                         "fpga report cam+learner --device ecp5-85f --json build/synth.json",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("block", choices=("cam", "learner", "cam+learner", "cold-key-set",
-                                     "accelerator", "hash-tabulation", "hash-h3"))
+                                     "fragmenter", "accelerator", "hash-tabulation", "hash-h3"))
     p.add_argument("--device", choices=("ecp5-85f", "ice40-up5k"), default="ecp5-85f")
     p.add_argument("--freq", type=float, metavar="MHZ", help="clock constraint (default: target)")
     p.add_argument("--seed", type=int, help="nextpnr's placement seed (default: 1; the whole "
                    "accelerator: 1, then 2, then 3 while one fails or runs past its time "
                    "limit)")
     p.add_argument("--lanes", type=int, choices=LANES, default=1,
-                   help="lookup lanes of the cam and accelerator blocks (default 1)")
+                   help="lookup lanes of the cam, cold-key-set, fragmenter and accelerator "
+                   "blocks (default 1)")
     p.add_argument("--build-dir", default="build/synth")
     p.add_argument("--json", metavar="OUT")
     p.set_defaults(func=cmd_fpga_report)
