@@ -37,9 +37,14 @@ class ColdRunDispatcher(wiring.Component):
     a cycle only when the next keys cannot fill it. What a run holds depends on when its
     entries arrived; the keys reach the cold set in order, and repeats are found, either way.
 
-    Timing: an entry can leave one cycle after its write at the earliest; the run is chosen
-    from a window of L registered entries and the last L keys sent, and the window is
-    refilled from the queue (LUT RAM) in the cycle a run leaves.
+    Timing: an entry can leave two cycles after its write at the earliest. The entries
+    written are registered (a stage in front of the queue), where their repeats are found
+    (from the entries before them in the stage and the last L written): a repeat is a
+    property of the sequence, not of the runs, so the run choice compares no keys. The run is
+    chosen from a window of L registered entries, and the window is refilled from the queue
+    (LUT RAM) in the cycle a run leaves. ``w_room`` counts the queue, the stage and the write
+    but not the entries leaving the queue in that cycle (timing: that made the run choice
+    reach ``w_room``), so up to L entries of the ``depth`` may be left unused.
     """
 
     def __init__(self, key_width, part_width, lanes, depth):
@@ -59,30 +64,51 @@ class ColdRunDispatcher(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         L = self.lanes
-        m.submodules.queue = queue = BankedRing(self.entry_layout, self.depth, L, reads=L)
+        rb = bits_for(L)
+        queued_layout = data.StructLayout({**self.entry_layout.members, "repeat": rb})
+        m.submodules.queue = queue = BankedRing(queued_layout, self.depth, L, reads=L)
+
+        # The stage: the entries written, and their repeats. Entry k repeats the latest equal
+        # key among the L cold lookups before it in its batch: the stage's entries before it,
+        # then the last L written to the queue (``hist``, latest first; none after a batch
+        # end).
+        s_count = Signal(range(L + 1))
+        stage = [Signal(self.entry_layout, name=f"stage{k}") for k in range(L)]
+        hist_key = [Signal.like(stage[0].key, name=f"hist_key{j}") for j in range(L)]
+        hist_valid = Signal(L)
+        written = Mux(self.w_room, self.w_count, 0)
+        m.d.sync += [s_count.eq(written), *(stage[k].eq(self.w_data[k]) for k in range(L))]
+        close = [stage[k].close & (s_count > k) for k in range(L)]
+        queued = []
+        for k in range(L):
+            before = []
+            for d in range(1, L + 1):
+                if d <= k:   # in the stage: valid if no batch end from it up to k
+                    before.append((stage[k - d].key,
+                                   ~stage[k - d].dummy & ~Cat(close[k - d:k]).any()))
+                else:
+                    before.append((hist_key[d - k - 1],
+                                   hist_valid[d - k - 1] & ~Cat(close[:k]).any()))
+            distance = C(0, rb)
+            for d in reversed(range(1, L + 1)):
+                key, valid = before[d - 1]
+                distance = Mux(valid & (key == stage[k].key), d, distance)
+            entry = Signal(queued_layout, name=f"queued{k}")
+            m.d.comb += [entry.eq(stage[k]), entry.repeat.eq(Mux(stage[k].dummy, 0, distance))]
+            queued.append(entry)
+        m.d.comb += [queue.w_count.eq(s_count), *(queue.w_data[k].eq(queued[k])
+                                                  for k in range(L))]
+        # The history takes the stage's keys; an entry at or before a batch end in the stage
+        # is not valid, nor what the history held.
+        shift_in(m, hist_key, [e.key for e in stage], s_count)
+        shift_in(m, list(hist_valid), [~stage[k].dummy & ~Cat(close[k:]).any()
+                                       for k in range(L)], s_count, keep=~Cat(close).any())
+
         rp = Signal(range(self.depth))
         level = Signal(range(self.depth + 1))
-        win = [Signal(self.entry_layout, name=f"win{k}") for k in range(L)]
+        win = [Signal(queued_layout, name=f"win{k}") for k in range(L)]
         win_n = Signal(range(L + 1))
-        # The batch's last L cold lookups sent, latest first.
-        sent_key = [Signal.like(win[0].key, name=f"sent_key{j}") for j in range(L)]
-        sent_valid = Signal(L)
-
-        # Entry k repeats the latest equal key among the L cold lookups before it: the window's
-        # entries before it, then the ones sent. (A dummy or a batch end before it in the
-        # window ends the run first.)
-        repeat, copies = [], []
-        for k in range(L):
-            before = [(win[k - d].key, C(1, 1)) if d <= k else
-                      (sent_key[d - k - 1], sent_valid[d - k - 1]) for d in range(1, L + 1)]
-            equal = [valid & (key == win[k].key) for key, valid in before]
-            distance = C(0, bits_for(L))
-            for d in reversed(range(1, L + 1)):
-                distance = Mux(equal[d - 1], d, distance)
-            rep = Signal(bits_for(L), name=f"repeat{k}")
-            m.d.comb += rep.eq(Mux(win[k].dummy, 0, distance))
-            repeat.append(rep)
-            copies.append(rep != 0)
+        copies = [win[k].repeat != 0 for k in range(L)]
         # The run: entry k joins while the ones before it do not close the batch and it is a
         # dummy, a repeat, or its key's partition differs from the others' that take one.
         accept = []
@@ -101,31 +127,23 @@ class ColdRunDispatcher(wiring.Component):
                      o.eob.eq(Cat(accept[k] & win[k].close for k in range(L)).any())]
         for k in range(L):
             m.d.comb += [o.key[k].eq(keys[k]), o.insert[k].eq(n_keys > k),
-                         o.answers.repeat[k].eq(Mux(accept[k], repeat[k], 0))]
+                         o.answers.repeat[k].eq(Mux(accept[k], win[k].repeat, 0))]
 
-        # The window shifts by the run that left and refills from the queue's head; the run's
-        # keys become the latest sent (none after a batch end).
+        # The window shifts by the run that left and refills from the queue's head.
         fire = self.o.valid & self.o.ready
         taken = Mux(fire, count, 0)
-        shift_in(m, sent_key, [w.key for w in win], taken)
-        shift_in(m, list(sent_valid), [~w.dummy for w in win], taken)
-        with m.If(fire & o.eob):
-            m.d.sync += sent_valid.eq(0)
         remain = Signal(range(L + 1))
         fill = Signal(range(L + 1))
         m.d.comb += [remain.eq(win_n - taken),
                      fill.eq(Mux(level < L - remain, level, L - remain))]
         for k in range(L):
             m.d.comb += queue.r_pos[k].eq(rp + k)
-        padded = win + [C(0, self.entry_layout.size)] * L
+        padded = win + [C(0, queued_layout.size)] * L
         heads = [queue.r_data[k] for k in range(L)]
         for k in range(L):
             from_win = Array(padded[k:k + L + 1])[taken]
             from_queue = Array(heads[:k + 1])[(k - remain)[:bits_for(L)]] if k else heads[0]
             m.d.sync += win[k].eq(Mux(k < remain, from_win, from_queue))
-        written = Mux(self.w_room, self.w_count, 0)
-        after = level + written - fill
-        m.d.comb += [queue.w_count.eq(written), queue.w_data.eq(self.w_data)]
-        m.d.sync += [rp.eq(rp + fill), level.eq(after), win_n.eq(remain + fill),
-                     self.w_room.eq(after <= self.depth - L)]
+        m.d.sync += [rp.eq(rp + fill), level.eq(level + s_count - fill), win_n.eq(remain + fill),
+                     self.w_room.eq(level + s_count + written <= self.depth - L)]
         return m

@@ -113,9 +113,8 @@ class Fragmenter(wiring.Component):
         # which are repeats; `ColdRunDispatcher`).
         self.cold = ColdKeySet(**self.cold_args, key_width=key_width, lanes=L,
                                **({"user_width": answer_layout(L).size} if L > 1 else {}))
-        # CAM, (the dispatcher's queue,) its window or register, (a register slice,) cold
-        # set, answer ring, classification
-        self.LATENCY = self.cam.LATENCY + (3 if L > 1 else 1) + self.cold.LATENCY + 2
+        # CAM, the way to the cold set, cold set, answer ring, classification
+        self.LATENCY = self.cam.LATENCY + self.cycles_to_cold(L) + self.cold.LATENCY + 2
         self.layouts = fragmenter_layouts(
             hot_slot_width=self.cam.slot_width, cold_slot_width=self.cold.slot_width,
             max_batch_samples=max_batch_samples, cold_max_keys=self.cold.max_keys,
@@ -130,6 +129,13 @@ class Fragmenter(wiring.Component):
         }
         ports.update({n: Out(stream.Signature(l)) for n, l in self.layouts.items()})
         super().__init__(ports)
+
+    @staticmethod
+    def cycles_to_cold(lanes):
+        """Cycles from a beat leaving the CAM to its cold lookups reaching the cold set at the
+        earliest: with lanes, the dispatcher's stage, queue and window, then a register slice
+        (4); one lane, its register (1)."""
+        return 4 if lanes > 1 else 1
 
     def elaborate(self, platform):
         m = Module()
@@ -206,7 +212,10 @@ class Fragmenter(wiring.Component):
         ci = cold.i.payload
         if L > 1:
             pbits = len(self.cold.partition_hash.expr(C(0, kw)))
-            m.submodules.dispatch = disp = ColdRunDispatcher(kw, pbits, L, self.GROUP_DEPTH * L)
+            # Twice the entries the beat FIFO's beats can hold: the queue's room is counted
+            # without the entries leaving it (`ColdRunDispatcher`), and never holds a beat back.
+            m.submodules.dispatch = disp = ColdRunDispatcher(kw, pbits, L,
+                                                             2 * self.GROUP_DEPTH * L)
             part = [self.cold.partition_hash.expr(rmarks.key[j]) for j in range(L)]
             cold_lanes, n_cold = compact(m, cold_mask, [Cat(rmarks.key[j], part[j])
                                                          for j in range(L)], "cold_lane")

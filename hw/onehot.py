@@ -38,11 +38,13 @@ def compact(m, select, values, name):
     return out, popcount(select)
 
 
-def shift_in(m, latest, arrivals, count):
+def shift_in(m, latest, arrivals, count, keep=None):
     """At the clock edge, the registers ``latest`` (latest first) take the first ``count``
-    (0 .. len(arrivals)) of ``arrivals`` (in arrival order) in front of what they held."""
+    (0 .. len(arrivals)) of ``arrivals`` (in arrival order) in front of what they held (ANDed
+    with ``keep`` when ``count`` > 0: 1-bit registers only)."""
     with m.Switch(count):
         for t in range(1, len(arrivals) + 1):
             with m.Case(t):
-                m.d.sync += [reg.eq(arrivals[t - 1 - j] if j < t else latest[j - t])
+                m.d.sync += [reg.eq(arrivals[t - 1 - j] if j < t else
+                                    latest[j - t] if keep is None else latest[j - t] & keep)
                              for j, reg in enumerate(latest)]

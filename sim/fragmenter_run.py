@@ -207,9 +207,7 @@ def beat_cycles(run, keys, config):
     cold = config.cold_kwargs()
     clearing = cold["capacity"] // (2 * cold["ways"] * cold["partitions"])
     depth, answer = Fragmenter.GROUP_DEPTH, ColdKeySet.LATENCY + 1
-    # Cycles from a beat leaving the CAM to the cold set: the dispatcher's queue and window
-    # and a register slice (lanes), or its register.
-    to_cold = 3 if lanes > 1 else 1
+    to_cold = Fragmenter.cycles_to_cold(lanes)
     # One lane's cold_keys FIFO takes the cold set's answers while it holds at most depth - 3.
     keys_room = Fragmenter.FIFO_DEPTH - 3
     free = drained = -1          # the cold set's next free cycle; the cold_keys FIFO's drain
