@@ -18,8 +18,8 @@ slave has started.
 ``quiet``: ``hold`` is high, every request channel is closed and nothing is in flight (every AR
 has had its last R beat, every AW its B response, W bursts and AWs pair up). In a ``quiet``
 cycle the slave is offered nothing and owes nothing: resetting the master then is safe. It is
-a function of registers only; it rises one cycle after the last response once the channels are
-closed.
+a function of registers only; it rises two cycles after the last response once the channels
+are closed (the in-flight counts take the handshakes a cycle late).
 """
 from amaranth import *
 from amaranth.lib import wiring
@@ -66,7 +66,14 @@ class AXI4Quiesce(wiring.Component):
         w_ahead_next, w_mid_next = Signal.like(w_ahead), Signal()
         m.d.comb += [w_ahead_next.eq(up_down(w_ahead, w & mst.wlast, aw)),
                      w_mid_next.eq(Mux(w, ~mst.wlast, w_mid))]
-        m.d.sync += [reads.eq(up_down(reads, ar, r_last)), writes.eq(up_down(writes, aw, b)),
+        # The in-flight counts take the handshakes a cycle late, from registers (timing: the
+        # master's late arvalid into the counter's enable was a 9.6 ns path); ``quiet`` waits
+        # for a registered AR or AW too.
+        late = {name: Signal(name=f"{name}_taken") for name in ("ar", "r_last", "aw", "b")}
+        m.d.sync += [late["ar"].eq(ar), late["r_last"].eq(r_last), late["aw"].eq(aw),
+                     late["b"].eq(b)]
+        m.d.sync += [reads.eq(up_down(reads, late["ar"], late["r_last"])),
+                     writes.eq(up_down(writes, late["aw"], late["b"])),
                      w_ahead.eq(w_ahead_next), w_mid.eq(w_mid_next)]
 
         # A channel may close where the slave is not mid-offer. W never closes inside a burst,
@@ -78,5 +85,6 @@ class AXI4Quiesce(wiring.Component):
             boundary = ~getattr(slv, f"{ch}valid") | getattr(slv, f"{ch}ready")
             m.d.sync += closed[ch].eq(self.hold & boundary & ~needed)
         m.d.comb += self.quiet.eq(self.hold & closed["ar"] & closed["aw"] & closed["w"]
-                                  & (reads == 0) & (writes == 0) & (w_ahead == 0) & ~w_mid)
+                                  & (reads == 0) & (writes == 0) & ~late["ar"] & ~late["aw"]
+                                  & (w_ahead == 0) & ~w_mid)
         return m

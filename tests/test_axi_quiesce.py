@@ -159,3 +159,40 @@ def test_hold_lets_transactions_finish_and_starts_none(w_first, seed):
 
     simulate(dut, bench)
     assert log["quiet_phases"] == 20 and log["traffic"] > 50
+
+
+@pytest.mark.parametrize("order", ["ar", "aw then w", "w then aw"])
+def test_not_quiet_while_the_request_taken_as_hold_rises_is_owed(order):
+    """Directed: the only request of the run is taken in the cycle ``hold`` rises (the channel
+    closes at that boundary), its W beat before or after it. ``quiet`` stays low until its
+    response has been taken (R last, or B)."""
+    dut = AXI4Quiesce(32, 64)
+
+    async def take(ctx, *pairs):
+        """One cycle with these (side.valid, side.ready) handshakes (and wlast)."""
+        sigs = [sig for pair in pairs for sig in pair]
+        for sig in sigs:
+            ctx.set(sig, 1)
+        await ctx.tick()
+        for sig in sigs:
+            ctx.set(sig, 0)
+
+    async def bench(ctx):
+        w_beat = (dut.m.wvalid, dut.s.wready, dut.m.wlast)
+        await ctx.tick().repeat(3)
+        if order == "w then aw":
+            await take(ctx, w_beat)
+        ctx.set(dut.hold, 1)
+        ch = "ar" if order == "ar" else "aw"
+        await take(ctx, (getattr(dut.m, f"{ch}valid"), getattr(dut.s, f"{ch}ready")))
+        if order == "aw then w":
+            await take(ctx, w_beat)
+        for _ in range(10):    # the response is owed
+            assert not ctx.get(dut.quiet)
+            await ctx.tick()
+        await take(ctx, (dut.s.rvalid, dut.m.rready, dut.s.rlast) if ch == "ar" else
+                   (dut.s.bvalid, dut.m.bready))
+        await ctx.tick().repeat(4)
+        assert ctx.get(dut.quiet)
+
+    simulate(dut, bench)

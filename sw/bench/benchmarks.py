@@ -32,7 +32,8 @@ Sections:
   K = 5% and 10% of the distinct keys, at the geometry `learner_geometry` sizes (target 0.98;
   0.95 on the user-item files), beside the H3 / fixed 16,384-entry learner of the same run, and
   simulator speeds (``--quick``: one Criteo file and MovieLens);
-- synthesis: LUT4 / FF / block RAM / Fmax of cam (1, 2 and 4 lookup lanes), learner and
+- synthesis: LUT4 / FF / block RAM / Fmax of cam (1, 2 and 4 lookup lanes), fragmenter (2 and
+  4 lanes), learner and
   cam+learner on LFE5U-85F-6 (target 125 MHz, <= 50% of the block RAM), the whole accelerator
   at 1 lane at nextpnr seeds 1, 2 and 3 and at 2 and 4 lanes (target 100 MHz), with the lookups/s at Fmax (L x Fmax) beside the
   43-140M lookups/s a GPU node needs, the two
@@ -364,6 +365,7 @@ def bench_synthesis(quick):
             [("cam", "ecp5-85f", 1, 1), ("cam", "ecp5-85f", 2, 1), ("cam", "ecp5-85f", 4, 1),
              ("learner", "ecp5-85f", 1, 1), ("cam+learner", "ecp5-85f", 1, 1),
              *(("accelerator", "ecp5-85f", 1, seed) for seed in (1, 2, 3)),
+             ("fragmenter", "ecp5-85f", 2, 1), ("fragmenter", "ecp5-85f", 4, 1),
              ("accelerator", "ecp5-85f", 2, 1), ("accelerator", "ecp5-85f", 4, 1),
              ("hash-tabulation", "ecp5-85f", 1, 1), ("hash-h3", "ecp5-85f", 1, 1),
              ("cam", "ice40-up5k", 1, 1)])
@@ -381,7 +383,7 @@ def bench_synthesis(quick):
                 continue
             r.pop("build_dir")
             out.append(r)
-            if block in ("cam", "accelerator"):  # L lookups per cycle at Fmax
+            if block in ("cam", "fragmenter", "accelerator"):  # L lookups per cycle at Fmax
                 r["lookups_per_s_at_fmax"] = lanes * r["fmax_mhz"] * 1e6
                 rows.append([f"{name} lookups/s at Fmax", device,
                              f"{r['lookups_per_s_at_fmax'] / 1e6:.0f}M",
