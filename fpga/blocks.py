@@ -13,7 +13,7 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from hotline.contract.config import COLD_PARTITIONS, PRODUCT
+from hotline.contract.config import PRODUCT, AcceleratorConfig
 from hotline.contract.hashing import bucket_hash
 from hotline.hw.accelerator import HotlineAccelerator
 from hotline.hw.access_learner import AccessLearner
@@ -82,11 +82,16 @@ _CAM = {"ecp5-85f": lambda lanes: PopularityCAM(**PRODUCT.cam_kwargs(), primitiv
         "ice40-up5k": lambda lanes: PopularityCAM(1024, ways=4, max_kicks=16, lanes=lanes)}
 _LEARNER = {"ecp5-85f": lambda: AccessLearner(primitive="ecp5"),
             "ice40-up5k": lambda: AccessLearner(buckets=64, ways=4, count_bits=16)}
+def _ice40_cold(lanes):
+    """The iCE40 UP5K's reduced cold-key set (1024 entries) in the geometry of ``lanes``
+    (`AcceleratorConfig.cold_kwargs`: partitions, ways and stash per lane count)."""
+    return AcceleratorConfig(cold_capacity=1024, cold_max_keys=1024, lanes=lanes).cold_kwargs()
+
+
 _COLD = {"ecp5-85f": lambda lanes: ColdKeySet(
               **dataclasses.replace(PRODUCT, lanes=lanes).cold_kwargs(), lanes=lanes,
               primitive="ecp5"),
-         "ice40-up5k": lambda lanes: ColdKeySet(1024, max_keys=1024, lanes=lanes,
-                                                partitions=COLD_PARTITIONS[lanes])}
+         "ice40-up5k": lambda lanes: ColdKeySet(**_ice40_cold(lanes), lanes=lanes)}
 
 
 class HashProbe(wiring.Component):
@@ -108,7 +113,7 @@ def _ice40_fragmenter(lanes):
     """The iCE40 UP5K's reduced Fragmenter arguments (out of the product: its flow stays in
     CI)."""
     return dict(cam=dict(entries=1024, ways=4, max_kicks=16), max_batch_samples=256, lanes=lanes,
-                cold=dict(capacity=1024, max_keys=1024, partitions=COLD_PARTITIONS[lanes]))
+                cold=_ice40_cold(lanes))
 
 
 def _accelerator(dev, lanes=1):
