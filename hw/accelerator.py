@@ -33,7 +33,7 @@ FIFOs; ``LEARNER_ADDR`` reads one learner entry (``STATUS.learner_valid`` after
 descriptor. Counters are 64-bit views of the blocks' 48-bit counters (the learner's 32-bit).
 """
 from amaranth import *
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hotline.contract.config import AcceleratorConfig
@@ -377,21 +377,31 @@ class HotlineAccelerator(wiring.Component):
         # Responses and relocations: into the CSR FIFOs, or (CONFIG.cam_events) onto
         # cam_events. The engine offers a command's relocations before its response and the
         # next command's only after that response is taken, so relocations first is the order.
-        # CONFIG.cam_events, registered (timing: from the CSR bank, it reached the engine's
-        # response logic through the ready inputs); it takes effect a cycle after its write.
+        # Both pass one RegisterSlice, in that order (timing: the glue's ready select reached
+        # the engine's response register across the die); after it they go where
+        # CONFIG.cam_events says when they leave. CONFIG.cam_events is registered (timing: from
+        # the CSR bank); it takes effect a cycle after its write.
+        m.submodules.cam_out = out = RegisterSlice(data.StructLayout({
+            "move": 1, "resp": frag.resp.payload.shape(), "reloc": frag.moves.payload.shape()}))
         events, to_stream = self.cam_events, Signal(name="cam_events_on")
         m.d.sync += to_stream.eq(config[2])
+        beat = out.o.payload
         m.d.comb += [
-            resp_f.w_data.eq(frag.resp.payload),
-            resp_f.w_en.eq(frag.resp.valid & ~to_stream & resp_room),
-            moves_f.w_data.eq(frag.moves.payload),
-            moves_f.w_en.eq(frag.moves.valid & ~to_stream & moves_room),
-            frag.resp.ready.eq(Mux(to_stream, events.ready & ~frag.moves.valid, resp_room)),
-            frag.moves.ready.eq(Mux(to_stream, events.ready, moves_room)),
-            events.valid.eq(to_stream & (frag.resp.valid | frag.moves.valid)),
-            events.payload.move.eq(frag.moves.valid),
-            events.payload.word.eq(Mux(frag.moves.valid, self._move_word(frag.moves.payload),
-                                       self._resp_word(frag.resp.payload))),
+            out.i.valid.eq(frag.resp.valid | frag.moves.valid),
+            out.i.payload.move.eq(frag.moves.valid),
+            out.i.payload.resp.eq(frag.resp.payload),
+            out.i.payload.reloc.eq(frag.moves.payload),
+            frag.moves.ready.eq(out.i.ready),
+            frag.resp.ready.eq(out.i.ready & ~frag.moves.valid),
+            resp_f.w_data.eq(beat.resp),
+            resp_f.w_en.eq(out.o.valid & ~beat.move & ~to_stream & resp_room),
+            moves_f.w_data.eq(beat.reloc),
+            moves_f.w_en.eq(out.o.valid & beat.move & ~to_stream & moves_room),
+            out.o.ready.eq(Mux(to_stream, events.ready, Mux(beat.move, moves_room, resp_room))),
+            events.valid.eq(to_stream & out.o.valid),
+            events.payload.move.eq(beat.move),
+            events.payload.word.eq(Mux(beat.move, self._move_word(beat.reloc),
+                                       self._resp_word(beat.resp))),
         ]
         resp = frag.resp.payload.shape()(resp_f.r_data)
         move = frag.moves.payload.shape()(moves_f.r_data)
