@@ -244,9 +244,8 @@ class Fragmenter(wiring.Component):
             ser_eob = Signal()     # the dispatched beat closes its batch
             ser_dummy = Signal()   # ... and has no cold lookup: one non-insert beat
             sending = ser_mask | ser_dummy
-            # The key goes ungated: ``insert`` says whether it counts (timing: a gate on
-            # ``ser_mask`` put a LUT and a long route in front of the cold set's hashes).
-            m.d.comb += [cold.i.valid.eq(sending), ci.eob.eq(ser_eob), ci.key.eq(ser_keys[0]),
+            sent_keys, _ = compact(m, [ser_mask], [ser_keys[0]], "cold_in")
+            m.d.comb += [cold.i.valid.eq(sending), ci.eob.eq(ser_eob), ci.key.eq(sent_keys[0]),
                          ci.insert.eq(ser_mask)]
             ser_free = ~sending | cold.i.ready
             m.d.comb += cam.result.ready.eq(groups.w_rdy & (~needs_cold | ser_free))
