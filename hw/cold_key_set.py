@@ -289,10 +289,17 @@ class ColdKeySet(wiring.Component):
         sd = [s[p][-1] for p in parts]
         if P == 1:
             base = [count]
+            room_keys = [count < self.max_keys]
         else:
-            base = [count + _popcount([decided[q]["new"] & (sd[q].lane < sd[p].lane)
-                                       for q in parts if q != p]) for p in parts]
-        room_keys = [b < self.max_keys for b in base]
+            before = [_popcount([decided[q]["new"] & (sd[q].lane < sd[p].lane)
+                                 for q in parts if q != p]) for p in parts]
+            base = [count + k for k in before]
+            # The room for the keys before it, from registers: below[k] = count + k <
+            # max_keys (timing: the decisions through base's adder and its compare into the
+            # count made the 2-lane set's critical path, 11.94 ns).
+            below = Signal(P, init=sum(1 << k for k in range(P) if k < self.max_keys))
+            room_keys = [below.bit_select(k, 1) for k in before]
+        n_new = _popcount([decided[p]["new"] & room_keys[p] for p in parts])
         placed = []
         for p in parts:
             d, b = decided[p], base[p]
@@ -348,10 +355,16 @@ class ColdKeySet(wiring.Component):
         m.d.comb += [queue.i.valid.eq(so_valid), queue.i.payload.eq(so)]
 
         with m.If(vd):
-            m.d.sync += count.eq(count + _popcount([decided[p]["new"] & room_keys[p]
-                                                    for p in parts]))
+            m.d.sync += count.eq(count + n_new)
+            if P > 1:
+                # below's next value: count + n_new + k < max_keys, a select by n_new of
+                # compares of the count register alone.
+                lt = Cat(count + j < self.max_keys for j in range(2 * P))
+                m.d.sync += below.eq(Cat(lt.bit_select(n_new + k, 1) for k in range(P)))
         with m.If(vd & sd[0].eob):
             m.d.sync += [count.eq(0), *(v.eq(0) for v in stash_valid)]
+            if P > 1:
+                m.d.sync += below.eq(below.init)
 
         # Reset starts with a clearing pass, since the memories keep their contents.
         with m.FSM(init="CLEAR"):
