@@ -31,7 +31,7 @@ Epochs count 1 .. 2**epoch_bits - 1 (0 = never valid). After the batch with the 
 and after reset, both memories are cleared (``capacity // (2 * ways)`` cycles, ``i.ready`` low,
 ``clearing`` high).
 
-Timing: ``i`` -> ``o`` latency ``LATENCY`` = 8 cycles (from the ``i`` handshake to ``o.valid``
+Timing: ``i`` -> ``o`` latency ``LATENCY`` = 8 cycles, 9 with partitions (from the ``i`` handshake to ``o.valid``
 when ``o`` is not stalled), one beat per cycle sustained, in order. The pipeline itself never
 stalls: its beats wait in an ``OutputQueue`` of ``QUEUE_DEPTH + 1`` entries, and ``i.ready`` is
 low while the beats accepted and not yet delivered could fill it (no loss, duplication or
@@ -95,12 +95,12 @@ class ColdKeySet(wiring.Component):
     (power of two), ``lanes`` (keys per beat, <= ``partitions``; default ``partitions``). The
     geometry defaults are the product configuration's (`hotline.contract.config.PRODUCT`).
     """
-    LATENCY = 8
+    LATENCY = 8   # one partition; with partitions, an input stage more (`latency`)
     # Buckets per block-RAM bank (BucketTable's "ecp5" limit).
     BANK_DEPTH = 2048
     # Results the output queue holds besides its output register: enough for one beat per
     # cycle (LATENCY beats are outstanding then).
-    QUEUE_DEPTH = 9
+    QUEUE_DEPTH = LATENCY + 1   # with partitions, one more (the instance's)
     # Beats ahead whose inserts a table read can miss, hence forwarded: BucketTable.LATENCY,
     # plus the compare and match stages between the read and the decision, plus the write
     # register.
@@ -126,6 +126,8 @@ class ColdKeySet(wiring.Component):
         self.key_width, self.user_width, self.epoch_bits = key_width, user_width, epoch_bits
         self.seeds, self.primitive = tuple(seeds), primitive
         self.partitions, self.lanes = partitions, lanes
+        self.LATENCY = self.latency(partitions)
+        self.QUEUE_DEPTH = self.LATENCY + 1
         self.buckets = capacity // (2 * ways * partitions)   # per table and partition
         self.slot_width = cold_slot_width(max_keys)
         self.hash_family = hash_family
@@ -143,6 +145,12 @@ class ColdKeySet(wiring.Component):
                 "overflow": 1, "user": user_width}, lanes))),
             "clearing": Out(1),
         })
+
+    @classmethod
+    def latency(cls, partitions):
+        """``i`` -> ``o`` latency of a set of ``partitions``: with more than one, the
+        lane-to-partition select has a register stage of its own (``s0``)."""
+        return cls.LATENCY + (partitions > 1)
 
     def elaborate(self, platform):
         m = Module()
@@ -211,6 +219,11 @@ class ColdKeySet(wiring.Component):
         s = [[Signal(beat, name=f"s{j + 1}{sfx[p]}", reset_less=True) for j in range(stages)]
              for p in parts]
         valid = Signal(stages)  # of s1 .. sd
+        # With partitions, s0: each partition's key, selected from its lane (timing: the
+        # partition hashes and the select in front of the bucket hashes and their fan-out to
+        # the read-address replicas made the 2-lane set's input paths, 10.8-11.1 ns).
+        s0 = [Signal(beat, name=f"s0{sfx[p]}", reset_less=True) for p in parts]
+        valid0 = Signal()
         vd = valid[-1]
         # What the last ``window`` beats decided (hist[0]: the beat decided in the last cycle).
         hist_layout = data.StructLayout({"wrote": 2, "stored": 1, "slot": self.slot_width})
@@ -246,21 +259,25 @@ class ColdKeySet(wiring.Component):
         in_insert = [lane(ip.insert, j) for j in range(L)]
         in_part = [Signal(ceil_log2(P), name=f"in_part{j}") for j in range(L)]
         m.d.comb += [x.eq(self.partition_hash.expr(k)) for x, k in zip(in_part, in_key)]
-        m.d.sync += valid.eq(Cat(taken, valid[:-1]))
+        m.d.sync += valid.eq(Cat(taken if P == 1 else valid0, valid[:-1]))
+        if P > 1:
+            m.d.sync += valid0.eq(taken)
         for p in parts:
             if P == 1:
-                key, insert, at = in_key[0], in_insert[0], C(0, 0)
+                first, key, insert, at = s[p][0], in_key[0], in_insert[0], C(0, 0)
             else:
                 sel = [in_insert[j] & (in_part[j] == p) for j in range(L)]
-                key = Signal(self.key_width, name=f"in_key{sfx[p]}")
-                m.d.comb += key.eq(one_hot_select(sel, in_key))
+                first, key = s0[p], one_hot_select(sel, in_key)
                 insert, at = Cat(*sel).any(), _first_set(sel)[1][:ceil_log2(L)]
             m.d.sync += [
-                s[p][0].key.eq(key), s[p][0].insert.eq(insert), s[p][0].lane.eq(at),
-                s[p][0].eob.eq(ip.eob), s[p][0].user.eq(ip.user), s[p][0].epoch.eq(in_epoch),
+                first.key.eq(key), first.insert.eq(insert), first.lane.eq(at),
+                first.eob.eq(ip.eob), first.user.eq(ip.user), first.epoch.eq(in_epoch),
             ]
+            if P > 1:
+                m.d.sync += [getattr(s[p][0], f).eq(getattr(s0[p], f))
+                             for f in ("key", "insert", "eob", "user", "epoch", "lane")]
             for t in tables:
-                bucket = self.hashes[t].expr(key)
+                bucket = self.hashes[t].expr(s0[p].key if P > 1 else key)
                 m.d.sync += [s[p][0].bucket[t].eq(bucket),
                              *(a.eq(bucket[:low_bits]) for a in rd_addr[p][t])]
         carried = ("key", "insert", "eob", "user", "epoch", "bucket", "lane")
@@ -296,7 +313,8 @@ class ColdKeySet(wiring.Component):
             base = [count + k for k in before]
             # The room for the keys before it, from registers: below[k] = count + k <
             # max_keys (timing: the decisions through base's adder and its compare into the
-            # count made the 2-lane set's critical path, 11.94 ns).
+            # count made the 2-lane set's critical path, 11.94 ns). Registered sums for base
+            # too (a select by the keys before it) made the set slower: 97.27 against 99.99 MHz.
             below = Signal(P, init=sum(1 << k for k in range(P) if k < self.max_keys))
             room_keys = [below.bit_select(k, 1) for k in before]
         n_new = _popcount([decided[p]["new"] & room_keys[p] for p in parts])

@@ -206,7 +206,7 @@ def beat_cycles(run, keys, config):
     wraps[np.nonzero(closes)[0][epochs - 1::epochs]] = True
     cold = config.cold_kwargs()
     clearing = cold["capacity"] // (2 * cold["ways"] * cold["partitions"])
-    depth, answer = Fragmenter.GROUP_DEPTH, ColdKeySet.LATENCY + 1
+    depth, answer = Fragmenter.GROUP_DEPTH, ColdKeySet.latency(cold["partitions"]) + 1
     to_cold = Fragmenter.cycles_to_cold(lanes)
     # One lane's cold_keys FIFO takes the cold set's answers while it holds at most depth - 3.
     keys_room = Fragmenter.FIFO_DEPTH - 3

@@ -214,7 +214,7 @@ def test_full_throughput_without_backpressure(partitions, lanes):
     sim.add_testbench(bench)
     sim.run()
     # one beat per cycle, no bubble, LATENCY cycles from the input handshake to o.valid
-    assert cycles == dict(first=ColdKeySet.LATENCY, seen=n, last=n - 1 + ColdKeySet.LATENCY)
+    assert cycles == dict(first=dut.LATENCY, seen=n, last=n - 1 + dut.LATENCY)
 
 
 @pytest.mark.parametrize("rel", ["criteo_kaggle/train_head1999.csv.gz",
