@@ -32,8 +32,8 @@ Sections:
   K = 5% and 10% of the distinct keys, at the geometry `learner_geometry` sizes (target 0.98;
   0.95 on the user-item files), beside the H3 / fixed 16,384-entry learner of the same run, and
   simulator speeds (``--quick``: one Criteo file and MovieLens);
-- synthesis: LUT4 / FF / block RAM / Fmax of cam (1, 2 and 4 lookup lanes), fragmenter (2 and
-  4 lanes), learner and
+- synthesis: LUT4 / FF / block RAM / Fmax of cam (1, 2 and 4 lookup lanes), cold-key-set and
+  fragmenter (2 and 4 lanes), learner and
   cam+learner on LFE5U-85F-6 (target 125 MHz, <= 50% of the block RAM), the whole accelerator
   at 1 lane at nextpnr seeds 1, 2 and 3 and at 2 and 4 lanes (target 100 MHz), with the lookups/s at Fmax (L x Fmax) beside the
   43-140M lookups/s a GPU node needs, the two
@@ -365,6 +365,7 @@ def bench_synthesis(quick):
             [("cam", "ecp5-85f", 1, 1), ("cam", "ecp5-85f", 2, 1), ("cam", "ecp5-85f", 4, 1),
              ("learner", "ecp5-85f", 1, 1), ("cam+learner", "ecp5-85f", 1, 1),
              *(("accelerator", "ecp5-85f", 1, seed) for seed in (1, 2, 3)),
+             ("cold-key-set", "ecp5-85f", 2, 1), ("cold-key-set", "ecp5-85f", 4, 1),
              ("fragmenter", "ecp5-85f", 2, 1), ("fragmenter", "ecp5-85f", 4, 1),
              ("accelerator", "ecp5-85f", 2, 1), ("accelerator", "ecp5-85f", 4, 1),
              ("hash-tabulation", "ecp5-85f", 1, 1), ("hash-h3", "ecp5-85f", 1, 1),
