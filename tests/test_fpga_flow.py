@@ -146,8 +146,8 @@ def test_floorplan_table_from_a_placed_netlist(tmp_path):
 
 def test_accelerator_flow_asks_nextpnr_for_margin(monkeypatch, tmp_path):
     """The ECP5 accelerator (1 lane) is placed with its block RAM floorplan and routed for
-    BLOCK_PNR_MHZ, judged at its 100 MHz target; an explicit --freq is the clock nextpnr gets,
-    and other lane counts keep the plain flow."""
+    BLOCK_PNR_MHZ with router2's alternate weights, judged at its 100 MHz target; an explicit
+    --freq is the clock nextpnr gets, and other lane counts keep the plain flow."""
     from hotline.fpga import blocks
     calls = []
 
@@ -163,6 +163,9 @@ def test_accelerator_flow_asks_nextpnr_for_margin(monkeypatch, tmp_path):
     assert default["freq_mhz"] == 100 and default["pnr_freq_mhz"] == blocks.BLOCK_PNR_MHZ[
         "accelerator", "ecp5-85f", 1] > 100
     assert default["floorplan"] is blocks.ACCELERATOR_ECP5_BRAM
+    # router2's alternate weights: seed 3 met the 5% margin with them only (hardware.md)
+    assert set(blocks.ECP5_PNR_ARGS) < set(default["pnr_args"]) and "--router2-alt-weights" in \
+        default["pnr_args"]
     assert explicit["freq_mhz"] == 90 and "pnr_freq_mhz" not in explicit
     assert "floorplan" not in lanes2 and "pnr_freq_mhz" not in lanes2
 
