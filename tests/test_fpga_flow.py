@@ -147,7 +147,8 @@ def test_floorplan_table_from_a_placed_netlist(tmp_path):
 def test_accelerator_flow_asks_nextpnr_for_margin(monkeypatch, tmp_path):
     """The ECP5 accelerator (1 lane) is placed with its block RAM floorplan and routed for
     BLOCK_PNR_MHZ with router2's alternate weights, judged at its 100 MHz target; an explicit
-    --freq is the clock nextpnr gets, and other lane counts keep the plain flow."""
+    --freq is the clock nextpnr gets. The 2-lane top is routed for a clock below nextpnr's
+    estimate, with a longer time limit and no floorplan; 4 lanes keep the plain flow."""
     from hotline.fpga import blocks
     calls = []
 
@@ -159,7 +160,8 @@ def test_accelerator_flow_asks_nextpnr_for_margin(monkeypatch, tmp_path):
     blocks.report("accelerator", "ecp5-85f", build_dir=tmp_path, seed=1)
     blocks.report("accelerator", "ecp5-85f", build_dir=tmp_path, seed=1, freq_mhz=90)
     blocks.report("accelerator", "ecp5-85f", build_dir=tmp_path, seed=1, lanes=2)
-    default, explicit, lanes2 = calls
+    blocks.report("accelerator", "ecp5-85f", build_dir=tmp_path, seed=1, lanes=4)
+    default, explicit, lanes2, lanes4 = calls
     assert default["freq_mhz"] == 100 and default["pnr_freq_mhz"] == blocks.BLOCK_PNR_MHZ[
         "accelerator", "ecp5-85f", 1] > 100
     assert default["floorplan"] is blocks.ACCELERATOR_ECP5_BRAM
@@ -167,7 +169,10 @@ def test_accelerator_flow_asks_nextpnr_for_margin(monkeypatch, tmp_path):
     assert set(blocks.ECP5_PNR_ARGS) < set(default["pnr_args"]) and "--router2-alt-weights" in \
         default["pnr_args"]
     assert explicit["freq_mhz"] == 90 and "pnr_freq_mhz" not in explicit
-    assert "floorplan" not in lanes2 and "pnr_freq_mhz" not in lanes2
+    assert "floorplan" not in lanes2 and lanes2["freq_mhz"] == 100
+    assert lanes2["pnr_freq_mhz"] == 50 and lanes2["pnr_timeout"] > default["pnr_timeout"]
+    assert "floorplan" not in lanes4 and "pnr_freq_mhz" not in lanes4
+    assert lanes4["pnr_timeout"] == default["pnr_timeout"]
 
 
 def test_array_element_wires_are_renamed_off_abc9_bit_names():
