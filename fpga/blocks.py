@@ -34,7 +34,7 @@ from .synth import DEVICES, ECP5_PNR_ARGS, PlaceRouteError, synth_report
 
 TARGET_MHZ = {"ecp5-85f": 125, "ice40-up5k": 30}
 BLOCK_TARGET_MHZ = {("accelerator", "ecp5-85f"): 100, ("fragmenter", "ecp5-85f"): 100}
-# The clock nextpnr is asked for where it is above the target (the report still judges timing
+# The clock nextpnr is asked for where it is not the target (the report still judges timing
 # at the target): with timing-driven rip-up, router2 works on every late arc until it meets the
 # clock it is given, so asking for more than the target buys margin (docs/toolchain.md item
 # 13: its "met" is up to 3% looser than the final timing report). Higher is not better: at
