@@ -41,15 +41,15 @@ BLOCK_TARGET_MHZ = {("accelerator", "ecp5-85f"): 100, ("fragmenter", "ecp5-85f")
 # 108 MHz seed 1 kept 29 arcs failing until the router's iteration cap and routed at 96.61 MHz.
 # Only with the default target (no --freq), per block, device and lane count: a netlist that
 # cannot reach it keeps the router busy up to its iteration cap.
-# The 2-lane top: router2 asked for a clock well above nextpnr's estimate after placement rips
-# up late arcs while it works on congestion and does not converge (before the BatchLanePacker's
-# pipelining: estimate 56.73 MHz at seed 1, at 60 MHz 120-230 wires still overused after 900
-# iterations; at 50 MHz it converged after 2,030 and routed at 51.38 MHz). Since, asked for
+# The 2-lane top: router2 given a clock with arcs late rips them up while it works on
+# congestion and may not converge (before the BatchLanePacker's pipelining, seed 1: at 60 MHz
+# ~248 arcs late and 120-230 wires still overused after 900 iterations; at 50 MHz it converged
+# after 2,030 and routed at 51.38 MHz). Since, asked for
 # 54 MHz (2 x 54 lookups/s beat one lane's 106.5M) it converged after 2,256 iterations and
-# routed at 59.40 MHz at seed 1 (docs/hardware.md).
+# routed at 59.40 MHz at seed 1, and after 3,166 at 58.63 MHz at seed 2 (docs/hardware.md).
 BLOCK_PNR_MHZ = {("accelerator", "ecp5-85f", 1): 106, ("accelerator", "ecp5-85f", 2): 54}
 # nextpnr's time limit where the block's own (BLOCK_FLOW) is too short: the 2-lane top's routing
-# takes about an hour (51-71 minutes at seed 1, the other core busy).
+# takes about an hour, more at some seeds (seed 2: 80 minutes of routing, the other core busy).
 BLOCK_PNR_TIMEOUT = {("accelerator", "ecp5-85f", 2): 120 * 60}
 # Fixed block RAM sites (`hotline.fpga.floorplan`), per block, device and lane count.
 FLOORPLANS = {("accelerator", "ecp5-85f", 1): ACCELERATOR_ECP5_BRAM}
