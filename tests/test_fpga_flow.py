@@ -147,8 +147,9 @@ def test_floorplan_table_from_a_placed_netlist(tmp_path):
 def test_accelerator_flow_asks_nextpnr_for_margin(monkeypatch, tmp_path):
     """The ECP5 accelerator (1 lane) is placed with its block RAM floorplan and routed for
     BLOCK_PNR_MHZ with router2's alternate weights, judged at its 100 MHz target; an explicit
-    --freq is the clock nextpnr gets. The 2-lane top is routed for a clock below nextpnr's
-    estimate, with a longer time limit and no floorplan; 4 lanes keep the plain flow."""
+    --freq is the clock nextpnr gets. The 2-lane top is routed for a clock at which router2
+    finds no arc late while it works on congestion, with a longer time limit and no
+    floorplan; 4 lanes keep the plain flow."""
     from hotline.fpga import blocks
     calls = []
 
