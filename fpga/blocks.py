@@ -44,9 +44,9 @@ BLOCK_TARGET_MHZ = {("accelerator", "ecp5-85f"): 100, ("fragmenter", "ecp5-85f")
 # The 2-lane top: router2 given a clock with arcs late rips them up while it works on
 # congestion and may not converge (before the BatchLanePacker's pipelining, seed 1: at 60 MHz
 # ~248 arcs late and 120-230 wires still overused after 900 iterations; at 50 MHz it converged
-# after 2,030 and routed at 51.38 MHz). Since, asked for
-# 54 MHz (2 x 54 lookups/s beat one lane's 106.5M) it converged after 2,256 iterations and
-# routed at 59.40 MHz at seed 1, and after 3,166 at 58.63 MHz at seed 2 (docs/hardware.md).
+# after 2,030 and routed at 51.38 MHz). Since, asked for 54 MHz (2 x 54 lookups/s beat one
+# lane's 106.5M) it converged after 2,256 iterations and routed at 59.40 MHz at seed 1, and
+# after 3,166 at 58.63 MHz at seed 2 (docs/hardware.md).
 BLOCK_PNR_MHZ = {("accelerator", "ecp5-85f", 1): 106, ("accelerator", "ecp5-85f", 2): 54}
 # nextpnr's time limit where the block's own (BLOCK_FLOW) is too short: the 2-lane top's routing
 # takes about an hour, more at some seeds (seed 2: 80 minutes of routing, the other core busy).

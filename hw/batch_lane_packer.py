@@ -98,12 +98,12 @@ class BatchLanePacker(wiring.Component):
             m.d.sync += sent.eq(sent + L)
 
         # The level, its flags and the room after this cycle, without and with a beat.
+        def flags(after):
+            return Cat(C(1, 1), *(after >= k for k in range(1, L + 1)))
         kept, gone = level + written, level + written - want
-        after = Mux(fire, gone, kept)
         m.d.sync += [
-            rp.eq(Mux(fire, rp + want, rp)), level.eq(after),
-            has.eq(Mux(fire, Cat(C(1, 1), *(gone >= k for k in range(1, L + 1))),
-                       Cat(C(1, 1), *(kept >= k for k in range(1, L + 1))))),
+            rp.eq(Mux(fire, rp + want, rp)), level.eq(Mux(fire, gone, kept)),
+            has.eq(Mux(fire, flags(gone), flags(kept))),
             self.w_room.eq(Mux(fire, gone <= self.depth - L, kept <= self.depth - L)
                            & fifo_has_room(ends)),
         ]
