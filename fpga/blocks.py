@@ -45,11 +45,12 @@ BLOCK_TARGET_MHZ = {("accelerator", "ecp5-85f"): 100, ("fragmenter", "ecp5-85f")
 # congestion and may not converge (before the BatchLanePacker's pipelining, seed 1: at 60 MHz
 # ~248 arcs late and 120-230 wires still overused after 900 iterations; at 50 MHz it converged
 # after 2,030 and routed at 51.38 MHz). Since, asked for 54 MHz (2 x 54 lookups/s beat one
-# lane's 106.5M) it converged after 2,256 iterations and routed at 59.40 MHz at seed 1, and
-# after 3,166 at 58.63 MHz at seed 2 (docs/hardware.md).
+# lane's 106.5M) it converged after 2,256 / 3,166 / 1,727 iterations and routed at 59.40 /
+# 58.63 / 57.99 MHz at seeds 1 / 2 / 3 (docs/hardware.md).
 BLOCK_PNR_MHZ = {("accelerator", "ecp5-85f", 1): 106, ("accelerator", "ecp5-85f", 2): 54}
 # nextpnr's time limit where the block's own (BLOCK_FLOW) is too short: the 2-lane top's routing
-# takes about an hour, more at some seeds (seed 2: 80 minutes of routing, the other core busy).
+# takes about an hour, more at some seeds (seeds 2 / 3: 80 / 53 minutes of routing, the other core
+# busy).
 BLOCK_PNR_TIMEOUT = {("accelerator", "ecp5-85f", 2): 120 * 60}
 # Fixed block RAM sites (`hotline.fpga.floorplan`), per block, device and lane count.
 FLOORPLANS = {("accelerator", "ecp5-85f", 1): ACCELERATOR_ECP5_BRAM}
