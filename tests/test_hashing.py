@@ -228,7 +228,8 @@ def test_bench_synthesis_builds_both_hash_blocks(monkeypatch):
         built.append((block, device))
         lanes_built.append((block, lanes))
         seeds_built.append((block, lanes, seed))
-        return {"block": block, "device": device, "build_dir": build_dir, "fmax_mhz": 200.0,
+        return {"block": block, "device": device, "lanes": lanes, "build_dir": build_dir,
+                "fmax_mhz": 200.0,
                 "freq_mhz": 125.0, "lut4": 100, "bram": 0, "bram_available": 208,
                 "bram_fraction": 0.0}
 
@@ -239,6 +240,12 @@ def test_bench_synthesis_builds_both_hash_blocks(monkeypatch):
     # and the lane blocks at every lane count, with their lookups/s at Fmax
     assert {(b, n) for b in ("cam", "accelerator") for n in (1, 2, 4)} <= set(lanes_built)
     assert any(row[0] == "accelerator (4 lanes) lookups/s at Fmax" for row in rows)
+    # with lanes, against the 1-lane top of the same run (seed 1): 2 x 200 / 200 MHz
+    vs_one = {r["lanes"]: r["lookups_per_s_vs_1_lane"] for r in out
+              if r["block"] == "accelerator" and r["lanes"] > 1}
+    assert vs_one == {2: 2.0, 4: 4.0}
+    assert any(row[0] == "accelerator (2 lanes) lookups/s vs 1 lane" and row[2] == "2.000x"
+               for row in rows)
     # the product configuration at nextpnr seeds 1, 2 and 3: its margin must hold at each
     assert {("accelerator", 1, s) for s in (1, 2, 3)} <= set(seeds_built)
     assert any(row[0] == "accelerator, seed 3 Fmax" for row in rows)
