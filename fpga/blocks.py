@@ -47,11 +47,16 @@ BLOCK_TARGET_MHZ = {("accelerator", "ecp5-85f"): 100, ("fragmenter", "ecp5-85f")
 # after 2,030 and routed at 51.38 MHz). Since, asked for 54 MHz (2 x 54 lookups/s beat one
 # lane's 106.5M) it converged after 2,256 / 3,166 / 1,727 iterations and routed at 59.40 /
 # 58.63 / 57.99 MHz at seeds 1 / 2 / 3 (docs/hardware.md).
-BLOCK_PNR_MHZ = {("accelerator", "ecp5-85f", 1): 106, ("accelerator", "ecp5-85f", 2): 54}
+# The 4-lane top has not routed (congestion, docs/hardware.md): asked for 40 MHz (4 x 40 = 160M
+# lookups/s) its placement has no arc late, and the report of its time-out says how far it got.
+BLOCK_PNR_MHZ = {("accelerator", "ecp5-85f", 1): 106, ("accelerator", "ecp5-85f", 2): 54,
+                 ("accelerator", "ecp5-85f", 4): 40}
 # nextpnr's time limit where the block's own (BLOCK_FLOW) is too short: the 2-lane top's routing
 # takes about an hour, more at some seeds (seeds 2 / 3: 80 / 53 minutes of routing, the other core
-# busy).
-BLOCK_PNR_TIMEOUT = {("accelerator", "ecp5-85f", 2): 120 * 60}
+# busy). The 4-lane top's placement alone takes 17-20 minutes: with 30 its time-out reports the
+# estimate after placement and router2's first iterations.
+BLOCK_PNR_TIMEOUT = {("accelerator", "ecp5-85f", 2): 120 * 60,
+                     ("accelerator", "ecp5-85f", 4): 30 * 60}
 # Fixed block RAM sites (`hotline.fpga.floorplan`), per block, device and lane count.
 FLOORPLANS = {("accelerator", "ecp5-85f", 1): ACCELERATOR_ECP5_BRAM}
 # The whole top: flat, YoWASP yosys failed after its ABC9 runs (the error is unknown: the log

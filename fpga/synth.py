@@ -21,8 +21,8 @@ from amaranth.lib import wiring
 from hotline.hw.replica import KEEP_REPLICAS
 
 __all__ = ["DEVICES", "ECP5_PNR_ARGS", "PinTop", "PlaceRouteError", "PlaceRouteTimeout",
-           "SCRIPT_AFTER_READ", "apply_floorplan", "read_reports", "rename_element_wires",
-           "synth_report"]
+           "SCRIPT_AFTER_READ", "apply_floorplan", "pnr_progress", "read_reports",
+           "rename_element_wires", "synth_report"]
 
 # nextpnr's options for the accelerator on ECP5, out of context (`fpga.blocks`) and on a board
 # (`fpga.board_build`): the electrostatic placer spreads the CAM's block RAMs and their key
@@ -49,7 +49,29 @@ class PlaceRouteError(RuntimeError):
 
 
 class PlaceRouteTimeout(PlaceRouteError):
-    """nextpnr ran past its time limit (a placement whose routing does not converge)."""
+    """nextpnr ran past its time limit (a placement whose routing does not converge).
+    ``progress``: how far it got, `pnr_progress` of its log."""
+
+    def __init__(self, message, progress=None):
+        super().__init__(message)
+        self.progress = progress or {}
+
+
+def pnr_progress(log):
+    """How far nextpnr got, from its log text ``log``: ``estimate_mhz``, the slowest clock's
+    Fmax after placement (before routing), and router2's last reported iteration
+    (``router_iteration``, ``overused``: wires used by more than one net). Only the keys it
+    reached are present."""
+    placed, _, routing = log.partition("Running router2")
+    out = {}
+    estimates = re.findall(r"Max frequency for clock .*?: ([0-9.]+) MHz", placed)
+    if routing or "Routing globals" in placed:  # placement finished
+        if estimates:
+            out["estimate_mhz"] = min(float(f) for f in estimates)
+    iterations = re.findall(r"iter=(\d+) wires=\d+ overused=(\d+)", routing)
+    if iterations:
+        out["router_iteration"], out["overused"] = map(int, iterations[-1])
+    return out
 
 DEVICES = {
     "ecp5-85f": {
@@ -262,9 +284,16 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
               *(("--write", "routed.json") if write_netlist else ())],
              out / "nextpnr.log", pnr_timeout)
     except subprocess.TimeoutExpired:
+        progress = pnr_progress((out / "nextpnr.log").read_text(errors="replace"))
+        reached = "".join(
+            ([f", estimate after placement {progress['estimate_mhz']:g} MHz"]
+             if "estimate_mhz" in progress else []) +
+            ([f", router2 {progress['overused']:,} wires overused at iteration "
+              f"{progress['router_iteration']:,}"] if "router_iteration" in progress else []))
         raise PlaceRouteTimeout(f"nextpnr did not finish in {pnr_timeout / 60:g} min (seed "
-                                f"{seed}: routing did not converge?); see "
-                                f"{out / 'nextpnr.log'}, or try another seed") from None
+                                f"{seed}: routing did not converge?{reached}); see "
+                                f"{out / 'nextpnr.log'}, or try another seed",
+                                progress) from None
     if not (out / "report.json").exists():
         raise PlaceRouteError(f"nextpnr failed at seed {seed}; see {out / 'nextpnr.log'}")
 

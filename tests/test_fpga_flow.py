@@ -149,7 +149,8 @@ def test_accelerator_flow_asks_nextpnr_for_margin(monkeypatch, tmp_path):
     BLOCK_PNR_MHZ with router2's alternate weights, judged at its 100 MHz target; an explicit
     --freq is the clock nextpnr gets. The 2-lane top is routed for a clock at which router2
     finds no arc late while it works on congestion, with a longer time limit and no
-    floorplan; 4 lanes keep the plain flow."""
+    floorplan; the 4-lane top for 40 MHz, with time for its placement (17-20 minutes) and
+    router2's first iterations, so that its time-out reports how far it got."""
     from hotline.fpga import blocks
     calls = []
 
@@ -172,8 +173,57 @@ def test_accelerator_flow_asks_nextpnr_for_margin(monkeypatch, tmp_path):
     assert explicit["freq_mhz"] == 90 and "pnr_freq_mhz" not in explicit
     assert "floorplan" not in lanes2 and lanes2["freq_mhz"] == 100
     assert lanes2["pnr_freq_mhz"] == 54 and lanes2["pnr_timeout"] > default["pnr_timeout"]
-    assert "floorplan" not in lanes4 and "pnr_freq_mhz" not in lanes4
-    assert lanes4["pnr_timeout"] == default["pnr_timeout"]
+    assert "floorplan" not in lanes4 and lanes4["freq_mhz"] == 100
+    assert lanes4["pnr_freq_mhz"] == 40 and lanes4["pnr_timeout"] >= 30 * 60
+
+
+# nextpnr's log of a run stopped by its time limit: placement done, router2 in its loop
+# (the 4-lane top's lines, abridged).
+STOPPED_LOG = """\
+Info: Running simulated annealing placer for refinement.
+Info:   at iteration #39: temp = 0.000000, timing cost = 1968, wirelen = 479612
+Info: Max frequency for clock '$glbnet$clk$TRELLIS_IO_IN': 43.24 MHz (PASS at 40.00 MHz)
+Info: Max frequency for clock 'sys_clk': 61.50 MHz (PASS at 40.00 MHz)
+Info: Routing globals...
+Info: Running router2...
+Info: Running main router loop...
+Info:     iter=1 wires=1033837 overused=56024 overuse=61421 tmgfail=0 archfail=NA
+Info:     iter=2 wires=1049109 overused=46393 overuse=49127 tmgfail=0 archfail=NA
+Info:     iter=12 wires=1045186 overused=19197 overuse=19584 archfail=NA
+"""
+
+
+@pytest.mark.parametrize("cut, expect", [
+    (None, {"estimate_mhz": 43.24, "router_iteration": 12, "overused": 19197}),
+    ("Info:     iter=1 ", {"estimate_mhz": 43.24}),     # placed, not routing yet
+    ("Info: Max frequency", {}),                          # still placing
+    ("Info: Routing globals", {}),                        # an estimate, placement not done
+])
+def test_pnr_progress_reads_how_far_nextpnr_got(cut, expect):
+    """The slowest clock's estimate once placement is over, and router2's last iteration."""
+    from hotline.fpga.synth import pnr_progress
+    log = STOPPED_LOG if cut is None else STOPPED_LOG[:STOPPED_LOG.index(cut)]
+    assert pnr_progress(log) == expect
+
+
+def test_place_and_route_time_out_says_how_far_it_got(monkeypatch, tmp_path):
+    """The error of a time-out names the estimate after placement and router2's overuse."""
+    import subprocess
+
+    from hotline.fpga import synth
+
+    def stopped(argv, log, timeout=None):
+        log.write_text(STOPPED_LOG)
+        raise subprocess.TimeoutExpired(argv, timeout)
+    monkeypatch.setattr(synth, "_yosys", lambda script, out: True)
+    monkeypatch.setattr(synth, "_run", stopped)
+    with pytest.raises(synth.PlaceRouteTimeout, match=(
+            r"nextpnr did not finish in 30 min \(seed 2: routing did not converge\?, "
+            r"estimate after placement 43.24 MHz, router2 19,197 wires overused at iteration "
+            r"12\); see .*nextpnr\.log")) as e:
+        synth_report(StreamFork(8), "ecp5-85f", name="fork", freq_mhz=40, build_dir=tmp_path,
+                     seed=2, pnr_timeout=30 * 60)
+    assert e.value.progress == {"estimate_mhz": 43.24, "router_iteration": 12, "overused": 19197}
 
 
 def test_array_element_wires_are_renamed_off_abc9_bit_names():

@@ -380,7 +380,7 @@ def bench_synthesis(quick):
                 r = report(block, device, tmp, seed=seed, lanes=lanes)
             except RuntimeError as e:  # e.g. a place and route over its time limit
                 out.append({"block": block, "device": device, "lanes": lanes, "seed": seed,
-                            "error": str(e)})
+                            "error": str(e), **getattr(e, "progress", {})})
                 rows.append([f"{name} Fmax", device, "failed", str(e).split(";")[0], "-"])
                 continue
             r.pop("build_dir")
