@@ -159,7 +159,9 @@ def build_parser():
                         "CAM) at 125 MHz (the whole accelerator: 100 MHz); iCE40 UP5K gets a "
                         "reduced one (1024 entries) at 30 MHz. A place and route that fails or "
                         "does not finish in its time limit (the whole accelerator: 20 min; with "
-                        "--lanes 2, routed for 54 MHz, 120 min) is an error: try another "
+                        "--lanes 2, routed for 54 MHz, 120 min; with --lanes 4, 40 MHz, 30 min) "
+                        "is an error that says how far nextpnr got (its Fmax estimate after "
+                        "placement, router2's wires still overused): try another "
                         "--seed.\n\nexamples:\n  hotline fpga report cam+learner --device "
                         "ecp5-85f --json build/synth.json\n  hotline fpga report accelerator "
                         "--device ecp5-85f --lanes 2 --seed 1   # about an hour",
