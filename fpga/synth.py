@@ -65,13 +65,13 @@ def pnr_progress(log):
     placed, _, routing = log.partition("Running router2")
     out = {}
     estimates = re.findall(r"Max frequency for clock .*?: ([0-9.]+) MHz", placed)
-    if routing or "Routing globals" in placed:  # placement finished
-        if estimates:
-            out["estimate_mhz"] = min(float(f) for f in estimates)
+    if estimates and (routing or "Routing globals" in placed):  # placement finished
+        out["estimate_mhz"] = min(float(f) for f in estimates)
     iterations = re.findall(r"iter=(\d+) wires=\d+ overused=(\d+)", routing)
     if iterations:
         out["router_iteration"], out["overused"] = map(int, iterations[-1])
     return out
+
 
 DEVICES = {
     "ecp5-85f": {
@@ -285,11 +285,12 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
              out / "nextpnr.log", pnr_timeout)
     except subprocess.TimeoutExpired:
         progress = pnr_progress((out / "nextpnr.log").read_text(errors="replace"))
-        reached = "".join(
-            ([f", estimate after placement {progress['estimate_mhz']:g} MHz"]
-             if "estimate_mhz" in progress else []) +
-            ([f", router2 {progress['overused']:,} wires overused at iteration "
-              f"{progress['router_iteration']:,}"] if "router_iteration" in progress else []))
+        reached = ""
+        if "estimate_mhz" in progress:
+            reached += f", estimate after placement {progress['estimate_mhz']:g} MHz"
+        if "router_iteration" in progress:
+            reached += (f", router2 {progress['overused']:,} wires overused at iteration "
+                        f"{progress['router_iteration']:,}")
         raise PlaceRouteTimeout(f"nextpnr did not finish in {pnr_timeout / 60:g} min (seed "
                                 f"{seed}: routing did not converge?{reached}); see "
                                 f"{out / 'nextpnr.log'}, or try another seed",
