@@ -7,10 +7,13 @@ into one XOR pin, so no logic is optimised away and no port count limits the pac
 cell counts, utilisation against the device and the clock's Fmax. The numbers include the
 wrapper (one flip-flop per component port bit, one XOR tree).
 """
+import csv
 import json
 import re
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from amaranth import Cat, Module, Signal, Value
@@ -21,8 +24,8 @@ from amaranth.lib import wiring
 from hotline.hw.replica import KEEP_REPLICAS
 
 __all__ = ["DEVICES", "ECP5_PNR_ARGS", "PinTop", "PlaceRouteError", "PlaceRouteTimeout",
-           "SCRIPT_AFTER_READ", "apply_floorplan", "pnr_progress", "read_reports",
-           "rename_element_wires", "synth_report"]
+           "SCRIPT_AFTER_READ", "apply_floorplan", "congestion_by_block", "plot_congestion",
+           "pnr_progress", "read_reports", "rename_element_wires", "synth_report"]
 
 # nextpnr's options for the accelerator on ECP5, out of context (`fpga.blocks`) and on a board
 # (`fpga.board_build`): the electrostatic placer spreads the CAM's block RAMs and their key
@@ -71,6 +74,62 @@ def pnr_progress(log):
     if iterations:
         out["router_iteration"], out["overused"] = map(int, iterations[-1])
     return out
+
+
+# router2's per-iteration congestion heatmaps of a place and route that has a time limit, in
+# the build directory: only the last iteration's are kept (a converging run writes thousands).
+HEATMAP_DIR, HEATMAP_PREFIX = "heatmap", "router2"
+# Seconds between prunings of the heatmaps while nextpnr runs.
+POLL_S = 30
+
+
+def _prune_heatmaps(directory):
+    """Delete all but the last iteration's file of each of router2's heatmap kinds in
+    ``directory`` (``<prefix>_congestion_by_<kind>_<iteration>.csv``); returns {kind: the
+    last one's path}."""
+    files = {}
+    for f in Path(directory).glob(f"{HEATMAP_PREFIX}_congestion_by_*.csv"):
+        kind, iteration = re.fullmatch(rf"{HEATMAP_PREFIX}_congestion_by_(\w+)_(\d+)",
+                                       f.stem).groups()
+        files.setdefault(kind, []).append((int(iteration), f))
+    for kind in files:
+        files[kind].sort()
+        for _, f in files[kind][:-1]:
+            f.unlink(missing_ok=True)
+    return {kind: found[-1][1] for kind, found in files.items()}
+
+
+def congestion_by_block(by_net, top=5):
+    """Where router2's overuse is, from its congestion-by-net heatmap ``by_net`` (a CSV file:
+    ``net,overused wires it uses`` per line): the nets' counts summed by the block each net is
+    in (its hierarchical name up to the last ``.``, without the harness's ``dutN.``; "(top)"
+    for the harness's own nets). Returns up to ``top`` {"block", "share"} (of all overused
+    wire uses, 3 decimals), largest first; [] without overuse."""
+    blocks, total = {}, 0
+    with open(by_net, newline="") as f:
+        for net, count in csv.reader(f):
+            block = re.sub(r"^dut\d+\.", "", net.rpartition(".")[0]) or "(top)"
+            blocks[block] = blocks.get(block, 0) + int(count)
+            total += int(count)
+    ranked = sorted(blocks.items(), key=lambda kv: -kv[1])[:top]
+    return [{"block": b, "share": round(n / total, 3)} for b, n in ranked if n]
+
+
+def plot_congestion(by_coordinate, png, title):
+    """A PNG map of the die from router2's congestion-by-coordinate heatmap ``by_coordinate``
+    (a CSV file, one line per tile column x, one value per row y: the overused wires there)."""
+    import matplotlib  # lazy: only a stopped place and route plots
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # lazy: (see above)
+    with open(by_coordinate, newline="") as f:
+        columns = [[int(v) for v in row if v.strip()] for row in csv.reader(f) if row]
+    fig, ax = plt.subplots(figsize=(7, 5.5))
+    image = ax.imshow(list(map(list, zip(*columns))), origin="upper", cmap="magma",
+                      interpolation="nearest")
+    fig.colorbar(image, ax=ax, label="overused wires in the tile")
+    ax.set(xlabel="tile x", ylabel="tile y", title=title)
+    fig.savefig(png, dpi=110, bbox_inches="tight")
+    plt.close(fig)
 
 
 DEVICES = {
@@ -138,10 +197,30 @@ def _tool(name):
     return str(Path(sys.executable).parent / name)
 
 
-def _run(argv, log, timeout=None):
+def _run(argv, log, timeout=None, poll=None):
+    """Run ``argv`` in ``log``'s directory, its output in ``log``; its exit code.
+    ``subprocess.TimeoutExpired`` (the process killed) past ``timeout`` seconds; ``poll()``
+    called every ``POLL_S`` seconds while it runs, and once when it has ended."""
     with open(log, "w") as f:
-        return subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, cwd=log.parent,
-                              timeout=timeout).returncode
+        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, cwd=log.parent)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        while True:
+            wait = None if poll is None else POLL_S
+            if deadline is not None:
+                wait = max(0.0, min(wait or timeout, deadline - time.monotonic()))
+            try:
+                return proc.wait(wait)
+            except subprocess.TimeoutExpired:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise subprocess.TimeoutExpired(argv, timeout) from None
+                poll()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if poll is not None:
+            poll()
 
 
 def _yosys(script, out):
@@ -277,12 +356,20 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
     # nextpnr exits non-zero when timing fails but still writes its report.
     (out / "report.json").unlink(missing_ok=True)
     (out / "routed.json").unlink(missing_ok=True)
+    # A run that may be stopped keeps router2's last heatmaps, to say where the overuse is.
+    heatmaps = out / HEATMAP_DIR
+    shutil.rmtree(heatmaps, ignore_errors=True)
+    heatmap = pnr_timeout is not None and "router2" in pnr_args
+    if heatmap:
+        heatmaps.mkdir()
     try:
         _run([_tool(dev["pnr"]), *dev["args"], *constraints, "--json", "top.json",
               "--freq", str(pnr_freq_mhz or freq_mhz), "--seed", str(seed),
               "--report", "report.json", "--detailed-timing-report", *pnr_args,
-              *(("--write", "routed.json") if write_netlist else ())],
-             out / "nextpnr.log", pnr_timeout)
+              *(("--write", "routed.json") if write_netlist else ()),
+              *(("--router2-heatmap", f"{HEATMAP_DIR}/{HEATMAP_PREFIX}") if heatmap else ())],
+             out / "nextpnr.log", pnr_timeout,
+             poll=(lambda: _prune_heatmaps(heatmaps)) if heatmap else None)
     except subprocess.TimeoutExpired:
         progress = pnr_progress((out / "nextpnr.log").read_text(errors="replace"))
         reached = ""
@@ -291,12 +378,22 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
         if "router_iteration" in progress:
             reached += (f", router2 {progress['overused']:,} wires overused at iteration "
                         f"{progress['router_iteration']:,}")
+            last = _prune_heatmaps(heatmaps)
+            if "net" in last:
+                progress["congestion"] = congestion_by_block(last["net"])
+                reached += ", most in " + ", ".join(
+                    f"{c['block']} ({c['share']:.0%})" for c in progress["congestion"][:3])
+            if "coordinate" in last:
+                plot_congestion(last["coordinate"], heatmaps / "congestion.png",
+                                f"{name}, seed {seed}\nrouter2's overuse at iteration "
+                                f"{progress['router_iteration']:,} (stopped)")
         raise PlaceRouteTimeout(f"nextpnr did not finish in {pnr_timeout / 60:g} min (seed "
                                 f"{seed}: routing did not converge?{reached}); see "
                                 f"{out / 'nextpnr.log'}, or try another seed",
                                 progress) from None
     if not (out / "report.json").exists():
         raise PlaceRouteError(f"nextpnr failed at seed {seed}; see {out / 'nextpnr.log'}")
+    shutil.rmtree(heatmaps, ignore_errors=True)   # routed: no overuse left to place
 
     r = read_reports(out, name, device, freq_mhz=freq_mhz)
     fmax = r["fmax_mhz"]

@@ -212,18 +212,90 @@ def test_place_and_route_time_out_says_how_far_it_got(monkeypatch, tmp_path):
 
     from hotline.fpga import synth
 
-    def stopped(argv, log, timeout=None):
+    def stopped(argv, log, timeout=None, poll=None):
+        # router2 was asked for its heatmaps, in the directory poll prunes
+        heatmap = argv[argv.index("--router2-heatmap") + 1]
         log.write_text(STOPPED_LOG)
+        for iteration, nets in ((11, "dut0.core.cam.s1[0],9\n"), (12, HEATMAP_BY_NET)):
+            (log.parent / f"{heatmap}_congestion_by_net_{iteration}.csv").write_text(nets)
+            (log.parent / f"{heatmap}_congestion_by_coordinate_{iteration}.csv").write_text(
+                "0,0,1,\n0,5,2,\n")
+        poll()
         raise subprocess.TimeoutExpired(argv, timeout)
     monkeypatch.setattr(synth, "_yosys", lambda script, out: True)
     monkeypatch.setattr(synth, "_run", stopped)
     with pytest.raises(synth.PlaceRouteTimeout, match=(
             r"nextpnr did not finish in 30 min \(seed 2: routing did not converge\?, "
             r"estimate after placement 43.24 MHz, router2 19,197 wires overused at iteration "
-            r"12\); see .*nextpnr\.log")) as e:
+            r"12, most in core.cold \(50%\), core.cam.pipeline \(30%\), \(top\) \(15%\)\); "
+            r"see .*nextpnr\.log")) as e:
         synth_report(StreamFork(8), "ecp5-85f", name="fork", freq_mhz=40, build_dir=tmp_path,
-                     seed=2, pnr_timeout=30 * 60)
-    assert e.value.progress == {"estimate_mhz": 43.24, "router_iteration": 12, "overused": 19197}
+                     seed=2, pnr_timeout=30 * 60, pnr_args=("--router", "router2"))
+    assert e.value.progress == {"estimate_mhz": 43.24, "router_iteration": 12, "overused": 19197,
+                                "congestion": HEATMAP_BLOCKS}
+    heatmaps = tmp_path / "fork_ecp5-85f" / "heatmap"
+    assert sorted(f.name for f in heatmaps.iterdir()) == [
+        "congestion.png", "router2_congestion_by_coordinate_12.csv",
+        "router2_congestion_by_net_12.csv"]
+    assert (heatmaps / "congestion.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# router2's congestion-by-net heatmap: the overused wires each net uses (nets of a harness
+# around the component ``dut0``)
+HEATMAP_BY_NET = """dut0.core.cold.s0_p5[3],40
+dut0.core.cold.stash_hit_p3_LUT4_D_Z,60
+dut0.core.cam.pipeline.s1[7],50
+dut0.core.cam.pipeline.queue.w_ptr,10
+dut0.core.cam.pipeline.s3,10
+axil__araddr[10],30
+dut0.core.csr.ar_hit[2],0
+"""
+HEATMAP_BLOCKS = [{"block": "core.cold", "share": 0.5}, {"block": "core.cam.pipeline", "share": 0.3},
+                  {"block": "(top)", "share": 0.15}, {"block": "core.cam.pipeline.queue", "share": 0.05}]
+
+
+def test_congestion_is_summed_by_block(tmp_path):
+    """Each net's overused wires count for the block its name is in (the harness's ``dutN.``
+    left out, its own nets "(top)"), largest first; blocks without overuse are not listed."""
+    from hotline.fpga.synth import congestion_by_block
+    (tmp_path / "by_net.csv").write_text(HEATMAP_BY_NET)
+    assert congestion_by_block(tmp_path / "by_net.csv") == HEATMAP_BLOCKS
+    assert congestion_by_block(tmp_path / "by_net.csv", top=1) == HEATMAP_BLOCKS[:1]
+    (tmp_path / "none.csv").write_text("dut0.core.cold.s0[1],0\n")
+    assert congestion_by_block(tmp_path / "none.csv") == []
+
+
+@pytest.mark.parametrize("child, timed_out", [
+    ("import time, pathlib\nfor i in range(1, 5):\n"
+     "    pathlib.Path(f'router2_congestion_by_net_{i}.csv').write_text('n,1')\n"
+     "    pathlib.Path(f'router2_congestion_by_coordinate_{i}.csv').write_text('0')\n"
+     "    time.sleep(0.1)\n", False),
+    ("import time, pathlib\n"
+     "pathlib.Path('router2_congestion_by_net_9.csv').write_text('n,1')\n"
+     "pathlib.Path('router2_congestion_by_net_10.csv').write_text('n,1')\ntime.sleep(60)\n", True),
+])
+def test_run_prunes_heatmaps_while_it_runs(monkeypatch, tmp_path, child, timed_out):
+    """``_run`` polls while the process runs and once after it ends (or is killed at its time
+    limit): the heatmap pruning leaves the last iteration's file of each kind."""
+    import subprocess
+    import sys
+
+    from hotline.fpga import synth
+    monkeypatch.setattr(synth, "POLL_S", 0.05)
+    polls = []
+
+    def poll():
+        polls.append(synth._prune_heatmaps(tmp_path))
+    argv, log = [sys.executable, "-c", child], tmp_path / "child.log"
+    if timed_out:
+        with pytest.raises(subprocess.TimeoutExpired):
+            synth._run(argv, log, timeout=1.0, poll=poll)
+        assert sorted(f.name for f in tmp_path.glob("*.csv")) == ["router2_congestion_by_net_10.csv"]
+    else:
+        assert synth._run(argv, log, poll=poll) == 0
+        assert sorted(f.name for f in tmp_path.glob("*.csv")) == [
+            "router2_congestion_by_coordinate_4.csv", "router2_congestion_by_net_4.csv"]
+    assert len(polls) >= 3 and polls[-1]["net"].name.endswith(("_4.csv", "_10.csv"))
 
 
 def test_array_element_wires_are_renamed_off_abc9_bit_names():

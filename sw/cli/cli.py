@@ -161,8 +161,9 @@ def build_parser():
                         "does not finish in its time limit (the whole accelerator: 20 min; with "
                         "--lanes 2, routed for 54 MHz, 120 min; with --lanes 4, 40 MHz, 30 min) "
                         "is an error that says how far nextpnr got (its Fmax estimate after "
-                        "placement, router2's wires still overused): try another "
-                        "--seed.\n\nexamples:\n  hotline fpga report cam+learner --device "
+                        "placement, router2's wires still overused and the blocks whose nets use "
+                        "most of them; router2's last congestion heatmaps stay in BUILD_DIR/"
+                        "<block>_<device>/heatmap): try another --seed.\n\nexamples:\n  hotline fpga report cam+learner --device "
                         "ecp5-85f --json build/synth.json\n  hotline fpga report accelerator "
                         "--device ecp5-85f --lanes 2 --seed 1   # about an hour",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
