@@ -85,12 +85,12 @@ POLL_S = 30
 
 def _prune_heatmaps(directory):
     """Delete all but the last iteration's file of each of router2's heatmap kinds in
-    ``directory`` (``<prefix>_congestion_by_<kind>_<iteration>.csv``); returns {kind: the
-    last one's path}."""
+    ``directory`` (``<prefix>_<kind>_<iteration>.csv``, kinds ``congestion_by_net``,
+    ``congestion_by_coordinate``, ``congestion_by_wiretype``, ``utilisation_by_wiretype``);
+    returns {kind: the last one's path}."""
     files = {}
-    for f in Path(directory).glob(f"{HEATMAP_PREFIX}_congestion_by_*.csv"):
-        kind, iteration = re.fullmatch(rf"{HEATMAP_PREFIX}_congestion_by_(\w+)_(\d+)",
-                                       f.stem).groups()
+    for f in Path(directory).glob(f"{HEATMAP_PREFIX}_*_*.csv"):
+        kind, iteration = re.fullmatch(rf"{HEATMAP_PREFIX}_(\w+)_(\d+)", f.stem).groups()
         files.setdefault(kind, []).append((int(iteration), f))
     for kind in files:
         files[kind].sort()
@@ -379,12 +379,12 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
             reached += (f", router2 {progress['overused']:,} wires overused at iteration "
                         f"{progress['router_iteration']:,}")
             last = _prune_heatmaps(heatmaps)
-            if "net" in last:
-                progress["congestion"] = congestion_by_block(last["net"])
+            if "congestion_by_net" in last:
+                progress["congestion"] = congestion_by_block(last["congestion_by_net"])
                 reached += ", most in " + ", ".join(
                     f"{c['block']} ({c['share']:.0%})" for c in progress["congestion"][:3])
-            if "coordinate" in last:
-                plot_congestion(last["coordinate"], heatmaps / "congestion.png",
+            if "congestion_by_coordinate" in last:
+                plot_congestion(last["congestion_by_coordinate"], heatmaps / "congestion.png",
                                 f"{name}, seed {seed}\nrouter2's overuse at iteration "
                                 f"{progress['router_iteration']:,} (stopped)")
         raise PlaceRouteTimeout(f"nextpnr did not finish in {pnr_timeout / 60:g} min (seed "

@@ -269,6 +269,7 @@ def test_congestion_is_summed_by_block(tmp_path):
     ("import time, pathlib\nfor i in range(1, 5):\n"
      "    pathlib.Path(f'router2_congestion_by_net_{i}.csv').write_text('n,1')\n"
      "    pathlib.Path(f'router2_congestion_by_coordinate_{i}.csv').write_text('0')\n"
+     "    pathlib.Path(f'router2_utilisation_by_wiretype_{i}.csv').write_text('H02,1')\n"
      "    time.sleep(0.1)\n", False),
     ("import time, pathlib\n"
      "pathlib.Path('router2_congestion_by_net_9.csv').write_text('n,1')\n"
@@ -294,8 +295,9 @@ def test_run_prunes_heatmaps_while_it_runs(monkeypatch, tmp_path, child, timed_o
     else:
         assert synth._run(argv, log, poll=poll) == 0
         assert sorted(f.name for f in tmp_path.glob("*.csv")) == [
-            "router2_congestion_by_coordinate_4.csv", "router2_congestion_by_net_4.csv"]
-    assert len(polls) >= 3 and polls[-1]["net"].name.endswith(("_4.csv", "_10.csv"))
+            "router2_congestion_by_coordinate_4.csv", "router2_congestion_by_net_4.csv",
+            "router2_utilisation_by_wiretype_4.csv"]
+    assert len(polls) >= 3 and polls[-1]["congestion_by_net"].name.endswith(("_4.csv", "_10.csv"))
 
 
 def test_array_element_wires_are_renamed_off_abc9_bit_names():
