@@ -83,20 +83,21 @@ HEATMAP_DIR, HEATMAP_PREFIX = "heatmap", "router2"
 POLL_S = 30
 
 
-def _prune_heatmaps(directory):
-    """Delete all but the last iteration's file of each of router2's heatmap kinds in
-    ``directory`` (``<prefix>_<kind>_<iteration>.csv``, kinds ``congestion_by_net``,
-    ``congestion_by_coordinate``, ``congestion_by_wiretype``, ``utilisation_by_wiretype``);
-    returns {kind: the last one's path}."""
+def _prune_heatmaps(directory, keep=3, upto=None):
+    """Delete router2's heatmaps in ``directory`` (``<prefix>_<kind>_<iteration>.csv``, kinds
+    ``congestion_by_net``, ``congestion_by_coordinate``, ``congestion_by_wiretype``,
+    ``utilisation_by_wiretype``) past iteration ``upto``, and all but the ``keep`` last
+    iterations' of each kind. router2 may be writing the last: its log reports an iteration
+    once its heatmaps are written (`pnr_progress`), so a run stopped keeps that one."""
     files = {}
     for f in Path(directory).glob(f"{HEATMAP_PREFIX}_*_*.csv"):
         kind, iteration = re.fullmatch(rf"{HEATMAP_PREFIX}_(\w+)_(\d+)", f.stem).groups()
         files.setdefault(kind, []).append((int(iteration), f))
-    for kind in files:
-        files[kind].sort()
-        for _, f in files[kind][:-1]:
-            f.unlink(missing_ok=True)
-    return {kind: found[-1][1] for kind, found in files.items()}
+    for found in files.values():
+        kept = sorted(x for x in found if upto is None or x[0] <= upto)[-keep:]
+        for x in found:
+            if x not in kept:
+                x[1].unlink(missing_ok=True)
 
 
 def congestion_by_block(by_net, top=5):
@@ -378,13 +379,16 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
         if "router_iteration" in progress:
             reached += (f", router2 {progress['overused']:,} wires overused at iteration "
                         f"{progress['router_iteration']:,}")
-            last = _prune_heatmaps(heatmaps)
-            if "congestion_by_net" in last:
-                progress["congestion"] = congestion_by_block(last["congestion_by_net"])
+            last = progress["router_iteration"]
+            _prune_heatmaps(heatmaps, keep=1, upto=last)
+            by_net, by_coordinate = (heatmaps / f"{HEATMAP_PREFIX}_congestion_by_{kind}_{last}.csv"
+                                     for kind in ("net", "coordinate"))
+            if by_net.exists():
+                progress["congestion"] = congestion_by_block(by_net)
                 reached += ", most in " + ", ".join(
                     f"{c['block']} ({c['share']:.0%})" for c in progress["congestion"][:3])
-            if "congestion_by_coordinate" in last:
-                plot_congestion(last["congestion_by_coordinate"], heatmaps / "congestion.png",
+            if by_coordinate.exists():
+                plot_congestion(by_coordinate, heatmaps / "congestion.png",
                                 f"{name}, seed {seed}\nrouter2's overuse at iteration "
                                 f"{progress['router_iteration']:,} (stopped)")
         raise PlaceRouteTimeout(f"nextpnr did not finish in {pnr_timeout / 60:g} min (seed "

@@ -216,7 +216,8 @@ def test_place_and_route_time_out_says_how_far_it_got(monkeypatch, tmp_path):
         # router2 was asked for its heatmaps, in the directory poll prunes
         heatmap = argv[argv.index("--router2-heatmap") + 1]
         log.write_text(STOPPED_LOG)
-        for iteration, nets in ((11, "dut0.core.cam.s1[0],9\n"), (12, HEATMAP_BY_NET)):
+        for iteration, nets in ((11, "dut0.core.cam.s1[0],9\n"), (12, HEATMAP_BY_NET),
+                                (13, "dut0.core.cam.s1[0],")):   # being written when stopped
             (log.parent / f"{heatmap}_congestion_by_net_{iteration}.csv").write_text(nets)
             (log.parent / f"{heatmap}_congestion_by_coordinate_{iteration}.csv").write_text(
                 "0,0,1,\n0,5,2,\n")
@@ -286,7 +287,8 @@ def test_run_prunes_heatmaps_while_it_runs(monkeypatch, tmp_path, child, timed_o
     polls = []
 
     def poll():
-        polls.append(synth._prune_heatmaps(tmp_path))
+        polls.append(sorted(f.name for f in tmp_path.glob("*.csv")))
+        synth._prune_heatmaps(tmp_path, keep=1)
     argv, log = [sys.executable, "-c", child], tmp_path / "child.log"
     if timed_out:
         with pytest.raises(subprocess.TimeoutExpired):
@@ -297,7 +299,23 @@ def test_run_prunes_heatmaps_while_it_runs(monkeypatch, tmp_path, child, timed_o
         assert sorted(f.name for f in tmp_path.glob("*.csv")) == [
             "router2_congestion_by_coordinate_4.csv", "router2_congestion_by_net_4.csv",
             "router2_utilisation_by_wiretype_4.csv"]
-    assert len(polls) >= 3 and polls[-1]["congestion_by_net"].name.endswith(("_4.csv", "_10.csv"))
+    assert len(polls) >= 3 and all(len(names) <= 6 for names in polls)   # pruned while it ran
+
+
+def test_heatmaps_kept_are_the_last_ones_router2_finished(tmp_path):
+    """Past ``upto`` (router2's last reported iteration: a later one may be half written) a
+    heatmap goes; of the rest, the ``keep`` last iterations of each kind stay."""
+    from hotline.fpga import synth
+    for kind, iterations in (("congestion_by_net", (1, 2, 3, 9, 10, 11)),
+                             ("utilisation_by_wiretype", (2, 11))):
+        for i in iterations:
+            (tmp_path / f"router2_{kind}_{i}.csv").write_text("")
+    synth._prune_heatmaps(tmp_path, keep=2, upto=10)
+    assert sorted(f.name for f in tmp_path.iterdir()) == [
+        "router2_congestion_by_net_10.csv", "router2_congestion_by_net_9.csv",
+        "router2_utilisation_by_wiretype_2.csv"]
+    synth._prune_heatmaps(tmp_path)
+    assert len(list(tmp_path.iterdir())) == 3
 
 
 def test_array_element_wires_are_renamed_off_abc9_bit_names():
