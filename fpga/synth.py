@@ -77,7 +77,8 @@ def pnr_progress(log):
 
 
 # router2's per-iteration congestion heatmaps of a place and route that has a time limit, in
-# the build directory: only the last iteration's are kept (a converging run writes thousands).
+# the build directory: only the last few iterations' are kept (a converging run writes
+# thousands), and of a run stopped, its last finished iteration's.
 HEATMAP_DIR, HEATMAP_PREFIX = "heatmap", "router2"
 # Seconds between prunings of the heatmaps while nextpnr runs.
 POLL_S = 30
