@@ -210,7 +210,8 @@ def _run(argv, log, timeout=None, poll=None):
         while True:
             wait = None if poll is None else POLL_S
             if deadline is not None:
-                wait = max(0.0, min(wait or timeout, deadline - time.monotonic()))
+                left = max(0.0, deadline - time.monotonic())
+                wait = left if wait is None else min(wait, left)
             try:
                 return proc.wait(wait)
             except subprocess.TimeoutExpired:
@@ -391,14 +392,14 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
             if by_coordinate.exists():
                 plot_congestion(by_coordinate, heatmaps / "congestion.png",
                                 f"{name}, seed {seed}\nrouter2's overuse at iteration "
-                                f"{progress['router_iteration']:,} (stopped)")
+                                f"{last:,} (stopped)")
         raise PlaceRouteTimeout(f"nextpnr did not finish in {pnr_timeout / 60:g} min (seed "
                                 f"{seed}: routing did not converge?{reached}); see "
                                 f"{out / 'nextpnr.log'}, or try another seed",
                                 progress) from None
     if not (out / "report.json").exists():
         raise PlaceRouteError(f"nextpnr failed at seed {seed}; see {out / 'nextpnr.log'}")
-    shutil.rmtree(heatmaps, ignore_errors=True)   # routed: no overuse left to place
+    shutil.rmtree(heatmaps, ignore_errors=True)   # routed: no overuse left to show
 
     r = read_reports(out, name, device, freq_mhz=freq_mhz)
     fmax = r["fmax_mhz"]

@@ -163,8 +163,9 @@ def build_parser():
                         "is an error that says how far nextpnr got (its Fmax estimate after "
                         "placement, router2's wires still overused and the blocks whose nets use "
                         "most of them; router2's last congestion heatmaps stay in BUILD_DIR/"
-                        "<block>_<device>/heatmap): try another --seed.\n\nexamples:\n  hotline fpga report cam+learner --device "
-                        "ecp5-85f --json build/synth.json\n  hotline fpga report accelerator "
+                        "<block>_<device>/heatmap): try another --seed.\n\nexamples:\n"
+                        "  hotline fpga report cam+learner --device ecp5-85f --json "
+                        "build/synth.json\n  hotline fpga report accelerator "
                         "--device ecp5-85f --lanes 2 --seed 1   # about an hour",
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("block", choices=("cam", "learner", "cam+learner", "cold-key-set",
