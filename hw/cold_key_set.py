@@ -28,8 +28,9 @@ only the decision's slot numbering crosses them. With ``lanes`` = 1 the ports ar
 layouts.
 
 Epochs count 1 .. 2**epoch_bits - 1 (0 = never valid). After the batch with the last epoch,
-and after reset, both memories are cleared (``capacity // (2 * ways)`` cycles, ``i.ready`` low,
-``clearing`` high).
+and after reset, both memories are cleared, every block-RAM bank at once (`clear_cycles`:
+``min(capacity // (2 * ways * partitions), BANK_DEPTH)`` cycles, ``i.ready`` low, ``clearing``
+high).
 
 Timing: ``i`` -> ``o`` latency ``LATENCY`` = 8 cycles, 9 with partitions (from the ``i`` handshake to ``o.valid``
 when ``o`` is not stalled), one beat per cycle sustained, in order. The pipeline itself never
@@ -147,6 +148,12 @@ class ColdKeySet(wiring.Component):
         })
 
     @classmethod
+    def clear_cycles(cls, capacity, ways, partitions=1):
+        """Cycles of a clearing pass of a set of this geometry: one per bucket of a block-RAM
+        bank, since every bank of both tables and all partitions is written at once."""
+        return min(capacity // (2 * ways * partitions), cls.BANK_DEPTH)
+
+    @classmethod
     def latency(cls, partitions):
         """``i`` -> ``o`` latency of a set of ``partitions``: with more than one, the
         lane-to-partition select has a register stage of its own (``s0``)."""
@@ -236,7 +243,8 @@ class ColdKeySet(wiring.Component):
         last_valid = Signal()
 
         clearing = self.clearing
-        clear_addr = Signal(bucket_bits)
+        # Every bank takes the same low address bits: a pass walks one bank's buckets.
+        clear_addr = Signal(range(self.clear_cycles(self.capacity, ways, P)))
 
         taken = self.i.valid & self.i.ready
         queue, room = OutputQueue.behind_pipeline(m, self.o, self.QUEUE_DEPTH, taken)
@@ -389,7 +397,7 @@ class ColdKeySet(wiring.Component):
             with m.State("CLEAR"):
                 m.d.comb += clearing.eq(1)
                 m.d.sync += clear_addr.eq(clear_addr + 1)
-                with m.If(clear_addr == self.buckets - 1):
+                with m.If(clear_addr == self.clear_cycles(self.capacity, ways, P) - 1):
                     m.next = "RUN"
             with m.State("RUN"):
                 with m.If(vd & sd[0].eob & (sd[0].epoch == max_epoch)):

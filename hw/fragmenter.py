@@ -36,8 +36,9 @@ takes one new key per cycle at one lane, up to L with lanes. With lanes, bursts 
 ``GROUP_DEPTH`` beats wait for their cold slots (the schedule is
 `hotline.sim.fragmenter_run.beat_cycles`). Also across
 batch boundaries (the cold set needs no clearing pass between batches, except one pass of
-``capacity // (2 * ways * partitions)`` cycles every ``2**epoch_bits - 1`` batches: 2048
-cycles every 255 batches in the product configuration). Latency ``LATENCY`` cycles from a ``lookups``
+``min(capacity // (2 * ways * partitions), 2048)`` cycles every ``2**epoch_bits - 1``
+batches, `ColdKeySet.clear_cycles`: 2048 cycles every 255 batches in the product
+configuration). Latency ``LATENCY`` cycles from a ``lookups``
 handshake to the FIFO write through the cold set (``cam.LATENCY + 3`` without cold lookups),
 plus the FIFOs' own. An output whose FIFO holds more than ``fifo_depth - 3`` entries stalls
 the pipeline only when the beat at its end needs that FIFO (a beat that closes a sample

@@ -205,7 +205,7 @@ def beat_cycles(run, keys, config):
     epochs = (1 << config.cold_epoch_bits) - 1
     wraps[np.nonzero(closes)[0][epochs - 1::epochs]] = True
     cold = config.cold_kwargs()
-    clearing = cold["capacity"] // (2 * cold["ways"] * cold["partitions"])
+    clearing = ColdKeySet.clear_cycles(cold["capacity"], cold["ways"], cold["partitions"])
     depth, answer = Fragmenter.GROUP_DEPTH, ColdKeySet.latency(cold["partitions"]) + 1
     to_cold = Fragmenter.cycles_to_cold(lanes)
     # One lane's cold_keys FIFO takes the cold set's answers while it holds at most depth - 3.

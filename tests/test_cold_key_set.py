@@ -104,6 +104,41 @@ def test_banked_tables(primitive, monkeypatch):
     check(dut, beats, busy_in=0.2, busy_out=0.3)
 
 
+def test_banked_clearing_pass_writes_every_bank_at_once(monkeypatch):
+    """Tables of 32 buckets in 4 banks of 8: a clearing pass (after reset, and after every
+    3 batches with 2 epoch bits) lasts one bank's 8 cycles, not 32, and still empties every
+    bank: keys of the batch 3 back, same epoch, are new again."""
+    from amaranth.sim import Simulator
+    monkeypatch.setattr(ColdKeySet, "BANK_DEPTH", 8)
+    dut = ColdKeySet(256, max_keys=256, epoch_bits=2)
+    keys = np.random.default_rng(8).integers(0, 1 << 32, 40, dtype=np.uint64)
+    beats = [(int(k), True, n == len(keys) - 1) for _ in range(5) for n, k in enumerate(keys)]
+    exp = check(dut, beats)
+    assert sum(e["first"] for e in exp) == 5 * len(keys)   # every batch numbers them afresh
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    passes = []
+
+    async def bench(ctx):
+        ctx.set(dut.o.ready, 1)
+        length = 0
+        for t in range(200):
+            # three one-beat batches from cycle 20: the last epoch's end starts a pass
+            ctx.set(dut.i.valid, t in (20, 21, 22))
+            ctx.set(dut.i.payload, dict(key=t, insert=1, eob=1))
+            _, _, clearing = await ctx.tick().sample(dut.clearing)
+            if clearing:
+                length += 1
+            elif length:
+                passes.append(length)
+                length = 0
+
+    sim.add_testbench(bench)
+    sim.run()
+    assert passes == [8, 8]
+
+
 def test_ecp5_tables_structure():
     from amaranth.back import verilog
     dut = ColdKeySet(32768, max_keys=16384, primitive="ecp5")

@@ -216,9 +216,10 @@ def bench_fragment_rtl(quick):
     hot_rows = [16384 if spec.startswith("synth:") else
                 max(1, int(0.1 * len(np.unique(ds.keys)))) for spec, ds in zip(specs, datasets)]
     # The geometry a user gets (`for_workload`), shared by the streams whose cold sets come
-    # out the same size (one build per geometry and lane count): one sized for all would be
-    # Alimama's (82,137 lookups in a batch), whose clearing passes (32,768 cycles every 255
-    # batches) cost Amazon-book's 590 batches 5% of their cycles.
+    # out the same size (one build per geometry and lane count). One sized for all (`make
+    # sim`'s) would be Alimama's (82,137 lookups in a batch: a 262,144-entry cold set), whose
+    # clearing passes (2,048 cycles every 255 batches, all banks at once) cost Amazon-book's
+    # 590 batches 0.3% of their cycles.
     batch_lookups = [max_batch_lookups(ds.sample_offsets, batch) for ds in datasets]
     groups = {}
     for i, n in enumerate(batch_lookups):

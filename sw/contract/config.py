@@ -128,7 +128,8 @@ class AcceleratorConfig:
     # on every key family and real file measured (`python -m hotline.bench --only hashing`).
     # The cold set is sized at 2x the most distinct cold keys a batch can have, where overflow
     # takes 5+ keys in both of a key's buckets and a full stash; ``cold_epoch_bits`` bits mean
-    # one clearing pass (``cold_capacity // (2 * cold_ways)`` cycles) every
+    # one clearing pass (``min(cold_capacity // (2 * cold_ways * partitions), 2048)`` cycles:
+    # every block-RAM bank at once, `hotline.hw.cold_key_set.ColdKeySet.clear_cycles`) every
     # ``2**cold_epoch_bits - 1`` batches.
     # The product's cold set: with 16384 hot rows and B = 1024 Criteo samples, the distinct
     # cold keys per batch measured 4,211 mean / 4,368 max on the built-in generator (196
