@@ -469,7 +469,8 @@ class HotlineAccelerator(wiring.Component):
         counters = {
             "cycles": cycles, "lookups": fc.lookups, "hits": fc.hits, "samples": fc.samples,
             "popular_samples": fc.popular_samples, "cold_rows": fc.cold_rows,
-            "batches": fc.batches, "overflows": fc.overflows, "gather_rows": gather_rows,
+            "batches": fc.batches, "overflows": fc.overflows,
+            "oversized_batches": fc.oversized_batches, "gather_rows": gather_rows,
             "scatter_rows": scatter_rows, "dma_bytes_read": dma.bytes_read,
             "dma_bytes_written": dma.bytes_written, "window_errors": dma.window_errors,
             "axi_errors": dma.axi_errors, "learner_dropped": learner.dropped,

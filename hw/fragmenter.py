@@ -20,11 +20,13 @@ it by. Outputs, each a stream behind its own FIFO, at most one beat per
 - ``cold_keys``: {key} the batch's distinct cold keys in first-appearance order, a lane beat
   of L keys from the batch's first (the last beat holds what is left; `BatchLanePacker`);
 - ``batches``: {popular, non_popular, cold, overflow} per batch, after its last beats, so the
-  host knows how many entries of each stream belong to the batch.
+  host knows how many entries of each stream belong to the batch. ``overflow``: the cold set
+  flagged a key of the batch, or the batch has more than ``max_batch_samples`` samples (the
+  sample indices beyond that wrap, and the counts at twice it).
 
 ``cmd`` / ``resp`` / ``moves`` are the CAM's command ports (load the hot set between batches).
-``counters`` count lookups, hits, samples, popular samples, cold rows, batches and cold-set
-overflows since reset or ``clear_counters`` (48 bits, wrapping; ``lagged_count``: they lag the
+``counters`` count lookups, hits, samples, popular samples, cold rows, batches, cold-set
+overflows and oversized batches (more than ``max_batch_samples`` samples) since reset or ``clear_counters`` (48 bits, wrapping; ``lagged_count``: they lag the
 output beats, and a beat in the clearing cycle is counted after the clear).
 
 Timing: one ``lookups`` beat per cycle sustained while the cold set keeps up: it takes one
@@ -408,6 +410,14 @@ class Fragmenter(wiring.Component):
             non.append(end_j & ~hot_j)
             hot = Mux(end_j, 1, Mux(v, hot_j, hot))
         sample = Signal(range(self.max_batch_samples))
+        # A batch of more than max_batch_samples samples: the indices beyond wrap (the
+        # streams' sample field), so its summary is flagged overflow and it is counted
+        # (oversized_batches). ``spent``: this batch has closed max_batch_samples samples.
+        spent = Signal()
+        oversized = Signal()   # this batch, so far
+        closed = popcount(ends)
+        oversized_now = (oversized | (spent & (closed != 0))
+                         | (sample + closed > self.max_batch_samples))
         popular = Signal(self.layouts["batches"].members["popular"])
         non_popular = Signal.like(popular)
         samples_at = [sample + popcount(ends[:j]) if j else sample for j in range(L)]
@@ -460,7 +470,7 @@ class Fragmenter(wiring.Component):
             summary.popular.eq(popular + ends_popular),
             summary.non_popular.eq(non_popular + ends_non_popular),
             summary.cold.eq(cls.cold),
-            summary.overflow.eq(cls.overflow),
+            summary.overflow.eq(cls.overflow | oversized_now),
             fifos["batches"].w_data.eq(summary),
         ]
 
@@ -472,7 +482,8 @@ class Fragmenter(wiring.Component):
                 "samples": (cls_fire, popcount(ends)),
                 "popular_samples": (cls_fire, ends_popular),
                 "cold_rows": (answer, n_new), "batches": (cls_fire, cls.eob),
-                "overflows": (answer, popcount(overflowed))}
+                "overflows": (answer, popcount(overflowed)),
+                "oversized_batches": (cls_fire, cls.eob & oversized_now)}
         for name, (fire, inc) in incs.items():
             lagged_count(m, getattr(c, name), Mux(fire, inc, 0), self.clear_counters, name)
         unsummarized_next = unsummarized + (answer & o.eob) - (cls_fire & cls.eob)
@@ -480,9 +491,11 @@ class Fragmenter(wiring.Component):
         with m.If(cls_fire):
             m.d.sync += all_hot.eq(hot)
             with m.If(cls.eob):
-                m.d.sync += [sample.eq(0), popular.eq(0), non_popular.eq(0)]
+                m.d.sync += [sample.eq(0), popular.eq(0), non_popular.eq(0), spent.eq(0),
+                             oversized.eq(0)]
             with m.Else():
-                m.d.sync += [sample.eq(sample + popcount(ends)),
+                m.d.sync += [sample.eq(sample + closed), oversized.eq(oversized_now),
+                             spent.eq(spent | (sample + closed >= self.max_batch_samples)),
                              popular.eq(popular + ends_popular),
                              non_popular.eq(non_popular + ends_non_popular)]
         return m

@@ -16,9 +16,10 @@ from amaranth.sim import Simulator
 
 from hotline.contract.cam import CAMOp
 from hotline.contract.config import repeat_window
-from hotline.contract.streams import LANE_STREAMS, lane_unpack, pack, pack_lookups, unpack
+from hotline.contract.streams import LANE_STREAMS, lane_unpack, pack, pack_lookups, \
+    sample_widths, unpack
 from hotline.hw.cold_key_set import ColdKeySet
-from hotline.hw.fragmenter import Fragmenter
+from hotline.hw.fragmenter import COUNTERS, Fragmenter
 from hotline.hw.popularity_cam import PopularityCAM
 from hotline.model.cold_key_set import ColdKeySetModel, latest_copy
 
@@ -63,11 +64,12 @@ class FragmenterSim:
         return self.harness.build_seconds if self.harness else 0.0
 
     def run(self, insert_keys, keys, sample_offsets, batch_size, busy_in=0.0, busy_out=0.0,
-            progress=None, expect=None, stamps=None):
+            progress=None, expect=None, stamps=None, counters=None):
         """Returns ({stream: decoded fields}, lookup-phase cycles, wall seconds).
 
         ``expect`` ({stream: beat count}) is needed by the Amaranth backend only; there,
-        ``stamps`` (a dict) gets {stream: the cycle of each of its beats}.
+        ``stamps`` (a dict) gets {stream: the cycle of each of its beats}, and ``counters``
+        (a dict) the Fragmenter's counters after the last beat.
         """
         cmd = pack(self.layouts["cmd"], op=np.full(len(insert_keys), CAMOp.INSERT.value),
                    key=np.asarray(insert_keys, np.uint64))
@@ -78,10 +80,11 @@ class FragmenterSim:
                 progress=progress, watch="remap")
         else:
             raw, cycles, seconds = self._run_amaranth(cmd.tolist(), lookups, expect,
-                                                      busy_in, busy_out, stamps)
+                                                      busy_in, busy_out, stamps, counters)
         return {n: decode(self.layouts[n], raw[n], n) for n in OUTPUTS}, cycles, seconds
 
-    def _run_amaranth(self, cmd, lookups, expect, busy_in, busy_out, stamps=None):
+    def _run_amaranth(self, cmd, lookups, expect, busy_in, busy_out, stamps=None,
+                      counters=None):
         dut = self.dut
         sim = Simulator(dut)
         sim.add_clock(1e-8)
@@ -100,8 +103,16 @@ class FragmenterSim:
             async for _ in ctx.tick():
                 clock["now"] += 1
 
+        async def read_counters(ctx):
+            while any(len(raw[n]) < expect[n] for n in OUTPUTS):
+                await ctx.tick()
+            await ctx.tick().repeat(4)   # the counters lag their events (lagged_count)
+            counters.update({n: ctx.get(getattr(dut.counters, n)) for n in COUNTERS})
+
         sim.add_testbench(phases)
         sim.add_process(count_cycles)
+        if counters is not None:
+            sim.add_testbench(read_counters)
         stamps = {} if stamps is None else stamps
         for i, name in enumerate(OUTPUTS):
             sim.add_testbench(functools.partial(
@@ -124,7 +135,8 @@ def decode(layout, beats, stream):
 def expected_streams(run, responses, lanes=1):
     """The output streams the RTL must produce for model run ``run``, after inserts whose
     model responses were ``responses`` [(status, slot, moves)], with ``lanes`` lanes (the
-    lane streams' entries with their "beat")."""
+    lane streams' entries with their "beat"). A batch beyond ``run.max_batch_samples``
+    samples wraps the sample indices and counts at their fields' widths."""
     nb = run.num_batches
     popular, non_popular = [], []
     for b in range(nb):
@@ -132,6 +144,11 @@ def expected_streams(run, responses, lanes=1):
         popular.append(bt["popular"])
         non_popular.append(bt["non_popular"])
     pop_n, non_n, cold_n = run.batch_sizes()
+    if run.max_batch_samples is not None:
+        index_bits, count_bits = sample_widths(run.max_batch_samples)
+        popular = [s & ((1 << index_bits) - 1) for s in popular]
+        non_popular = [s & ((1 << index_bits) - 1) for s in non_popular]
+        pop_n, non_n = pop_n & ((1 << count_bits) - 1), non_n & ((1 << count_bits) - 1)
     beats = run.lane_beats(lanes)
     want = {
         "resp": {"status": np.array([s for s, _, _ in responses], np.int64),

@@ -55,7 +55,7 @@ def test_map_lookup_and_order():
 
 def test_hotline_map_contents():
     m = HOTLINE_REGISTERS
-    assert m.ID.value.to_bytes(4, "big") == b"HOTL" and m.VERSION.value == (1 << 16 | 3)
+    assert m.ID.value.to_bytes(4, "big") == b"HOTL" and m.VERSION.value == (1 << 16 | 4)
     for name in ("CAM_ENTRIES", "COLD_MAX_KEYS", "NUM_TABLES", "ROW_BITS", "DATA_WIDTH",
                  "ADDR_WIDTH", "LEARNER_ENTRIES", "MAX_BATCH_SAMPLES", "STATUS", "ERROR_CAUSE",
                  "LEARNER_KEY", "LEARNER_COUNT"):
@@ -64,7 +64,7 @@ def test_hotline_map_contents():
     assert counters == ["CYCLES", "LOOKUPS", "HITS", "SAMPLES", "POPULAR_SAMPLES", "COLD_ROWS",
                         "BATCHES", "OVERFLOWS", "GATHER_ROWS", "SCATTER_ROWS", "DMA_BYTES_READ",
                         "DMA_BYTES_WRITTEN", "WINDOW_ERRORS", "AXI_ERRORS", "LEARNER_DROPPED",
-                        "LEARNER_COUNTED"]
+                        "LEARNER_COUNTED", "OVERSIZED_BATCHES"]
     assert all(m[c].access == "ro" for c in counters)
     assert {r.access for r in m} == {"ro", "rw", "wo", "rc"}
     assert (m.CAM_RESP.access, m.CAM_MOVE.access, m.CAM_CMD.access) == ("rc", "rc", "wo")

@@ -200,6 +200,27 @@ def test_amaranth_simulator_short_stream(lanes):
     check(sim, ds.keys, ds.sample_offsets, 5, hot, busy_in=0.2, busy_out=0.2)
 
 
+@pytest.mark.parametrize("lanes", [1, 2])
+def test_batch_beyond_max_batch_samples_is_flagged_and_counted(lanes):
+    """TINY takes batches of up to 64 samples (6-bit sample indices, 7-bit counts): batches of
+    150 wrap both, so their summaries are flagged overflow and each is counted once in
+    oversized_batches; a last batch of 40 is not. Streams beat for beat against the model."""
+    ds = multi_hot(np.random.default_rng(12), 340, 2, 1, 20, empty_rate=0.1)
+    hot = np.arange(10, dtype=np.uint64)   # the cold set sees at most 10 keys a batch
+    sim = FragmenterSim(dataclasses.replace(TINY, lanes=lanes), "amaranth")
+    placement, run = model_fragment(ds.keys, ds.sample_offsets, 150, hot, sim.config)
+    assert run.overflow.tolist() == [True, True, False] and run.counters.overflows == 0
+    assert run.counters.oversized_batches == 2
+    want = expected_streams(run, placement.responses, lanes)
+    assert max(want["popular"]["sample"].max(), want["non_popular"]["sample"].max()) < 64
+    counters = {}
+    got, _, _ = sim.run(hot, ds.keys, ds.sample_offsets, 150, 0.2, 0.2,
+                        expect=beat_counts(want), counters=counters)
+    compare(got, want)
+    assert got["batches"]["overflow"].tolist() == [1, 1, 0]
+    assert counters["oversized_batches"] == 2 and counters["samples"] == 340
+
+
 @pytest.mark.parametrize("lanes", [1, 2, 4])
 def test_summary_leaves_before_the_next_batchs_keys(lanes):
     """BatchKeyMerge's premise (hw/batch_key_merge.py): with the outputs never stalled, a

@@ -278,7 +278,7 @@ def _bit(name, lsb, doc):
 
 
 ID_VALUE = 0x484F544C  # "HOTL"
-VERSION_MAJOR, VERSION_MINOR = 1, 3
+VERSION_MAJOR, VERSION_MINOR = 1, 4
 VERSION_VALUE = VERSION_MAJOR << 16 | VERSION_MINOR
 CAM_OPS = tuple((op.name.lower(), int(op)) for op in CAMOp)
 CAM_STATUSES = tuple((status.name.lower(), int(status)) for status in CAMStatus)
@@ -310,6 +310,8 @@ COUNTERS = (
     ("LEARNER_DROPPED", "learner", "Lookups the access learner could not count."),
     ("LEARNER_COUNTED", "learner", "Lookups the access learner took since its last clear "
      "(with L > 1 lanes those of one lookups beat in L, rotating per batch; wraps at 2^32)."),
+    ("OVERSIZED_BATCHES", "fragmenter", "Batches of more than MAX_BATCH_SAMPLES samples: "
+     "their summary is flagged overflow (the sample indices beyond it wrap)."),
 )
 
 # The Fragmenter's counters, as its `counters` port names them.

@@ -46,7 +46,7 @@ from .shapes import CAMOp
 
 __all__ = ["INPUT_STREAMS", "RESULT_STREAMS", "STREAMS", "LANE_STREAMS", "pack_lookups",
            "BATCH_END", "DMA_DONE_FIELDS",
-           "lookup_layout", "fragmenter_layouts", "cold_key_layout", "batch_keys_layout", "dma_keys_layout",
+           "lookup_layout", "sample_widths", "fragmenter_layouts", "cold_key_layout", "batch_keys_layout", "dma_keys_layout",
            "dma_done_layout", "cam_cmd_layout", "CAM_EVENT_LAYOUT", "stream_layouts", "batch_end",
            "batch_key", "pack", "unpack", "lookup_beats", "lane_layout", "lane_groups", "lane_pack",
            "lane_unpack", "lane_count"]
@@ -80,12 +80,17 @@ def lookup_layout(key_width: int = KEY_BITS, lanes: int = 1) -> data.StructLayou
                               "empty": data.ArrayLayout(1, lanes), "last": ceil_log2(lanes)})
 
 
+def sample_widths(max_batch_samples: int) -> tuple[int, int]:
+    """(batch-local sample index, per-batch sample count) widths of the Fragmenter's streams
+    for batches of up to ``max_batch_samples`` samples (a larger batch's values wrap)."""
+    return bits_for(max_batch_samples - 1), bits_for(max_batch_samples)
+
+
 def fragmenter_layouts(*, hot_slot_width: int, cold_slot_width: int, max_batch_samples: int,
                        cold_max_keys: int, key_width: int = KEY_BITS, lanes: int = 1) -> dict:
     """The Fragmenter's output payloads: ``remap``, ``popular``, ``non_popular``,
     ``cold_keys`` (lane beats of ``lanes`` entries) and ``batches`` (a batch's summary)."""
-    sample_width = bits_for(max_batch_samples - 1)
-    count_width = bits_for(max_batch_samples)
+    sample_width, count_width = sample_widths(max_batch_samples)
     return {
         "remap": lane_layout({"hot": 1, "slot": max(hot_slot_width, cold_slot_width)}, lanes),
         "popular": lane_layout({"sample": sample_width}, lanes),

@@ -135,6 +135,7 @@ class Counters:
     popular_samples: int = 0
     cold_rows: int = 0
     overflows: int = 0
+    oversized_batches: int = 0
 
     def as_dict(self):
         return dict(self.__dict__)
@@ -150,8 +151,10 @@ class FragmentRun:
     popular: np.ndarray          # bool  [N]
     cold_keys: np.ndarray        # uint32 [sum U_b], unique cold keys batch after batch
     cold_offsets: np.ndarray     # int64 [nb + 1]
-    overflow: np.ndarray         # bool [nb], the cold-key set overflowed in the batch
+    overflow: np.ndarray         # bool [nb], the cold-key set overflowed in the batch, or the
+    #                              batch has more than max_batch_samples samples
     counters: Counters = field(default_factory=Counters)
+    max_batch_samples: int | None = None   # the Fragmenter's (None: unbounded)
 
     @property
     def num_batches(self):
@@ -225,21 +228,24 @@ class DeviceModel:
     `ColdKeySetModel`) the cold-key numbering mirrors the hardware's finite set, overflow
     included, with ``lanes`` lookup lanes (a repeated cold key within
     `hotline.contract.config.repeat_window` takes its copy's slot); without it, the numbering
-    is exact first appearance.
+    is exact first appearance. With ``max_batch_samples``, a larger batch is flagged
+    ``overflow`` and counted (``oversized_batches``), as the Fragmenter does.
     """
 
-    def __init__(self, hot_keys, slots=None, table_sizes=None, cold_set=None, lanes=1):
+    def __init__(self, hot_keys, slots=None, table_sizes=None, cold_set=None, lanes=1,
+                 max_batch_samples=None):
         hot_keys = np.asarray(hot_keys, np.uint32)
         slots = np.arange(len(hot_keys)) if slots is None else slots
         self.index = HotIndex(hot_keys, slots, table_sizes)
         self.cold_set = cold_set
         self.window = repeat_window(lanes)
+        self.max_batch_samples = max_batch_samples
         self.counters = Counters()
 
     @classmethod
     def for_config(cls, hot_keys, slots, config, table_sizes=None) -> "DeviceModel":
         return cls(hot_keys, slots, table_sizes, ColdKeySetModel(**config.cold_kwargs()),
-                   config.lanes)
+                   config.lanes, config.max_batch_samples)
 
     def fragment(self, keys, sample_offsets, batch_size, progress=None) -> FragmentRun:
         """Fragment a whole stream: ``keys`` [L] in sample order, ``sample_offsets`` [N + 1].
@@ -258,7 +264,7 @@ class DeviceModel:
         if nonempty.any():
             popular[nonempty] = ~np.logical_or.reduceat(~hot, starts[nonempty])
         slot = hot_slot  # cold entries are overwritten with cold slots below
-        cold_keys, cold_offsets, overflow, overflows = [], [0], [], 0
+        cold_keys, cold_offsets, overflow, overflows, oversized = [], [0], [], 0, 0
         for s0 in range(0, n, batch_size):
             s1 = min(s0 + batch_size, n)
             l0, l1 = sample_offsets[s0], sample_offsets[s1]
@@ -269,7 +275,9 @@ class DeviceModel:
                 cold_slot, first, over = self.cold_set.replay(keys[cold_pos], self.window)
                 uniq = keys[cold_pos][first]
                 overflows += int(over.sum())
-            overflow.append(bool(np.any(over)))
+            too_many = self.max_batch_samples is not None and s1 - s0 > self.max_batch_samples
+            oversized += too_many
+            overflow.append(bool(np.any(over)) or too_many)
             slot[cold_pos] = cold_slot
             cold_keys.append(uniq)
             cold_offsets.append(cold_offsets[-1] + len(uniq))
@@ -277,11 +285,12 @@ class DeviceModel:
                 progress(int(l1 - l0))
         run = FragmentRun(batch_size, np.asarray(sample_offsets, np.int64), hot, slot, popular,
                           np.concatenate(cold_keys) if cold_keys else np.zeros(0, np.uint32),
-                          np.asarray(cold_offsets, np.int64), np.asarray(overflow, bool))
+                          np.asarray(cold_offsets, np.int64), np.asarray(overflow, bool),
+                          max_batch_samples=self.max_batch_samples)
         c = run.counters
         c.batches, c.samples, c.lookups = len(cold_offsets) - 1, n, len(keys)
         c.hits, c.popular_samples, c.cold_rows = int(hot.sum()), int(popular.sum()), cold_offsets[-1]
-        c.overflows = overflows
+        c.overflows, c.oversized_batches = overflows, oversized
         for k, v in c.as_dict().items():
             setattr(self.counters, k, getattr(self.counters, k) + v)
         return run
