@@ -103,7 +103,7 @@ def test_fast_reader_names_the_line_of_a_late_error(tmp_path):
     lines[38000] = lines[38000].replace("\t", "\tx", 1)
     path = tmp_path / "bad.tsv"
     path.write_text("\r\n".join(lines))
-    with pytest.raises(Exception, match=r"bad.tsv:38001: field column 2 = 'x.*' is not a number"):
+    with pytest.raises(Exception, match=r"bad.tsv:38001: field I1 = 'x.*' is not a number"):
         load_dataset(path)
 
 

@@ -15,7 +15,7 @@ from tqdm import tqdm
 from hotline.contract.config import LANES, AcceleratorConfig, max_batch_lookups
 from hotline.contract.errors import HotlineError
 from hotline.data.generator import calibrate, synth, table_stats
-from hotline.data.options import EPILOG_DATA, check_out, fraction, positive_int, say
+from hotline.data.options import EPILOG_DATA, check_out, fraction, positive_int, say, seed_int
 from hotline.data.readers import FORMATS, real_data_files, write_atomic
 from hotline.data.shards import DEFAULT_SHARD_SAMPLES, MIN_SHARD_SAMPLES, write_shards
 from hotline.data.report import plot_stream, table, write_json
@@ -103,7 +103,7 @@ def build_parser():
                    help="also run this data file (repeatable)")
     p.add_argument("--samples", type=positive_int, default=100_000,
                    help="samples of the built-in calibrated Criteo stream (default 100000)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--batch-size", type=positive_int, default=1024)
     p.add_argument("--hot-rows", type=positive_int, default=16384)
     p.add_argument("--profile-fraction", type=fraction, default=1.0)
@@ -229,7 +229,7 @@ def build_parser():
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--like", default="criteo-kaggle", help="shape to imitate (criteo-kaggle)")
     p.add_argument("--samples", type=positive_int, required=True)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--drift", default="0", metavar="RATE",
                    help="fraction of the hot rows replaced per 100,000 samples, in [0, 1), or "
                    "'real' (the rate measured on the Criteo Kaggle log); default 0, no drift")
@@ -249,12 +249,21 @@ def build_parser():
                    f"least {MIN_SHARD_SAMPLES})")
     p.set_defaults(func=cmd_convert)
     p = dsub.add_parser("stats", help="per-table distinct keys and top-1%%/top-10%% coverage",
-                        epilog=EPILOG_DATA, formatter_class=argparse.RawDescriptionHelpFormatter)
+                        epilog=EPILOG_DATA + "\n\nexamples:\n  hotline data stats ../shared/"
+                        "data/criteo_kaggle/train_random4584.csv.gz --json build/stats.json\n"
+                        "  hotline data stats synth:criteo-kaggle:100000 --max-ind-range 1000",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     _data_args(p)
     p.add_argument("--json", metavar="OUT")
     p.set_defaults(func=cmd_stats)
     p = dsub.add_parser("calibrate", help="fit the generator's per-table skew to a real Criteo "
-                        "Kaggle CSV and print the parameters")
+                        "Kaggle CSV and print the parameters",
+                        epilog="CSV is a Criteo Kaggle CSV (optionally .gz) with the header\n"
+                        "Id,Label,I1..I13,C1..C26 (Label may be absent); any other file is an\n"
+                        "error. The fit is a grid search (about 15 s for the 4,584 rows of\n"
+                        "the example).\n\nexample:\n  hotline data calibrate ../shared/data/"
+                        "criteo_kaggle/train_random4584.csv.gz --json build/calibrate.json",
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("data", metavar="CSV")
     p.add_argument("--json", metavar="OUT")
     p.set_defaults(func=cmd_calibrate)

@@ -5,7 +5,8 @@ table's values in order of first appearance with an open-addressing hash table
 
 Its output equals the reference parser's (`readers._parse_criteo_chunk`) value for value. It
 is stricter: whatever it refuses (a malformed row, a number or hex value it does not take,
-bad UTF-8), the reference parser reads again from the start, so the error names the line
+a missing or non-binary label, a number not finite as float32, bad UTF-8), the reference
+parser reads again from the start, so the error names the line
 (or the value is read as the reference reads it); nothing is yielded twice.
 """
 import functools
@@ -161,9 +162,17 @@ def criteo_batches(path, layout, skip_lines, max_ind_range, chunk):
                 batch = whole.slice(s, chunk)
                 n = batch.num_rows
                 number = lambda j: pc.fill_null(batch.column(names[j]), 0.0).to_numpy().astype(np.float32)
-                label = number(layout.label) if layout.label is not None else None
-                dense = (np.stack([number(j) for j in layout.dense], axis=1) if layout.dense
-                         else np.zeros((n, 0), np.float32))
+                with np.errstate(over="ignore"):  # too large for float32: inf, refused below
+                    label = number(layout.label) if layout.label is not None else None
+                    dense = (np.stack([number(j) for j in layout.dense], axis=1) if layout.dense
+                             else np.zeros((n, 0), np.float32))
+                # The reference parser names the line of a missing or non-binary label, or
+                # of a number that is not finite as float32.
+                if label is not None and (batch.column(names[layout.label]).null_count
+                                          or np.any((label != 0) & (label != 1))):
+                    raise Refused(done)
+                if not np.isfinite(dense).all():
+                    raise Refused(done)
                 sparse = np.empty((len(layout.cats), n), np.int64)
                 for t, j in enumerate(layout.cats):
                     if vocabs[t].encode(batch.column(names[j]), sparse[t]) >= 0:

@@ -18,14 +18,13 @@ popularity curve, the top value and the empty value stay as they are. `DRIFT_CRI
 is the rate measured on the real log (`hotline.data.drift.calibrate_drift`). Drift 0 is the
 stationary stream, bit for bit.
 """
-import csv
 import math
 
 import numpy as np
 
 from hotline.contract.errors import HotlineError
 
-from .readers import Dataset, _open_text
+from .readers import Dataset, _open_text, detect_format, load_dataset
 
 CRITEO_KAGGLE_CARDINALITIES = (
     1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194, 27,
@@ -227,9 +226,16 @@ def fit_table(real_rows, card, samples, seeds=(1, 2)) -> tuple:
 
 
 def calibrate(path) -> dict:
-    """Fit the per-table and dense parameters to a real Criteo Kaggle file."""
+    """Fit the per-table and dense parameters to a real Criteo Kaggle CSV (header
+    Id,Label,I1..I13,C1..C26; Label may be absent). Any other file, or a malformed one, is a
+    one-line HotlineError, as the readers report it."""
+    fmt = detect_format(path)
+    if fmt != "criteo-csv":
+        raise HotlineError(f"{path}: detected as {fmt}; calibrate needs a Criteo Kaggle CSV "
+                           f"(header Id,Label,I1..I13,C1..C26)")
+    load_dataset(path, fmt)  # every line checked by the reader; then plain splits suffice
     with _open_text(path) as f:
-        rows = list(csv.reader(f))
+        rows = [line.split(",") for line in (raw.rstrip("\r\n") for raw in f) if line]
     header, body = rows[0], rows[1:]
     cats = [header.index(f"C{i}") for i in range(1, 27)]
     dense = [header.index(f"I{i}") for i in range(1, 14)]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from hotline.contract.errors import HotlineError
 
-__all__ = ["EPILOG_DATA", "positive_int", "fraction", "say", "check_out"]
+__all__ = ["EPILOG_DATA", "positive_int", "seed_int", "fraction", "say", "check_out"]
 
 EPILOG_DATA = """DATA is a Criteo Kaggle CSV, raw Criteo TSV, Weka ARFF, index-stream .npz,
 RecBole .inter, Alimama DMR CSV or 'user item item ...' list (optionally .gz), a shard
@@ -19,14 +19,26 @@ synth:criteo-kaggle:SAMPLES[:SEED][:drift=RATE] for the built-in calibrated gene
 (drift: the fraction of the hot rows replaced per 100,000 samples, or 'real')."""
 
 
-def positive_int(text) -> int:
-    """argparse type: an integer > 0."""
+def _integer(text) -> int:
     try:
-        v = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def positive_int(text) -> int:
+    """argparse type: an integer > 0."""
+    v = _integer(text)
     if v <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer, not {v}")
+    return v
+
+
+def seed_int(text) -> int:
+    """argparse type: a random seed, an integer >= 0 (numpy's generators take no other)."""
+    v = _integer(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {v}")
     return v
 
 

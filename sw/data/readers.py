@@ -21,6 +21,7 @@ chunks of ``chunk_samples`` lines, so memory stays bounded by the chunk and the 
 """
 import gzip
 import io
+import math
 import operator
 import os
 import re
@@ -56,6 +57,21 @@ def real_data_files() -> list:
     if not root.exists():
         return []
     return [p for p in sorted(root.glob("*/*.gz")) if not p.name.endswith((".user.gz", ".item.gz"))]
+
+
+def fold_sizes(table_sizes, max_ind_range) -> tuple[np.ndarray, int | None]:
+    """``--max-ind-range M`` on row ids: (table sizes min(size, M), the modulo M to apply to
+    row ids, or None when M is None or no table exceeds it). The one definition of the fold
+    of .npz, shard, generator and non-hex inputs and of training (Criteo hex values are
+    hashed ``int(hex) % M`` as they are read, as in the DLRM reference)."""
+    sizes = np.asarray(table_sizes, np.int64)
+    if max_ind_range is None:
+        return sizes, None
+    if max_ind_range <= 0:
+        raise HotlineError(f"--max-ind-range must be positive, not {max_ind_range}")
+    if not np.any(sizes > max_ind_range):
+        return sizes, None
+    return np.minimum(sizes, max_ind_range), int(max_ind_range)
 
 
 @dataclass
@@ -126,6 +142,15 @@ class Dataset:
         return Dataset(self.lengths[n:], self.indices[start:], self.table_sizes,
                        None if self.dense is None else self.dense[n:],
                        None if self.label is None else self.label[n:], self.name)
+
+    def fold(self, max_ind_range):
+        """The stream with every table folded to at most ``max_ind_range`` rows (row id
+        modulo M, `fold_sizes`); itself when None or when no table is larger."""
+        sizes, modulo = fold_sizes(self.table_sizes, max_ind_range)
+        if modulo is None:
+            return self
+        return Dataset(self.lengths, self.indices % modulo, sizes, self.dense, self.label,
+                       self.name)
 
     def validate(self, where=None):
         """Raise HotlineError if shapes, table sizes or row ids break the contract."""
@@ -265,7 +290,9 @@ def _read_lines(f, path, n):
 
 
 def _iter_line_chunks(f, path, chunk, first_line):
-    """Yield (line number of the first line, [lines]) with line endings stripped."""
+    """Yield (int64 array of line numbers, [lines]) for up to ``chunk`` lines at a time, the
+    first numbered ``first_line``, with line endings stripped and empty lines left out (as
+    the fast reader skips them), so that every error names the line of the file."""
     lineno = first_line
     pending = []
     while True:
@@ -275,7 +302,8 @@ def _iter_line_chunks(f, path, chunk, first_line):
         pending.extend(l.rstrip("\r\n") for l in lines)
         while len(pending) >= chunk or (not lines and pending):
             out, pending = pending[:chunk], pending[chunk:]
-            yield lineno, out
+            keep = [i for i, l in enumerate(out) if l]
+            yield lineno + np.asarray(keep, np.int64), [out[i] for i in keep]
             lineno += len(out)
         if not lines:
             return
@@ -285,14 +313,16 @@ def _iter_line_chunks(f, path, chunk, first_line):
 class _CriteoLayout:
     """Which columns of a delimited Criteo-style row are label, dense and categorical."""
 
-    def __init__(self, sep, ncols, label, dense, cats, missing=("",), hex_cats=True, names=None):
+    def __init__(self, sep, ncols, label, dense, cats, missing=("",), hex_cats=True, names=None,
+                 binary_label=True):
         self.sep, self.ncols, self.label, self.dense, self.cats = sep, ncols, label, dense, cats
-        self.missing, self.hex_cats = missing, hex_cats
+        self.missing, self.hex_cats, self.binary_label = missing, hex_cats, binary_label
         self.names = names or [f"column {i + 1}" for i in range(ncols)]
 
 
-def _hex_values(path, lineno, name, cells, empty_value):
-    """Decode a column of hex strings to uint64 in vectorised passes ('' -> ``empty_value``)."""
+def _hex_values(path, linenos, name, cells, empty_value):
+    """Decode a column of hex strings to uint64 in vectorised passes ('' -> ``empty_value``);
+    ``linenos``: each cell's line, for the error."""
     width = cells.dtype.itemsize // 4
     codes = np.ascontiguousarray(cells).view(np.uint32).reshape(len(cells), width)
     digit = (codes >= 48) & (codes <= 57)
@@ -302,7 +332,7 @@ def _hex_values(path, lineno, name, cells, empty_value):
     bad = ~(digit | lower | upper | pad).all(axis=1) | ((~pad).sum(axis=1) > _MAX_HEX_DIGITS)
     if bad.any():
         i = int(np.argmax(bad))
-        raise HotlineError(f"{path}:{lineno + i}: field {name} = {str(cells[i])!r} is not a hex "
+        raise HotlineError(f"{path}:{linenos[i]}: field {name} = {str(cells[i])!r} is not a hex "
                            f"categorical value (at most {_MAX_HEX_DIGITS} hex digits)")
     d = np.where(digit, codes - 48, np.where(lower, codes - 87, codes - 55)).astype(np.uint64)
     values = np.zeros(len(cells), np.uint64)
@@ -312,29 +342,60 @@ def _hex_values(path, lineno, name, cells, empty_value):
     return values
 
 
-def _parse_criteo_chunk(path, lineno, lines, layout, vocabs):
+def _float_or_nan(text) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
+def _number_problem(text, binary) -> str | None:
+    """What is wrong with the cell ``text`` as a float32 number (a label 0 or 1 when
+    ``binary``), or None."""
+    try:
+        value = float(text)
+    except ValueError:
+        return "is not a number"
+    with np.errstate(over="ignore"):
+        value = np.float32(value)
+    if not np.isfinite(value):
+        return "is not a finite number"
+    return "is not a label (0 or 1)" if binary and value not in (0, 1) else None
+
+
+def _parse_criteo_chunk(path, linenos, lines, layout, vocabs):
+    """(sparse, dense, label) of the non-empty ``lines`` (file lines ``linenos``). A number
+    that is not finite as float32 is an error, as is a Criteo label (``binary_label``) that
+    is missing or other than 0 or 1: the error names the first such line of the column."""
     n = len(lines)
     seps = np.fromiter(map(operator.methodcaller("count", layout.sep), lines), np.int64, n)
     if np.any(seps != layout.ncols - 1):
         i = int(np.argmax(seps != layout.ncols - 1))
-        raise HotlineError(f"{path}:{lineno + i}: {seps[i] + 1} columns, expected {layout.ncols}")
+        raise HotlineError(f"{path}:{linenos[i]}: {seps[i] + 1} columns, expected {layout.ncols}")
     cells = np.array(layout.sep.join(lines).split(layout.sep)).reshape(n, layout.ncols)
     missing = np.isin(cells, layout.missing) if layout.missing != ("",) else cells == ""
 
-    def numbers(j):
+    def numbers(j, binary=False):
         a = np.where(missing[:, j], "0", cells[:, j])
-        try:
-            return a.astype(np.float32)
-        except ValueError:
-            for i, v in enumerate(a.tolist()):
-                try:
-                    float(v)
-                except ValueError:
-                    raise HotlineError(f"{path}:{lineno + i}: field {layout.names[j]} = {v!r} "
-                                       f"is not a number") from None
-            raise
+        with np.errstate(over="ignore"):  # too large for float32: inf, refused below
+            try:
+                values = a.astype(np.float32)
+            except ValueError:  # cell by cell: what is not a number becomes NaN
+                values = np.array([_float_or_nan(v) for v in a.tolist()], np.float32)
+        bad = ~np.isfinite(values)
+        if binary:
+            bad |= missing[:, j] | ((values != 0) & (values != 1))
+        for i in np.flatnonzero(bad).tolist():
+            if binary and missing[i, j]:
+                raise HotlineError(f"{path}:{linenos[i]}: field {layout.names[j]} is missing "
+                                   f"(a label is 0 or 1)")
+            why = _number_problem(a[i], binary)
+            if why:
+                raise HotlineError(f"{path}:{linenos[i]}: field {layout.names[j]} = "
+                                   f"{str(a[i])!r} {why}")
+        return values
 
-    label = numbers(layout.label) if layout.label is not None else None
+    label = numbers(layout.label, layout.binary_label) if layout.label is not None else None
     dense = (np.stack([numbers(j) for j in layout.dense], axis=1) if layout.dense
              else np.zeros((n, 0), np.float32))
     sparse = np.empty((n, len(layout.cats)), np.int64)
@@ -342,7 +403,7 @@ def _parse_criteo_chunk(path, lineno, lines, layout, vocabs):
         a = np.where(missing[:, j], "", cells[:, j])
         if layout.hex_cats:
             modulo = vocabs[t].modulo
-            values = _hex_values(path, lineno, layout.names[j], a, 0 if modulo else _EMPTY)
+            values = _hex_values(path, linenos, layout.names[j], a, 0 if modulo else _EMPTY)
             sparse[:, t] = (values % np.uint64(modulo)).astype(np.int64) if modulo else vocabs[t].encode(values)
         else:
             sparse[:, t] = vocabs[t].encode(a)
@@ -392,7 +453,8 @@ def _criteo_layout(path, first):
     if len(tabs) != 40:
         raise HotlineError(f"{path}:1: {len(tabs)} tab-separated columns, a raw Criteo row has 40 "
                            f"(label, 13 integer, 26 categorical)")
-    return _CriteoLayout("\t", 40, 0, list(range(1, 14)), list(range(14, 40))), 0
+    return _CriteoLayout("\t", 40, 0, list(range(1, 14)), list(range(14, 40)),
+                         names=CRITEO_CSV_COLUMNS[1:]), 0  # Label, I1..I13, C1..C26
 
 
 def _arff_layout(path, f):
@@ -446,16 +508,17 @@ def iter_chunks(path, fmt=None, max_ind_range=None, chunk_samples=DEFAULT_CHUNK,
     """Yield `Dataset` chunks of ``path`` in order, sharing one vocabulary per table.
 
     ``limit`` stops after that many samples. Every chunk's ``table_sizes`` is the vocabulary
-    size so far (the last chunk's is final). ``engine="legacy"`` reads Criteo CSV/TSV with the
-    reference parser instead of the fast reader (same output; for comparisons).
+    size so far (the last chunk's is final). ``max_ind_range`` hashes Criteo hex values
+    ``int(hex) % M`` as they are read and folds the row ids of every other format
+    (`Dataset.fold`). ``engine="legacy"`` reads Criteo CSV/TSV with the reference parser
+    instead of the fast reader (same output; for comparisons).
     """
     fmt = fmt or detect_format(path)
     if fmt not in FORMATS:
         raise HotlineError(f"unknown data format {fmt!r} (choose from {', '.join(FORMATS)})")
-    if max_ind_range is not None and max_ind_range <= 0:
-        raise HotlineError(f"--max-ind-range must be positive, not {max_ind_range}")
+    fold_sizes((), max_ind_range)  # refuses M <= 0 before any reading
     if fmt == "npz":
-        ds = load_npz(path)
+        ds = load_npz(path).fold(max_ind_range)
         yield ds if limit is None else ds.head(limit)
         return
     reader = {"criteo-csv": _criteo_chunks, "criteo-tsv": _criteo_chunks, "arff": _criteo_chunks,
@@ -464,13 +527,14 @@ def iter_chunks(path, fmt=None, max_ind_range=None, chunk_samples=DEFAULT_CHUNK,
     seen = 0
     name = Path(path).name
     chunks = (_criteo_chunks(path, fmt, max_ind_range, chunk_samples, engine)
-              if reader is _criteo_chunks else reader(path, fmt, max_ind_range, chunk_samples))
+              if reader is _criteo_chunks else
+              (ds.fold(max_ind_range) for ds in reader(path, fmt, max_ind_range, chunk_samples)))
     for ds in chunks:
+        ds.name = name
         if limit is not None and seen + ds.num_samples >= limit:
             yield ds.head(limit - seen)
             return
         seen += ds.num_samples
-        ds.name = name
         yield ds
 
 
@@ -526,11 +590,10 @@ def _legacy_chunks(path, fmt, max_ind_range, chunk):
                 f.readline()
             lineno = 1 + skip
         vocabs = [Vocabulary(max_ind_range) for _ in layout.cats]
-        for start, lines in _iter_line_chunks(f, path, chunk, lineno):
-            lines = [l for l in lines if l]
+        for linenos, lines in _iter_line_chunks(f, path, chunk, lineno):
             if not lines:
                 continue
-            sparse, dense, label = _parse_criteo_chunk(path, start, lines, layout, vocabs)
+            sparse, dense, label = _parse_criteo_chunk(path, linenos, lines, layout, vocabs)
             yield Dataset(np.ones(sparse.shape, np.int32), sparse.ravel(),
                           np.array([len(v) for v in vocabs], np.int64), dense, label)
 
@@ -538,14 +601,12 @@ def _legacy_chunks(path, fmt, max_ind_range, chunk):
 def _user_item_chunks(path, fmt, max_ind_range, chunk):
     vocabs = [Vocabulary(), Vocabulary()]
     with _open_text(path) as f:
-        for start, lines in _iter_line_chunks(f, path, chunk, 1):
+        for linenos, lines in _iter_line_chunks(f, path, chunk, 1):
             toks = [l.split() for l in lines]
             for i, t in enumerate(toks):
-                if not t and lines[i].strip():
-                    raise HotlineError(f"{path}:{start + i}: malformed line")
                 bad = [x for x in t if not x.isdigit()]
                 if bad:
-                    raise HotlineError(f"{path}:{start + i}: {bad[0]!r} is not an integer id")
+                    raise HotlineError(f"{path}:{linenos[i]}: {bad[0]!r} is not an integer id")
             counts = np.fromiter((max(len(t) - 1, 0) for t in toks), np.int64, len(toks))
             users = np.repeat(np.asarray([t[0] if t else "" for t in toks]), counts)
             items = np.asarray([x for t in toks for x in t[1:]])
@@ -564,13 +625,13 @@ def _recbole_chunks(path, fmt, max_ind_range, chunk):
             raise HotlineError(f"{path}:1: RecBole header lacks user_id/item_id columns")
         rating = names.index("rating") if "rating" in names else None
         layout = _CriteoLayout("\t", len(names), rating, [], [names.index("user_id"),
-                               names.index("item_id")], hex_cats=False, names=names)
+                               names.index("item_id")], hex_cats=False, names=names,
+                               binary_label=False)
         vocabs = [Vocabulary(), Vocabulary()]
-        for start, lines in _iter_line_chunks(f, path, chunk, 2):
-            lines = [l for l in lines if l]
+        for linenos, lines in _iter_line_chunks(f, path, chunk, 2):
             if not lines:
                 continue
-            sparse, _, rating_v = _parse_criteo_chunk(path, start, lines, layout, vocabs)
+            sparse, _, rating_v = _parse_criteo_chunk(path, linenos, lines, layout, vocabs)
             label = None if rating_v is None else (rating_v >= 4).astype(np.float32)
             yield Dataset(np.ones(sparse.shape, np.int32), sparse.ravel(),
                           np.array([len(v) for v in vocabs], np.int64), None, label)
@@ -585,19 +646,18 @@ _ALIMAMA_SINGLE = tuple(range(250, 264)) + (265,)
 def _alimama_chunks(path, fmt, max_ind_range, chunk):
     vocabs = [Vocabulary() for _ in range(len(_ALIMAMA_HIST) + len(_ALIMAMA_SINGLE))]
     with _open_text(path) as f:
-        for start, lines in _iter_line_chunks(f, path, chunk, 1):
-            lines = [l for l in lines if l]
+        for linenos, lines in _iter_line_chunks(f, path, chunk, 1):
             if not lines:
                 continue
             rows = [l.split(",") for l in lines]
             for i, r in enumerate(rows):
                 if len(r) != 267:
-                    raise HotlineError(f"{path}:{start + i}: {len(r)} columns, expected 267")
+                    raise HotlineError(f"{path}:{linenos[i]}: {len(r)} columns, expected 267")
             try:
                 a = np.array(rows, dtype=np.float64)
             except ValueError:
                 i = next(i for i, r in enumerate(rows) if not _all_numbers(r))
-                raise HotlineError(f"{path}:{start + i}: non-numeric field") from None
+                raise HotlineError(f"{path}:{linenos[i]}: non-numeric field") from None
             price = a[:, 264:265].astype(np.float32)
             a = a.astype(np.int64)
             n = len(rows)

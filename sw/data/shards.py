@@ -21,7 +21,7 @@ import numpy as np
 from hotline.contract.errors import HotlineError
 from hotline.contract.keys import MAX_ROWS, ROW_BITS
 
-from .readers import Dataset
+from .readers import Dataset, fold_sizes
 
 FORMAT = "hotline-shards/1"
 INDEX = "index.json"
@@ -142,15 +142,17 @@ class ShardedDataset:
     time (`shard`, `samples`), each shard checked (files, shapes, CRC, row ids) when first
     read and kept in a cache of ``cache_shards``. Any other `Dataset` attribute (``keys``,
     ``indices``, ``save``, ...) reads the whole stream into memory, for the commands that
-    need it; `hotline train` streams instead (`hotline.train.split`)."""
+    need it; `hotline train` streams instead (`hotline.train.split`). ``max_ind_range``
+    folds every shard as it is read (`Dataset.fold`; ``table_sizes`` are the folded ones)."""
 
-    def __init__(self, path, limit=None, cache_shards=2):
+    def __init__(self, path, limit=None, cache_shards=2, max_ind_range=None):
         path = Path(path)
         self.root = path if path.is_dir() else path.parent
         self.index = _read_index(self.root / INDEX)
         ix = self.index
         self.name = ix["name"]
-        self.table_sizes = np.asarray(ix["table_sizes"], np.int64)
+        self.max_ind_range = max_ind_range
+        self.table_sizes = fold_sizes(ix["table_sizes"], max_ind_range)[0]
         counts = np.array([s["samples"] for s in ix["shards"]], np.int64)
         self.shard_starts = np.r_[0, np.cumsum(counts)]
         self.num_samples = int(self.shard_starts[-1]) if limit is None else min(limit, int(self.shard_starts[-1]))
@@ -176,7 +178,8 @@ class ShardedDataset:
 
     def head(self, n) -> "ShardedDataset":
         """The first ``n`` samples (no shard is read)."""
-        return ShardedDataset(self.root, min(n, self.num_samples), self.cache_shards)
+        return ShardedDataset(self.root, min(n, self.num_samples), self.cache_shards,
+                              self.max_ind_range)
 
     def shard(self, i) -> Dataset:
         """Shard ``i``, checked, through the cache."""
@@ -215,10 +218,11 @@ class ShardedDataset:
                 raise HotlineError(f"{shard_file(self.root, i, field)}: shape {a.shape} "
                                    f"{a.dtype}, the index says {expect[field]} "
                                    f"{self.index['dtypes'][field]}")
-        ds = Dataset(lengths, arrays["indices"].astype(np.int64), self.table_sizes,
-                     arrays.get("dense"), arrays.get("label"), self.name)
+        ds = Dataset(lengths, arrays["indices"].astype(np.int64),
+                     np.asarray(self.index["table_sizes"], np.int64), arrays.get("dense"),
+                     arrays.get("label"), self.name)
         try:
-            return ds.validate()
+            return ds.validate().fold(self.max_ind_range)
         except HotlineError as e:
             raise HotlineError(f"{self.root / f'shard-{i:05d}'}: {e}") from None
 

@@ -3,7 +3,7 @@ shard directory or its ``index.json`` (`hotline.data.shards`), or
 ``synth:LIKE:SAMPLES[:SEED][:drift=RATE]``, the built-in calibrated generator."""
 from hotline.contract.errors import HotlineError
 
-from .generator import DRIFT_CRITEO_KAGGLE, DRIFT_HELP, check_drift, synth
+from .generator import DRIFT_CRITEO_KAGGLE, DRIFT_HELP, LIKE, check_drift, synth
 from .readers import Dataset, iter_chunks, load_dataset
 from .shards import ShardedDataset, is_shard_index
 
@@ -48,6 +48,13 @@ def parse_synth(spec) -> tuple:
     except ValueError:
         raise HotlineError(f"{spec}: expected {SYNTH_FORM}, e.g. synth:criteo-kaggle:100000 "
                            f"or synth:criteo-kaggle:500000:0:drift=0.1") from None
+    if like not in LIKE:
+        raise HotlineError(f"{spec}: LIKE {like!r} is not known (choose from "
+                           f"{', '.join(LIKE)}; {SYNTH_FORM})")
+    if samples <= 0:
+        raise HotlineError(f"{spec}: SAMPLES must be positive, not {samples} ({SYNTH_FORM})")
+    if seed < 0:
+        raise HotlineError(f"{spec}: SEED must be 0 or more, not {seed} ({SYNTH_FORM})")
     drift = None
     for opt in options:
         name, _, value = opt.partition("=")
@@ -65,23 +72,24 @@ def parse_synth(spec) -> tuple:
 def open_data(spec, fmt=None, max_ind_range=None, limit=None) -> Dataset | ShardedDataset:
     """A `Dataset` from a file path or ``synth:LIKE:SAMPLES[:SEED][:drift=RATE]`` (the
     built-in generator); a `ShardedDataset` (read shard by shard) from a shard directory or
-    its index. Shards hold row ids already: ``max_ind_range`` does not apply to them (training
-    folds the tables itself)."""
+    its index. ``max_ind_range`` folds every table to at most M rows whatever the input
+    (`readers.iter_chunks`; row ids modulo M, `Dataset.fold`, for the generator and shards)."""
     spec = str(spec)
     if spec.startswith(SYNTH_PREFIX):
-        ds = synth(*parse_synth(spec))
+        ds = synth(*parse_synth(spec)).fold(max_ind_range)
         return ds if limit is None else ds.head(limit)
     if is_shard_index(spec):
         if fmt is not None:
             raise HotlineError(f"{spec}: a shard index; --format does not apply")
-        ds = ShardedDataset(spec)
+        ds = ShardedDataset(spec, max_ind_range=max_ind_range)
         return ds if limit is None else ds.head(limit)
     return load_dataset(spec, fmt, max_ind_range, limit)
 
 
 def open_chunks(spec, fmt=None, max_ind_range=None):
     """DATA as `Dataset` chunks in order (`readers.iter_chunks`; a shard stream shard by
-    shard; the generator in one chunk), for converting in bounded memory."""
+    shard; the generator in one chunk), folded by ``max_ind_range`` as `open_data` folds
+    them, for converting in bounded memory."""
     spec = str(spec)
     if spec.startswith(SYNTH_PREFIX) or is_shard_index(spec):
         ds = open_data(spec, fmt, max_ind_range)

@@ -11,7 +11,7 @@ import numpy as np
 
 from hotline.contract.errors import HotlineError
 from hotline.contract.keys import MAX_ROWS, ROW_BITS
-from hotline.data.readers import Dataset
+from hotline.data.readers import fold_sizes
 from hotline.data.shards import ShardedDataset
 
 
@@ -62,22 +62,16 @@ def prepare_data(ds, test_fraction=0.1, max_ind_range=None):
                            f"--test-fraction {test_fraction}")
     if sharded:
         return ShardedTrainData(ds, sizes, modulo, n - n_test)
-    indices = ds.indices if modulo is None else ds.indices % modulo
-    ds = Dataset(ds.lengths, indices, sizes, ds.dense, ds.label, ds.name).validate()
+    ds = ds.fold(modulo).validate()
     dense, label = _dense_label(ds)
     return TrainData(ds.name, dense, label, ds.lengths.astype(np.int32), ds.keys,
                      ds.sample_offsets, sizes, n - n_test, ds.single_hot)
 
 
 def _fold(name, table_sizes, max_ind_range) -> tuple[np.ndarray, int | None]:
-    """(table sizes after ``--max-ind-range``, the modulo to apply to row ids or None)."""
-    sizes, modulo = table_sizes.astype(np.int64), None
-    if max_ind_range is not None:
-        if max_ind_range <= 0:
-            raise HotlineError(f"--max-ind-range must be positive, not {max_ind_range}")
-        if np.any(sizes > max_ind_range):
-            modulo = max_ind_range
-            sizes = np.minimum(sizes, max_ind_range)
+    """(table sizes after ``--max-ind-range`` (`fold_sizes`), the modulo to apply to row ids
+    or None); a table still larger than the key's row field is an error."""
+    sizes, modulo = fold_sizes(table_sizes, max_ind_range)
     big = np.nonzero(sizes > MAX_ROWS)[0]
     if big.size:
         raise HotlineError(f"{name}: table {int(big[0])} has {int(sizes[big[0]])} rows, more "
@@ -161,9 +155,7 @@ class ShardedTrainData:
         ds = self.source.read_shard(i)
         n = int(min(self.source.shard_starts[i + 1], self.num_samples) - self.source.shard_starts[i])
         ds = ds.head(n)
-        if self.modulo is not None:
-            ds = Dataset(ds.lengths, ds.indices % self.modulo, self.table_sizes, ds.dense,
-                         ds.label, ds.name)
+        ds = ds.fold(self.modulo)
         dense, label = _dense_label(ds, f"{self.source.root}: shard {i}")
         shard = _Shard(ds.keys, ds.lengths.astype(np.int32), ds.sample_offsets, dense, label)
         self._cache[i] = shard
