@@ -5,6 +5,8 @@ traceback and no partial output file.
 """
 import argparse
 import math
+import os
+import select
 import sys
 from pathlib import Path
 
@@ -291,11 +293,13 @@ def _flag(dest):
 
 
 def resolve_paths(args):
-    """Make every output and build-directory option of ``args`` absolute (in place)."""
+    """Make every output and build-directory option of ``args`` absolute (in place). Symlinks
+    are kept: /dev/stdout is written straight into, a link to a file has the file replaced
+    (`hotline.data.readers.output_target`)."""
     for dest in OUTPUT_FILES + OUTPUT_DIRS:
         value = getattr(args, dest, None)
         if isinstance(value, (str, Path)):
-            setattr(args, dest, str(Path(value).expanduser().resolve()))
+            setattr(args, dest, str(Path(value).expanduser().absolute()))
     return args
 
 
@@ -627,12 +631,12 @@ def cmd_stats(args):
                     "distinct": distinct, "top1": top1, "top10": top10})
         rows.append([t, int(ds.table_sizes[t]), per[-1]["lookups"], distinct, top1, top10])
     pooled = table_stats(keys)
-    print(table(rows + [["all", int(ds.table_sizes.sum()), ds.num_lookups, *pooled]],
-                ["table", "rows", "lookups", "distinct", "top 1%", "top 10%"]))
-    if args.json:
+    if args.json:  # before the table: a closed stdout (`| head -1`) then loses no file
         write_json(args.json, {"data": ds.name, "samples": ds.num_samples, "lookups": ds.num_lookups,
                                "distinct": pooled[0], "top1": pooled[1], "top10": pooled[2],
                                "tables": per})
+    print(table(rows + [["all", int(ds.table_sizes.sum()), ds.num_lookups, *pooled]],
+                ["table", "rows", "lookups", "distinct", "top 1%", "top 10%"]))
     return 0
 
 
@@ -645,9 +649,34 @@ def cmd_calibrate(args):
     return 0
 
 
-def main(argv=None):
-    args = build_parser().parse_args(argv)
+def _pipe_gone(stream) -> bool:
+    """Whether ``stream`` is a pipe or socket whose reader went away."""
     try:
+        fd = stream.fileno()
+    except (AttributeError, ValueError, OSError):  # not a file (a test's capture)
+        return False
+    poll = select.poll()
+    poll.register(fd, select.POLLOUT)
+    return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poll.poll(0))
+
+
+def _closed_pipe_exit(e) -> int:
+    """The exit status after ``e``, a BrokenPipeError, when the reader of stdout or stderr went
+    away (``hotline data stats FILE | head -1``): 141, as for a process killed by SIGPIPE,
+    and quiet. Those streams are pointed at /dev/null first, so the flush at exit raises
+    nothing. A broken pipe elsewhere (a device link) is re-raised."""
+    gone = [s for s in (sys.stdout, sys.stderr) if _pipe_gone(s)]
+    if not gone:
+        raise e
+    null = os.open(os.devnull, os.O_WRONLY)
+    for s in gone:
+        os.dup2(null, s.fileno())
+    return 141
+
+
+def main(argv=None):
+    try:
+        args = build_parser().parse_args(argv)
         check_paths(args)
         resolve_paths(args)
         return args.func(args)
@@ -657,6 +686,8 @@ def main(argv=None):
     except KeyboardInterrupt:
         print("hotline: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError as e:
+        return _closed_pipe_exit(e)
 
 
 if __name__ == "__main__":

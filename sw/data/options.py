@@ -10,6 +10,8 @@ from pathlib import Path
 
 from hotline.contract.errors import HotlineError
 
+from .readers import output_target
+
 __all__ = ["EPILOG_DATA", "positive_int", "seed_int", "fraction", "say", "check_out"]
 
 EPILOG_DATA = """DATA is a Criteo Kaggle CSV, raw Criteo TSV, Weka ARFF, index-stream .npz,
@@ -83,9 +85,18 @@ def check_out(path, option=None, directory=False) -> None:
     """Fail (HotlineError, one line) before any work if the output ``path`` cannot be written:
     it names a directory (a file is wanted) or a file (a directory is wanted), a component of
     its parent is a file, or the nearest existing directory is not writable. Nothing is
-    created."""
+    created. A file goes where `output_target` says: an existing device or FIFO, written
+    straight into, needs write permission on itself only."""
     shown = f"{option} {path}" if option else str(path)
+    if str(path) == "":
+        raise HotlineError(f"{option or 'output'}: empty path")
     p = Path(path).expanduser().absolute()
+    if not directory:
+        p, straight = output_target(path, option)
+        if straight:
+            if not os.access(p, os.W_OK):
+                raise HotlineError(f"{shown}: cannot write it (permission denied)")
+            return
     if p.exists():
         if directory and not p.is_dir():
             raise HotlineError(f"{shown}: is a file, not a directory")

@@ -25,6 +25,7 @@ import math
 import operator
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -218,31 +219,86 @@ def partial_path(path) -> Path:
     return path.with_name(f".{path.name}.partial")
 
 
-def write_atomic(path, writer, mode="wb", durable=False) -> None:
-    """Call ``writer(file)`` on a temporary file and rename it over ``path`` only on success,
-    so ``path`` is either its previous content or the complete new one. With ``durable``, the
-    file is fsynced before the rename and the directory after it (a crash or power loss then
-    leaves the old or the new file, never a torn one). A process killed mid-write leaves the
-    temporary `partial_path(path)` behind; the next writer overwrites it."""
-    path = Path(path)
-    if path.parent and not path.parent.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = partial_path(path)
+def output_target(path, option=None) -> tuple[Path, bool]:
+    """How an output ``path`` is written: ``(target, straight)``. A new path or a regular file
+    is replaced (`write_atomic`); through a symlink, ``target`` is the file it names, so the
+    link stays. An existing file that is not regular (a character device such as /dev/null,
+    a FIFO, /dev/stdout on a terminal or pipe) is written ``straight`` into, never replaced.
+    HotlineError (naming ``option``) for an empty path or a directory."""
+    if str(path) == "":
+        raise HotlineError(f"{option or 'output'}: empty path")
+    path = Path(path).expanduser()
     try:
-        with open(tmp, mode) as f:
-            writer(f)
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
-        tmp.replace(path)
-        if durable:
-            fd = os.open(path.parent, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        mode = os.stat(path).st_mode
+    except OSError:  # a new path (or one the write will fail on, with its own message)
+        return Path(os.path.realpath(path)), False
+    if stat.S_ISDIR(mode):
+        raise HotlineError(f"{option + ' ' if option else ''}{path}: is a directory, not a file")
+    if not stat.S_ISREG(mode):
+        return path, True
+    return Path(os.path.realpath(path)), False
+
+
+def os_error(e) -> OSError | None:
+    """The OSError that ``e`` is or was raised while handling (torch reports a failed write
+    as a RuntimeError whose context is the OSError)."""
+    while e is not None and not isinstance(e, OSError):
+        e = e.__cause__ or e.__context__
+    return e
+
+
+def write_failed(path, e, kept) -> HotlineError:
+    """The one-line error for a failed write of ``path`` (``kept``: its previous content
+    stays)."""
+    err = os_error(e)
+    reason = (err.strerror or str(err)) if err is not None else str(e).splitlines()[0]
+    return HotlineError(f"{path}: cannot write it ({reason})"
+                        + ("; the previous one is unchanged" if kept else ""))
+
+
+def write_synced(path, writer, mode="wb", sync=True) -> None:
+    """``writer(file)`` on ``path`` opened with ``mode``, then flushed and (``sync``) fsynced."""
+    with open(path, mode) as f:
+        writer(f)
+        f.flush()
+        if sync:
+            os.fsync(f.fileno())
+
+
+def fsync_dir(directory) -> None:
+    """Make a rename in ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
     finally:
-        tmp.unlink(missing_ok=True)
+        os.close(fd)
+
+
+def write_atomic(path, writer, mode="wb") -> None:
+    """Write the output ``path`` with ``writer(file)`` (see `output_target` for where). A
+    replaced file is written as `partial_path(target)`, fsynced, renamed over the target and
+    the directory fsynced, so the target holds its previous content or the complete new one,
+    even after a crash or power loss. Any failed write (a full disk: OSError, or torch's
+    RuntimeError around one) removes the temporary file and raises `write_failed`'s one-line
+    HotlineError. A process killed mid-write leaves the temporary behind; the next writer
+    overwrites it."""
+    target, straight = output_target(path)
+    tmp = target if straight else partial_path(target)
+    kept = not straight and target.is_file()
+    try:
+        if not straight:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        write_synced(tmp, writer, mode, sync=not straight)  # a FIFO or device refuses fsync
+        if not straight:
+            tmp.replace(target)
+            fsync_dir(target.parent)
+    except (OSError, RuntimeError) as e:
+        if os_error(e) is None:  # a RuntimeError of the writer's own, not a failed write
+            raise
+        raise write_failed(path, e, kept) from None
+    finally:
+        if not straight:
+            tmp.unlink(missing_ok=True)
 
 
 class Vocabulary:
@@ -688,11 +744,18 @@ def load_npz(path):
     path = Path(path)
     if not path.exists():
         raise HotlineError(f"{path}: no such file")
+    z, field = {}, None
     try:
-        z = np.load(path, allow_pickle=False)
-        files = set(z.files)
-    except Exception as e:
-        raise HotlineError(f"{path}: not a readable .npz ({type(e).__name__})") from None
+        with np.load(path, allow_pickle=False) as npz:
+            files = set(npz.files)
+            # Read every field here: a member is read, and its CRC checked, only when indexed.
+            for field in files & {"table_sizes", "sparse", "indices", "lengths", "dense", "label"}:
+                z[field] = npz[field]
+    except Exception as e:  # not a zip; a bad CRC (BadZipFile), an object array (ValueError)
+        if field is None:
+            raise HotlineError(f"{path}: not a readable .npz ({type(e).__name__})") from None
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise HotlineError(f"{path}: field '{field}' is not readable ({reason})") from None
     if "table_sizes" not in files:
         raise HotlineError(f"{path}: missing field 'table_sizes'")
     sizes = z["table_sizes"]

@@ -11,6 +11,7 @@ values: no log1p), ``.label.npy`` (float32 [n]; absent without labels). Every sh
 import hashlib
 import json
 import os
+import re
 import shutil
 import zlib
 from collections import OrderedDict
@@ -21,12 +22,13 @@ import numpy as np
 from hotline.contract.errors import HotlineError
 from hotline.contract.keys import MAX_ROWS, ROW_BITS
 
-from .readers import Dataset, fold_sizes
+from .readers import Dataset, fold_sizes, fsync_dir, write_failed, write_synced
 
 FORMAT = "hotline-shards/1"
 INDEX = "index.json"
 DEFAULT_SHARD_SAMPLES = 1 << 18   # ~40 MB of Criteo samples a shard
 MIN_SHARD_SAMPLES = 1 << 12       # a shard holds at least one evaluation chunk of the trainer
+_SHARD_FILE = re.compile(r"shard-\d{5,}\.(indices|lengths|dense|label)\.npy")
 
 
 def shard_file(root, i, field) -> Path:
@@ -49,26 +51,41 @@ def _crc(arrays) -> int:
 def write_shards(chunks, out, shard_samples=DEFAULT_SHARD_SAMPLES, name=None) -> dict:
     """Write the `Dataset` chunks (`readers.iter_chunks`' form: each chunk's ``table_sizes``
     is the size so far) as a shard directory ``out``; returns the index. Memory holds one
-    shard. The directory appears complete or not at all: it is built beside ``out`` and
-    renamed over it (an earlier shard directory there is replaced)."""
+    shard. The directory appears complete or not at all: it is built beside ``out``, fsynced
+    and renamed over it (an earlier shard directory there is replaced, unless it holds a file
+    this function did not write: refused). A failed write (a full disk) leaves ``out`` as it
+    was and raises a one-line HotlineError."""
     out = Path(out)
     if shard_samples < MIN_SHARD_SAMPLES:
         raise HotlineError(f"--shard-samples must be at least {MIN_SHARD_SAMPLES}, not "
                            f"{shard_samples}")
     if out.exists() and not is_shard_index(out) and (not out.is_dir() or any(out.iterdir())):
         raise HotlineError(f"{out}: exists and is not a shard directory; refusing to replace it")
+    foreign = _foreign(out) if out.is_dir() else None
+    if foreign is not None:
+        raise HotlineError(f"{out}: holds {foreign.name}, which 'data convert' did not write; "
+                           f"refusing to replace the directory (move that out first)")
     tmp = out.with_name(f".{out.name}.partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     try:
+        tmp.mkdir(parents=True)
         index = _write(chunks, tmp, shard_samples, name or out.name)
+        fsync_dir(tmp)
         old = out.with_name(f".{out.name}.old")
         shutil.rmtree(old, ignore_errors=True)
         if out.exists():
             out.rename(old)
-        tmp.rename(out)
+        try:
+            tmp.rename(out)
+        except OSError:
+            if old.exists():
+                old.rename(out)
+            raise
+        fsync_dir(out.parent)
         shutil.rmtree(old, ignore_errors=True)
         return index
+    except OSError as e:
+        raise write_failed(out, e, is_shard_index(out)) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -83,7 +100,7 @@ def _write(chunks, root, shard_samples, name) -> dict:
         crc = {}
         for field, a in arrays.items():
             if a is not None:
-                np.save(shard_file(root, i, field), a, allow_pickle=False)
+                write_synced(shard_file(root, i, field), lambda f, a=a: _save_npy(f, a))
                 crc[field] = _crc([a])
         shards.append({"samples": ds.num_samples, "lookups": ds.num_lookups, "crc32": crc})
 
@@ -125,10 +142,23 @@ def _write(chunks, root, shard_samples, name) -> dict:
                         "label": "float32"},
              "dense_transform": "none", "shards": shards}
     index["fingerprint"] = _fingerprint(index)
-    with open(root / INDEX, "w") as f:
-        json.dump(index, f, indent=1)
-        f.write("\n")
+    write_synced(root / INDEX, lambda f: f.write(json.dumps(index, indent=1) + "\n"), "w")
     return index
+
+
+def _save_npy(f, a) -> None:
+    """``np.save(f, a)``, written through ``f.write``: numpy writes a real file with fwrite,
+    whose error on a full disk has lost its errno."""
+    a = np.ascontiguousarray(a)
+    np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(a))
+    f.write(a.reshape(-1).view(np.uint8).data)
+
+
+def _foreign(out) -> Path | None:
+    """An entry of the directory ``out`` that `write_shards` does not write, if any."""
+    return next((p for p in sorted(out.iterdir())
+                 if not p.is_file() or not (p.name == INDEX or _SHARD_FILE.fullmatch(p.name))),
+                None)
 
 
 def _fingerprint(index) -> str:

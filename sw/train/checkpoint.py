@@ -1,6 +1,8 @@
 """Checkpoints: atomic save (the previous checkpoint stays until the new one is complete and
 on disk), removal of the partial file a killed write left, load with the checks that a resumed
-run is the same run (settings, data, position), and the restore of a trainer from one."""
+run is the same run (settings, data, position) and that the file is the one written (its
+sha256), and the restore of a trainer from one."""
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,7 +13,7 @@ from hotline.data.readers import partial_path, write_atomic
 
 from hotline.data.report import fmt_bytes
 
-CHECKPOINT_FORMAT = "hotline-train-checkpoint/1"
+CHECKPOINT_FORMAT = "hotline-train-checkpoint/2"  # /2: with "sha256" (`content_digest`)
 # Fields of TrainConfig that must match between a checkpoint and the run resuming it.
 RESUME_FIELDS = ("mode", "batch_size", "hot_rows", "hot_bytes", "hot_fraction", "seed",
                  "optimizer", "lr", "dim", "bottom", "top", "test_fraction", "profile_fraction",
@@ -42,12 +44,38 @@ def save_checkpoint(path, trainer, state, totals, tables) -> None:
     obj["bytes"] = [totals["bytes_h2d"], totals["bytes_d2h"]]
     obj["host_rows_seconds"] = totals["host_rows_seconds"]
     obj["device_seconds"], obj["device_wait_seconds"] = trainer.device_time()
+    obj["sha256"] = content_digest(obj)
     # The previous checkpoint stays in place until the new one is complete and on disk.
-    try:
-        write_atomic(path, lambda f: torch.save(obj, f), durable=True)
-    except OSError as e:
-        raise HotlineError(f"{path}: cannot write the checkpoint ({e.strerror or e}); the "
-                           f"previous one, if any, is unchanged") from None
+    write_atomic(path, lambda f: torch.save(obj, f))
+
+
+def content_digest(obj) -> str:
+    """sha256 (hex) of a checkpoint's content as `torch.load` gives it back: every tensor's
+    dtype, shape and bytes and every other value, in order. A byte changed anywhere in the
+    file changes it (or makes the file unreadable)."""
+    import torch  # lazy: (see save_checkpoint)
+    h = hashlib.sha256()
+
+    def walk(x):
+        if isinstance(x, torch.Tensor):
+            h.update(f"T{x.dtype}{tuple(x.shape)}".encode())
+            t = x.detach().cpu().contiguous().reshape(-1)
+            if t.stride(0) != 1:  # an expanded scalar or an empty tensor counts as contiguous
+                t = torch.empty_like(t, memory_format=torch.contiguous_format).copy_(t)
+            h.update(t.view(torch.uint8).numpy())
+        elif isinstance(x, dict):
+            h.update(f"D{len(x)}".encode())
+            for k, v in x.items():
+                walk(k)
+                walk(v)
+        elif isinstance(x, (list, tuple)):
+            h.update(f"L{len(x)}".encode())
+            for v in x:
+                walk(v)
+        else:
+            h.update(f"{type(x).__name__}:{x!r};".encode())
+    walk(obj)
+    return h.hexdigest()
 
 
 def remove_stale_partial(path, notes) -> None:
@@ -78,8 +106,9 @@ def remove_stale_partials(cfg) -> list[str]:
 
 
 def load_checkpoint(path, cfg, data) -> dict:
-    """The checkpoint at ``path``, after checking that it was taken by a run with the same
-    `RESUME_FIELDS`, on the same data, and not past ``cfg.epochs``."""
+    """The checkpoint at ``path``, after checking that its content matches its sha256 and
+    that it was taken by a run with the same `RESUME_FIELDS`, on the same data, and not past
+    ``cfg.epochs``."""
     import torch  # lazy: (see save_checkpoint)
     p = Path(path)
     if not p.is_file():
@@ -88,8 +117,13 @@ def load_checkpoint(path, cfg, data) -> dict:
         obj = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as e:
         raise HotlineError(f"{path}: not a readable checkpoint ({type(e).__name__})") from None
+    if isinstance(obj, dict) and obj.get("format") == "hotline-train-checkpoint/1":
+        raise HotlineError(f"{path}: checkpoint of an earlier hotline, without a checksum; "
+                           f"train again without --resume")
     if not isinstance(obj, dict) or obj.get("format") != CHECKPOINT_FORMAT:
         raise HotlineError(f"{path}: not a hotline training checkpoint")
+    if obj.pop("sha256", None) != content_digest(obj):
+        raise HotlineError(f"{path}: corrupt checkpoint (its content does not match its sha256)")
     saved = obj["config"]
     for k in RESUME_FIELDS:
         a, b = saved.get(k), getattr(cfg, k)
