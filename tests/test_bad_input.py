@@ -225,6 +225,8 @@ def test_a_bad_synth_spec_names_the_spec(spec, message):
 @pytest.mark.parametrize("command,argv", [
     ("data synth", ["data", "synth", "--samples", "5", "--out", "x.npz"]),
     ("sim", ["sim", "--backend", "model"]),
+    ("train", ["train", "synth:criteo-kaggle:300", "--mode", "baseline", "--batch-size", "64",
+               "--json", "t.json"]),
 ])
 def test_a_negative_seed_is_a_usage_error(command, argv):
     """It was numpy's traceback ("expected non-negative integer")."""

@@ -9,7 +9,7 @@ from dataclasses import fields
 from tqdm import tqdm
 
 from hotline.contract.errors import HotlineError
-from hotline.data.options import EPILOG_DATA, fraction, positive_int, say
+from hotline.data.options import EPILOG_DATA, fraction, positive_int, say, seed_int
 from hotline.data.readers import FORMATS
 from hotline.data.report import table, write_json
 from hotline.data.spec import open_data
@@ -118,7 +118,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=positive_int, default=1)
     p.add_argument("--max-steps", type=positive_int, metavar="N",
                    help="stop after N steps in all (a later --resume continues)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd",
                    help="sgd, or adagrad (row-wise for the embeddings: the accumulator travels "
                         "in the row)")
