@@ -63,10 +63,11 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	$(BIN)/python -m hotline.bench --quick --out build/bench-quick.json
 
-# make train options (see `hotline train --help`): a short DLRM run on the generator with the
-# model:// accelerator; MODE=baseline|device-only for the references on the same data (each
-# mode writes its own build/train/train-MODE.json and .png).
-MODE          ?= hotline
+# make train options (see `hotline train --help`): a short DLRM run on the generator, baseline
+# first, then hotline mode with the model:// accelerator, compared with it (--compare: its plot
+# shows both); MODE=hotline|baseline|device-only runs that mode alone. Each mode writes its own
+# build/train/train-MODE.json and .png.
+MODE          ?=
 TRAIN_SAMPLES ?= 500000
 MAX_IND_RANGE ?= 1000000
 # the hot set: 10% of the tables' rows, where most samples are popular (54% here), the regime
@@ -75,11 +76,19 @@ TRAIN_HOT_FRACTION ?= 0.1
 TRAIN_THREADS ?= 1
 TRAIN_ARGS    ?=
 
+# $(call train_mode,MODE,MORE ARGS)
+train_mode = $(BIN)/hotline train synth:criteo-kaggle:$(TRAIN_SAMPLES) --max-ind-range $(MAX_IND_RANGE) \
+	    --mode $(1) --batch-size $(BATCH_SIZE) --hot-fraction $(TRAIN_HOT_FRACTION) --epochs 1 \
+	    --threads $(TRAIN_THREADS) $(TRAIN_ARGS) $(2) \
+	    --json build/train/train-$(1).json --plot build/train/train-$(1).png
+
 train: $(STAMP)
-	$(BIN)/hotline train synth:criteo-kaggle:$(TRAIN_SAMPLES) --max-ind-range $(MAX_IND_RANGE) \
-	    --mode $(MODE) --batch-size $(BATCH_SIZE) --hot-fraction $(TRAIN_HOT_FRACTION) --epochs 1 \
-	    --threads $(TRAIN_THREADS) $(TRAIN_ARGS) \
-	    --json build/train/train-$(MODE).json --plot build/train/train-$(MODE).png
+ifeq ($(MODE),)
+	$(call train_mode,baseline)
+	$(call train_mode,hotline,--compare build/train/train-baseline.json)
+else
+	$(call train_mode,$(MODE))
+endif
 
 # make fpga BOARD=ulx3s-85f|orangecrab-85f|icebreaker|all (see `hotline fpga build --help`):
 # bitstream in build/boards/BOARD/, report in build/boards/BOARD.json.

@@ -3,7 +3,9 @@ which runs `hotline.train.train` with a progress bar, writes the JSON report (an
 and prints the summary. The training itself is `hotline.train`'s; it never imports the CLI."""
 import argparse
 import os
+import signal
 import sys
+import time
 from dataclasses import fields
 
 from tqdm import tqdm
@@ -15,10 +17,12 @@ from hotline.data.report import table, write_json
 from hotline.data.spec import open_data
 from hotline.train import MODES, OPTIMIZERS, TrainConfig, prepare_data, train
 from hotline.train.checkpoint import remove_stale_partials
-from hotline.train.config import DEFAULT_LR, HOT_MEMORY_SHARE, HOT_SETS, world_size
+from hotline.train.config import (DEFAULT_LR, HOT_MEMORY_SHARE, HOT_SETS, parse_torch_device,
+                                  torch_device, world_size)
 from hotline.train.hot_set import LEARN_FRACTION, REFRESH_MARGIN
 from hotline.train.plots import plot_training
-from hotline.train.report import summary_rows
+from hotline.train.run import TRAINING
+from hotline.train.report import comparison, read_report, summary_rows
 
 
 def _size(text) -> int:
@@ -44,6 +48,13 @@ def _widths(text) -> tuple[int, ...]:
     return v
 
 
+def _torch_device(text) -> str:
+    try:
+        return parse_torch_device(text)
+    except HotlineError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--torch-device ")) from None
+
+
 def _test_fraction(text) -> float:
     return fraction(text, low_open=False)
 
@@ -53,6 +64,9 @@ EXAMPLE = """example:
       --batch-size 1024 --hot-rows 16384 --epochs 1 --json build/train.json --plot build/train.png
   hotline train ../shared/data/criteo_kaggle/train_random4584.csv.gz --mode baseline \\
       --batch-size 128 --hot-rows 2600 --optimizer adagrad --json build/base.json
+  hotline train ../shared/data/criteo_kaggle/train_random4584.csv.gz --mode hotline \\
+      --batch-size 128 --hot-rows 2600 --optimizer adagrad --compare build/base.json \\
+      --json build/hot.json --plot build/hot.png
   hotline train synth:criteo-kaggle:100000:0:drift=0.5 --max-ind-range 200000 --mode hotline \\
       --batch-size 1024 --hot-fraction 0.1 --hot-set learn --refresh auto --json build/learn.json
 
@@ -142,7 +156,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="host memory budget for the tables (default: available RAM)")
     p.add_argument("--device-memory", type=_size, metavar="SIZE",
                    help="torch device memory budget (default: free device memory; RAM on cpu)")
-    p.add_argument("--torch-device", metavar="DEV", help="torch device (default cuda if available, else cpu)")
+    p.add_argument("--torch-device", type=_torch_device, metavar="DEV",
+                   help="torch device: cpu, cuda or cuda:N (default cuda if available, else "
+                        "cpu); checked against this torch build before any work")
     p.add_argument("--threads", type=positive_int, metavar="N",
                    help="torch CPU threads (default: torch's, one per core; on shared or busy "
                         "cores 1 is often much faster; two runs with the same count, the default "
@@ -155,8 +171,14 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--dist-timeout", type=float, default=300.0, metavar="SECONDS",
                    help="how long a collective waits for the other ranks before the run ends "
                         "with an error naming the rank (default 300)")
-    p.add_argument("--plot", metavar="PNG", help="write loss and throughput curves here, and in "
-                   "hotline mode the device timeline (training, waits, device busy per step)")
+    p.add_argument("--plot", metavar="PNG", help="write throughput and loss curves here (moving "
+                   "means), and in hotline mode the device timeline (training, waits, device busy "
+                   "per step) and the hot-lookup and popular-sample shares per step")
+    p.add_argument("--compare", metavar="BASELINE.json",
+                   help="another run's --json report (e.g. --mode baseline on the same data): "
+                        "the plot shows both runs side by side (samples/s, test AUC, throughput "
+                        "and loss curves), the summary and the JSON's compare the speed-up and "
+                        "the AUC difference")
     p.add_argument("--json", metavar="OUT", required=True, help="write the JSON report here")
     p.set_defaults(func=cmd_train)
     return p
@@ -165,6 +187,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 def cmd_train(args) -> int:
     """Run `hotline train` (its output paths were checked by `hotline.cli.main`): in this
     process, as one rank of a torchrun launch, or on --nproc ranks it launches."""
+    args.started = time.time()  # the report's setup and wall seconds count from here
     cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)}).check()
     if cfg.mode == "hotline":
         for url in cfg.device_url.split(","):
@@ -173,7 +196,10 @@ def cmd_train(args) -> int:
     if world_size() > 1 and cfg.nproc > 1:
         raise HotlineError(f"--nproc {cfg.nproc} under a launcher that started {world_size()} "
                            f"ranks (WORLD_SIZE); leave --nproc out")
-    # before any work: a stale partial checkpoint in the way is an error
+    # before any work: a device this torch or machine lacks, a --compare that is no report, a
+    # stale partial checkpoint in the way are errors
+    torch_device(cfg.torch_device)
+    args.compare_report = read_report(args.compare) if args.compare else None
     for n in remove_stale_partials(cfg):
         say(f"hotline: note: {n}")
     # lazy: torch.distributed imports torch (seconds); the CLI's checks before a run need none
@@ -187,6 +213,7 @@ def rank_main(args) -> int:
     """One rank of `launch` (a new process): `cmd_train`'s run; an error is left for the
     launcher to report (`record_error`), not printed."""
     from hotline.train.dist import record_error  # lazy: (see cmd_train)
+    signal.signal(signal.SIGINT, _interrupt_once)
     cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)}).check()
     try:
         return _train_as_rank(args, cfg)
@@ -194,6 +221,21 @@ def rank_main(args) -> int:
         msg = str(e)
         record_error(msg if msg.startswith("rank ") else f"rank {os.environ['RANK']}: {msg}")
         sys.exit(2)
+    except KeyboardInterrupt:  # Ctrl-C reaches every rank: the launcher says it, once
+        sys.exit(130)
+
+
+def _interrupt_once(signum, frame):
+    """A rank's SIGINT handler: the first raises KeyboardInterrupt, later ones (the launcher
+    passes Ctrl-C on to the ranks, which had it from the terminal too) are ignored, so that
+    none lands in the clean-up of the first (a finalizer's traceback)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+def _data(args, cfg):
+    ds = open_data(args.data, args.fmt, args.max_ind_range, args.max_samples)
+    return prepare_data(ds, cfg.test_fraction, cfg.max_ind_range)
 
 
 def _train_as_rank(args, cfg) -> int:
@@ -210,22 +252,67 @@ def _train_as_rank(args, cfg) -> int:
     return rc
 
 
+# The bar's ETA shows from this step on: the first steps (warm-up) would mislead it.
+ETA_AFTER_STEPS = 5
+_SETUP_FORMAT = "{desc} [{elapsed}]"  # a label, no bar: a setup phase's length is unknown
+_NO_ETA_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, {rate_fmt}{postfix}]"
+
+
+class TrainBar:
+    """`hotline train`'s progress on stderr (on a terminal; ``tqdm_args`` override): each
+    setup phase as the label (`phase`), then the samples trained (`step`), timed from the first
+    step, the ETA from step `ETA_AFTER_STEPS` on."""
+
+    def __init__(self, mode, total, **tqdm_args):
+        self.label, self.total, self.steps = f"train ({mode})", total, 0
+        self.bar = tqdm(desc=f"{self.label}: loading data", unit="sample", unit_scale=True,
+                        bar_format=_SETUP_FORMAT, **{"disable": None, "leave": False,
+                                                     **tqdm_args})
+
+    def phase(self, text) -> None:
+        """A setup phase starts (`hotline.train.train`'s ``phase``)."""
+        if text == TRAINING:
+            self.bar.bar_format = _NO_ETA_FORMAT
+            self.bar.set_description(self.label, refresh=False)
+            self.bar.reset(total=self.total)  # its clock restarts: the rate is the steps'
+        else:
+            self.bar.set_description_str(f"{self.label}: {text}")
+
+    def step(self, n, loss) -> None:
+        """A step of ``n`` samples trained (``train``'s ``progress``)."""
+        self.steps += 1
+        if self.steps == ETA_AFTER_STEPS:
+            self.bar.bar_format = None
+        self.bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+        self.bar.update(n)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
 def _train(args, cfg, lead) -> int:
-    ds = open_data(args.data, args.fmt, args.max_ind_range, args.max_samples)
-    data = prepare_data(ds, cfg.test_fraction, cfg.max_ind_range)
+    started = getattr(args, "started", None)
     if not lead:  # no bar: tqdm's lock is a semaphore a killed rank would leak
-        train(data, cfg)
+        train(_data(args, cfg), cfg, started=started)
         return 0
-    with tqdm(total=data.n_train * cfg.epochs, desc=f"train ({cfg.mode})", unit="sample",
-              unit_scale=True, disable=None, leave=False) as bar:
-        def progress(n, loss):
-            bar.update(n)
-            bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
-        res = train(data, cfg, progress)
+    bar = TrainBar(cfg.mode, None)
+    try:
+        data = _data(args, cfg)
+        bar.total = data.n_train * cfg.epochs
+        res = train(data, cfg, bar.step, phase=bar.phase, started=started)
+    finally:
+        bar.close()
+    base = args.compare_report
+    if base is not None:
+        res["compare"] = {"report": args.compare, **comparison(res, base)}
+        if not res["compare"]["same_data"]:
+            res["notes"].append(f"--compare {args.compare} ran on {base['data']} "
+                                f"({base['train_samples']:,} train samples), this run on "
+                                f"{res['data']} ({res['train_samples']:,})")
     for n in res["notes"]:
         say(f"hotline: note: {n}")
     if args.plot:
-        plot_training(args.plot, res)
+        plot_training(args.plot, res, base)
         res["plot"] = args.plot
     write_json(args.json, res)
     print(table(summary_rows(res), ["", "value"]))

@@ -95,6 +95,7 @@ class BaselineTrainer(UniqueRowsTrainer):
         if self.split_rows:
             r.row_space = nrows
         if first:
+            self.phase(f"initialising {int(d.table_sizes.sum()):,} table rows in host memory")
             for t in range(d.num_tables):
                 init_table(self.cfg.seed, t, int(d.table_sizes[t]), lay, self.table_view(t),
                            self.node_part(t))

@@ -189,13 +189,17 @@ class Progress:
         acc["samples"] += samples
         acc["seconds"] += seconds
 
+    def epoch_entry(self, test_logloss, test_auc, steps) -> dict:
+        """The `history` entry of the epoch so far, its ``steps`` steps."""
+        acc = self.epoch_acc
+        return {"epoch": self.epoch + 1, "train_logloss": acc["loss"] / acc["samples"],
+                "test_logloss": test_logloss, "test_auc": test_auc,
+                "samples_per_s": acc["samples"] / acc["seconds"] if acc["seconds"] else 0.0,
+                "seconds": acc["seconds"], "steps": steps}
+
     def end_epoch(self, test_logloss, test_auc, steps) -> None:
         """Close the epoch: its `history` entry; the position moves to the next epoch."""
-        acc = self.epoch_acc
-        self.history.append({"epoch": self.epoch + 1, "train_logloss": acc["loss"] / acc["samples"],
-                             "test_logloss": test_logloss, "test_auc": test_auc,
-                             "samples_per_s": acc["samples"] / acc["seconds"] if acc["seconds"] else 0.0,
-                             "seconds": acc["seconds"], "steps": steps})
+        self.history.append(self.epoch_entry(test_logloss, test_auc, steps))
         self.epoch_acc = {"loss": 0.0, "samples": 0, "seconds": 0.0}
         self.epoch, self.batch = self.epoch + 1, 0
 

@@ -105,6 +105,38 @@ class TrainConfig:
         return self
 
 
+TORCH_DEVICES = ("cpu", "cuda")  # the device types the trainers know (memory, copies, NCCL)
+
+
+def parse_torch_device(text) -> str:
+    """``text`` if it names a device type the trainers support (``cpu``, ``cuda``,
+    ``cuda:N``); a one-line `HotlineError` otherwise. Needs no torch (the CLI's argument check)."""
+    kind, colon, index = text.partition(":")
+    if kind not in TORCH_DEVICES or (colon and not (index.isdigit() and kind == "cuda")):
+        raise HotlineError(f"--torch-device {text!r}: expected cpu, cuda or cuda:N")
+    return text
+
+
+def torch_device(name):
+    """The `torch.device` of --torch-device ``name`` (None: cuda if available, else cpu),
+    checked against this torch build and machine: a one-line `HotlineError` for a device it
+    does not have."""
+    import torch  # lazy: torch takes seconds to import; `hotline --help` needs none
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(parse_torch_device(name))
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            why = ("this torch was built without CUDA" if torch.version.cuda is None
+                   else "no CUDA GPU is visible")
+            raise HotlineError(f"--torch-device {name}: {why} (torch {torch.__version__}); "
+                               f"use --torch-device cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise HotlineError(f"--torch-device {name}: this machine has "
+                               f"{torch.cuda.device_count()} CUDA GPU(s)")
+    return dev
+
+
 def lead_rank() -> bool:
     """Whether this process is rank 0 of a launch (or not launched): it writes shared files."""
     return int(os.environ.get("RANK", "0")) == 0

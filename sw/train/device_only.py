@@ -14,6 +14,7 @@ class DeviceOnlyTrainer(UniqueRowsTrainer):
         total = int(d.table_sizes.sum())
         check_fits(f"{self.dev.type} device memory", total * lay.nbytes, self.device_limit(), d)
         self.row_base = np.r_[0, np.cumsum(d.table_sizes)[:-1]].astype(np.int64)
+        self.phase(f"initialising {total:,} table rows")
         host = np.empty((total, lay.floats), np.float32)
         for t in range(d.num_tables):
             init_table(self.cfg.seed, t, int(d.table_sizes[t]),

@@ -19,12 +19,14 @@ after ``--dist-timeout``) ends the rank with one line naming it.
 import datetime
 import logging
 import os
+import signal
 import tempfile
 import time
 
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -259,8 +261,10 @@ def launch(entry, args, nproc, timeout=DEFAULT_TIMEOUT):
     torchrun uses): a rendezvous on a free local port, no restarts. Returns rank 0's result.
     A rank that fails ends the others; the error names the first rank that failed and its
     message (``entry`` writes it to ``$HOTLINE_ERROR_DIR/rank<R>``)."""
-    for name in ("torch.distributed.elastic", "torch.multiprocessing"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)
+    # (the agent's module loggers set their own level: "Received 2 death signal" on Ctrl-C)
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith(("torch.distributed.elastic", "torch.multiprocessing")):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
     # A rank killed by a signal cannot release its semaphores, and the resource tracker that
     # notices would warn on stderr after the one-line error; the trackers (started by the
     # launcher and the ranks) read their warning filters from the environment.
@@ -277,12 +281,21 @@ def launch(entry, args, nproc, timeout=DEFAULT_TIMEOUT):
             return elastic_launch(cfg, entry)(*args)[0]
         except ChildFailedError as e:
             raise HotlineError(_failure(e, errors)) from None
+        except SignalException as e:
+            # the agent turned a signal into this after stopping the ranks: Ctrl-C ends the
+            # run as in one process (KeyboardInterrupt); another signal, after the clean-up
+            # below, ends this process as it would have ended it
+            if e.sigval == signal.SIGINT:
+                raise KeyboardInterrupt from None
+            killed_by = e.sigval
         finally:
             os.environ.pop("HOTLINE_ERROR_DIR", None)
             if warnings_before is None:
                 os.environ.pop("PYTHONWARNINGS", None)
             else:
                 os.environ["PYTHONWARNINGS"] = warnings_before
+    signal.signal(killed_by, signal.SIG_DFL)
+    os.kill(os.getpid(), killed_by)
 
 
 def _failure(e, errors) -> str:

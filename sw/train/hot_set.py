@@ -53,6 +53,7 @@ class HotSetSchedule:
         self.settle = 0       # auto: no reference from a window ending before this step
         self.acc = [0, 0]     # hits, lookups of the window being watched (auto)
         self.shares = []      # hot-lookup share per step
+        self.popular_shares = []  # popular-sample share per step
         self.records = []     # one dict per learned set loaded (the trainer's)
         if learn_first:
             self.start, self.load = 0, self.window
@@ -76,9 +77,11 @@ class HotSetSchedule:
         elif self.kind == "auto":
             self.start = step
 
-    def observe(self, step, hits, lookups) -> None:
-        """Step ``step`` trained; ``hits`` of its ``lookups`` were hot."""
+    def observe(self, step, hits, lookups, popular, samples) -> None:
+        """Step ``step`` trained; ``hits`` of its ``lookups`` were hot, ``popular`` of its
+        ``samples`` popular (every lookup hot)."""
         self.shares.append(hits / lookups if lookups else 0.0)
+        self.popular_shares.append(popular / samples if samples else 0.0)
         if self.kind != "auto" or self.load is not None or self.last_load is None:
             return
         self.acc[0] += hits
@@ -110,6 +113,7 @@ class HotSetSchedule:
     def state(self) -> dict:
         return {k: getattr(self, k) for k in ("window", "kind", "every", "start", "load",
                                               "last_load", "reference", "acc", "shares",
+                                              "popular_shares",
                                               "records", "settle")}
 
     @classmethod

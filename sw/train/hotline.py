@@ -46,6 +46,7 @@ class HotlineTrainer(BaselineTrainer):
         if self.hot_keys is None and cfg.hot_set == "learn":
             self.hot_keys = np.zeros(0, np.uint32)  # the first window trains with every row cold
         elif self.hot_keys is None:
+            self.phase("planning the hot set")
             hot = exact_hot_set(d.keys[:d.offsets[profiled]], budget["rows"])
             if hot.clamped:
                 self.notes.append(f"the hot set ({budget['source']}: {budget['rows']:,} rows) "
@@ -74,10 +75,12 @@ class HotlineTrainer(BaselineTrainer):
              for r in range(self.world)][self.ranks.rank if self.ranks else 0]
         self.staging_row0 = w.base // lay.nbytes
         self.device_url = self.my_device_url()
+        self.phase(f"opening the device ({self.device_url})")
         self.device = open_device(self.device_url, config=self.acc_config, memory=self.memory)
         for t, tw in enumerate(self.windows):
             self.device.set_table(t, tw, int(d.table_sizes[t]), lay.nbytes)
         self.device.set_staging(w, lay.nbytes, self.slots, self.banks)
+        self.phase(f"loading {len(self.hot_keys):,} hot keys into the CAM")
         self.placement = self.device.load_hot_set(self.hot_keys)
         if self.placement.failed.size:
             self.notes.append(f"the CAM refused {self.placement.failed.size} of "
@@ -85,6 +88,7 @@ class HotlineTrainer(BaselineTrainer):
         # One row per hot slot: the CAM's entries, then its stash (a stashed key has slot
         # cam_entries + i).
         self.hot_table = torch.zeros(self.device.info()["hot_slots"], lay.floats, device=self.dev)
+        self.phase("copying the hot rows to the torch device")
         self.load_hot_rows()
         # popular and non-popular micro-batches as two passes (on a GPU the first hides the
         # cold rows' copy), or one pass over the batch (--micro-batches)
@@ -228,10 +232,11 @@ class HotlineTrainer(BaselineTrainer):
             if len(r.non_popular):
                 total += self.train_part(r.non_popular, torch.cat([H, C]), **part)
         self.dense_step()
-        hits, lookups = int(np.count_nonzero(r.hot)), len(r.hot)
+        hits, lookups, popular = int(np.count_nonzero(r.hot)), len(r.hot), len(r.popular)
         if self.ranks is not None:
             self.update_shared(r.bank, hu, H, ck, C, cmap)
-            total, hits, lookups = (float(v) for v in self.ranks.sum([total, hits, lookups]))
+            total, hits, lookups, popular = (float(v) for v in self.ranks.sum(
+                [total, hits, lookups, popular]))
         else:
             if len(hu) and H.grad is not None:
                 self.update_rows(H.data, H.grad)
@@ -242,7 +247,7 @@ class HotlineTrainer(BaselineTrainer):
                 self.write_back_cold(r.bank, st[:U], ck, C.data.cpu().numpy(), cmap)
             else:
                 self.prev = None
-        self.schedule.observe(self.step, int(hits), int(lookups))
+        self.schedule.observe(self.step, int(hits), int(lookups), int(popular), s1 - s0)
         return total / (s1 - s0)
 
     def train_part(self, sel, rows, lengths, a, b, lookup_row, scale) -> float:

@@ -1,15 +1,22 @@
-"""The JSON report of a run (docs/cli.md, "hotline train") and its summary table rows."""
+"""The JSON report of a run (docs/cli.md, "hotline train"), its summary table rows, and
+another run's report read back and compared with it (--compare)."""
+import json
+import numbers
 import resource
 import sys
 
 import numpy as np
 
-from .metrics import planned_fractions
+from hotline.contract.errors import HotlineError
 from hotline.data.report import fmt_bytes
 
+from .config import MODES
+from .metrics import planned_fractions
 
-def build_report(trainer, data, cfg, run, notes) -> dict:
-    """The JSON report of a finished (or stopped) run: ``run`` is its `Progress`."""
+
+def build_report(trainer, data, cfg, run, notes, clock) -> dict:
+    """The JSON report of a finished (or stopped) run: ``run`` is its `Progress`, ``clock``
+    this process's {"setup_seconds", "wall_seconds"}."""
     losses, history, seconds, samples = run.losses, run.history, run.seconds, run.samples
     counters = trainer.device_counters()
     totals = trainer.totals()
@@ -55,6 +62,8 @@ def build_report(trainer, data, cfg, run, notes) -> dict:
         "hot_exchanges": dict(trainer.ranks.exchanges) if trainer.ranks else None,
         "samples_per_s": samples / seconds if seconds else 0.0,
         "train_seconds": seconds,
+        # this invocation: from the command's start to the first step, and to this report
+        **clock,
         # hotline: the accelerator works beside the trainer (its agent thread); over the steps,
         # busy: its time in the backend, wait: the trainer's time waiting for it, overlap: the
         # share of the busy time hidden behind training.
@@ -99,7 +108,7 @@ def build_report(trainer, data, cfg, run, notes) -> dict:
                    # beside the exact top-K's
                    hot_loads=loads,
                    refreshes=len(loads) - (cfg.hot_set == "learn" and len(loads) > 0),
-                   step_hot_share=sched.shares)
+                   step_hot_share=sched.shares, step_popular_share=sched.popular_shares)
     elif budget:
         hot, pop = planned_fractions(data, cfg, budget["rows"])
         out.update(hot_rows=None, hot_lookup_fraction=hot, popular_fraction=pop)
@@ -108,8 +117,96 @@ def build_report(trainer, data, cfg, run, notes) -> dict:
     return out
 
 
+def _ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def _delta(a, b):
+    return a - b if a is not None and b is not None else None
+
+
+def _max_rel_diff(a, b) -> float | None:
+    """max |a - b| / |b| over the steps of two equally long loss lists (None otherwise)."""
+    if len(a) != len(b) or not a:
+        return None
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    return float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-12)))
+
+
+def comparison(res, base) -> dict:
+    """How run ``res`` compares with run ``base`` (both JSON reports): the report's
+    ``compare`` (docs/cli.md) without its path, and the plot's headline."""
+    return {"mode": base["mode"], "data": base["data"], "samples_per_s": base["samples_per_s"],
+            "speedup": _ratio(res["samples_per_s"], base["samples_per_s"]),
+            "test_auc": base["test_auc"],
+            "test_auc_delta": _delta(res["test_auc"], base["test_auc"]),
+            "test_logloss": base["test_logloss"],
+            "test_logloss_delta": _delta(res["test_logloss"], base["test_logloss"]),
+            "loss_max_rel_diff": _max_rel_diff(res["losses"], base["losses"]),
+            "same_data": (res["data"], res["train_samples"]) == (base["data"],
+                                                                   base["train_samples"])}
+
+
+def _number(v, none=False) -> bool:
+    return (none and v is None) or (isinstance(v, numbers.Real) and not isinstance(v, bool))
+
+
+# what `comparison` and the plot read from a compared report, and how each must look
+_COMPARED = {
+    "mode": lambda v: v in MODES,
+    "data": lambda v: isinstance(v, str),
+    "train_samples": lambda v: isinstance(v, int) and v > 0,
+    "batch_size": lambda v: isinstance(v, int) and v > 0,
+    "samples_per_s": lambda v: _number(v) and v >= 0,
+    "test_auc": lambda v: _number(v, none=True),
+    "test_logloss": lambda v: _number(v, none=True),
+    "losses": lambda v: isinstance(v, list) and all(_number(x) for x in v),
+    "step_seconds": lambda v: isinstance(v, list) and all(_number(x) for x in v),
+    "history": lambda v: isinstance(v, list) and all(
+        isinstance(h, dict) and isinstance(h.get("steps"), int)
+        and _number(h.get("test_logloss"), none=True) for h in v),
+}
+
+
+def read_report(path, flag="--compare") -> dict:
+    """The JSON report of another `hotline train` run at ``path``, checked for what
+    `comparison` and the plot read: a one-line `HotlineError` naming ``flag`` otherwise."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            res = json.load(f)
+    except FileNotFoundError:
+        raise HotlineError(f"{flag} {path}: no such file") from None
+    except IsADirectoryError:
+        raise HotlineError(f"{flag} {path}: is a directory, not a JSON report") from None
+    except OSError as e:
+        raise HotlineError(f"{flag} {path}: cannot read it ({e.strerror})") from None
+    except UnicodeDecodeError:
+        raise HotlineError(f"{flag} {path}: not JSON (not UTF-8 text)") from None
+    except json.JSONDecodeError as e:
+        raise HotlineError(f"{flag} {path}: not JSON ({e.msg} at line {e.lineno}, column "
+                           f"{e.colno})") from None
+    if not isinstance(res, dict):
+        raise HotlineError(f"{flag} {path}: not a hotline train report (a JSON "
+                           f"{type(res).__name__}, not an object)")
+    for key, ok in _COMPARED.items():
+        if key not in res:
+            raise HotlineError(f"{flag} {path}: not a hotline train report (no {key!r})")
+        if not ok(res[key]):
+            raise HotlineError(f"{flag} {path}: not a hotline train report ({key!r} is "
+                               f"{json.dumps(res[key])[:60]})")
+    if len(res["losses"]) != len(res["step_seconds"]):
+        raise HotlineError(f"{flag} {path}: not a hotline train report ({len(res['losses'])} "
+                           f"losses, {len(res['step_seconds'])} step_seconds)")
+    return res
+
+
 def _or_dash(v):
     return v if v is not None else "-"
+
+
+def fmt_or_dash(v, spec) -> str:
+    """``v`` formatted as ``spec``; "-" for None."""
+    return "-" if v is None else format(v, spec)
 
 
 def peak_rss_bytes() -> int:
@@ -135,6 +232,11 @@ def summary_rows(res) -> list[tuple]:
             ("bytes host -> device", fmt_bytes(res["bytes_host_to_device"])),
             ("hot-lookup fraction", _or_dash(res["hot_lookup_fraction"])),
             ("popular samples", _or_dash(res["popular_fraction"]))]
+    if res.get("compare"):
+        c = res["compare"]
+        rows.append((f"vs {c['mode']} ({c['report']})",
+                     f"{fmt_or_dash(c['speedup'], '.2f')}x samples/s, test AUC "
+                     f"{fmt_or_dash(c['test_auc_delta'], '+.4f')}"))
     if res["world_size"] > 1:
         b = res["collective_bytes_per_step"]
         rows += [("ranks (data-parallel)", res["world_size"]),

@@ -13,6 +13,8 @@ from .config import lead_rank
 from .hot_set import HotSetSchedule
 from .report import build_report
 
+TRAINING = "training"  # `train`'s last phase: the steps start
+
 
 def trainer_class(mode) -> type:
     """The `Trainer` of a mode."""
@@ -24,21 +26,30 @@ def trainer_class(mode) -> type:
             "device-only": DeviceOnlyTrainer}[mode]
 
 
-def train(data, cfg, progress=None, keep=False) -> dict | tuple:
+def train(data, cfg, progress=None, keep=False, phase=None, started=None) -> dict | tuple:
     """Train ``data`` (a `TrainData`) as ``cfg`` (a `TrainConfig`) says. Returns the JSON
     report; with ``keep``, (report, trainer) and the caller closes the trainer (tests read its
-    tables). ``progress(samples, loss)`` is called after every step."""
+    tables). ``progress(samples, loss)`` is called after every step; ``phase(text)`` as each
+    setup phase starts, and with `TRAINING` before the first step. ``started``: the
+    `time.time` the run began (default: now), from which the report's setup_seconds and
+    wall_seconds count."""
+    started = time.time() if started is None else started
+    phase = phase or (lambda text: None)
     cfg.check()
     notes = remove_stale_partials(cfg) if lead_rank() else []
+    if cfg.resume:
+        phase("loading the checkpoint")
     ckpt = load_checkpoint(cfg.resume, cfg, data) if cfg.resume else None
+    phase("building the model")
     trainer = trainer_class(cfg.mode)(data, cfg, notes)
+    trainer.phase = phase
     if ckpt is not None and ckpt["hot_keys"] is not None:
         trainer.hot_keys = ckpt["hot_keys"].numpy().astype(np.uint32)
     if ckpt is not None and ckpt.get("hot_schedule") is not None:
         trainer.schedule = HotSetSchedule.from_state(ckpt["hot_schedule"])
     try:
         trainer.setup()
-        report = _run(trainer, data, cfg, ckpt, progress, notes)
+        report = _run(trainer, data, cfg, ckpt, progress, notes, phase, started)
     except BaseException:
         trainer.close()
         raise
@@ -48,7 +59,7 @@ def train(data, cfg, progress=None, keep=False) -> dict | tuple:
     return report
 
 
-def _run(trainer, data, cfg, ckpt, progress, notes):
+def _run(trainer, data, cfg, ckpt, progress, notes, phase, started):
     nb = trainer.num_batches()
     if ckpt is None:
         run = Progress()
@@ -74,6 +85,8 @@ def _run(trainer, data, cfg, ckpt, progress, notes):
                             tables)
 
     stopped = False
+    phase(TRAINING)
+    training_started = time.time()
     while run.epoch < cfg.epochs and not stopped:
         trainer.begin_epoch(run.batch)
         for j in range(run.batch, nb):
@@ -108,6 +121,11 @@ def _run(trainer, data, cfg, ckpt, progress, notes):
             stopped = True
     if stopped and run.epoch < cfg.epochs:
         notes.append(f"stopped after {step} steps (--max-steps)")
+        if run.epoch_acc["samples"]:  # cut mid-epoch: the report's figures over its steps
+            run.history.append({**run.epoch_entry(*trainer.evaluate(), steps=j + 1),
+                                "partial": True})
     if cfg.mode == "hotline":
         trainer.sync(count=True)
-    return build_report(trainer, data, cfg, run, notes)
+    return build_report(trainer, data, cfg, run, notes,
+                        {"setup_seconds": training_started - started,
+                         "wall_seconds": time.time() - started})

@@ -14,7 +14,7 @@ import torch
 from hotline.contract.errors import HotlineError
 from hotline.data.report import fmt_bytes
 
-from .config import ADAGRAD_EPS, HOT_MEMORY_SHARE
+from .config import ADAGRAD_EPS, HOT_MEMORY_SHARE, torch_device
 from .dist import Ranks
 from .dlrm import DLRM, pool
 from .metrics import auc
@@ -26,10 +26,13 @@ class Trainer(abc.ABC):
     sparse row update, evaluation. Subclasses supply where rows live and `train_batch`; the
     run over epochs is `hotline.train.run`'s."""
 
+    # told each setup phase as it starts (the CLI's progress label; `hotline.train.train`)
+    phase = staticmethod(lambda text: None)
+
     def __init__(self, data, cfg, notes):
         self.data, self.cfg, self.notes = data, cfg, notes
         self.lay = RowLayout(cfg.dim, 1 if cfg.optimizer == "adagrad" else 0)
-        self.dev = torch.device(cfg.torch_device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.dev = torch_device(cfg.torch_device)
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         torch.manual_seed(cfg.seed)
