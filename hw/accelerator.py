@@ -20,8 +20,11 @@ Streams (payloads are ``data.StructLayout``):
   (``word`` as CAM_MOVE reads) and then its response (as CAM_RESP reads), instead of the
   CSR FIFOs (a bulk hot-set load needs no register read per command).
 
-Gather: with ``CONFIG.gather_enable`` set, batch ``n``'s cold rows go to staging bank
-``n mod STAGING_BANKS`` (bank counter reset by ``clear_counters``), slot = cold slot. Its keys
+Gather: with ``CONFIG.gather_enable`` set (latched per batch: a write applies from the next
+batch on ``batch_keys`` whose first beat has not come yet), batch ``n``'s cold rows go to
+staging bank ``n mod STAGING_BANKS`` (bank counter reset by ``clear_counters``), slot = cold
+slot. The staging and descriptor bases are taken with all 64 bits (refused at or above
+ADDR_WIDTH, see ``RowDMA``), and the staging window is latched per DMA batch. Its keys
 reach the DMA as soon as the Fragmenter emits them, so the gather overlaps the fragmenting.
 A scatter batch waits until no gather batch is running. Read every output stream
 concurrently: a full one stalls the lookups behind it (and the gather, which shares them).
@@ -270,7 +273,17 @@ class HotlineAccelerator(wiring.Component):
         wiring.connect(m, frag.batches, merge.batches)
         wiring.connect(m, merge.o, fork.i)
         wiring.connect(m, fork.o0, wiring.flipped(self.batch_keys))
-        m.d.comb += fork.enable.eq(Cat(1, gather_enable))
+        # CONFIG.gather_enable is latched per batch: sampled while no beat of a batch is at
+        # the fork (between an end beat and the next batch's first beat), so a write mid-batch
+        # applies from the next batch. Live, clearing it cut a gather's end beat off (the
+        # engine waited in GATHER forever) and setting it started a gather mid-batch with
+        # its slots numbered from 0.
+        gather_on, in_batch = Signal(name="gather_on"), Signal(name="gather_in_batch")
+        i_fire = fork.i.valid & fork.i.ready
+        m.d.sync += in_batch.eq(Mux(i_fire, ~fork.i.payload.end, in_batch | fork.i.valid))
+        with m.If(Mux(i_fire, fork.i.payload.end, ~in_batch & ~fork.i.valid)):
+            m.d.sync += gather_on.eq(gather_enable)
+        m.d.comb += fork.enable.eq(Cat(1, gather_on))
         # A register slice between the fork and the engine: the merge/fork valid-ready logic and
         # the engine's descriptor lookup sit in different corners of a full die.
         m.submodules.gather_keys = gather_keys = RegisterSlice(dma.keys.payload.shape())

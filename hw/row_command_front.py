@@ -11,10 +11,14 @@ Ports:
   and the ``end`` beat of ``framing="end"``, is one ``null`` beat (with ``eob``).
 - ``started`` Out(1): strobe, a command was taken (a batch began).
 - ``drained`` In(1): every batch begun has completed (`WriteEngine.drained`).
+- ``staging`` In `staging_layout`: the staging window registers, sampled when a command is
+  taken. ``window`` Out: the copy latched then, a register that changes only when a command
+  is taken, so a batch's keys all see the window of its command: a register write between
+  commands affects only later batches.
 
 Timing: a command is taken in a cycle when the front is idle; its first key is taken
-``setup_cycles`` + 2 cycles later (the staging-window check settles meanwhile; a ``count`` = 0
-batch's null beat is offered one cycle earlier), then one per cycle while ``o.ready``. ``keys.ready`` is ``o.ready`` while a batch runs, so a stall of
+``setup_cycles`` + 2 cycles later (the staging-window check settles on ``window``
+meanwhile; a ``count`` = 0 batch's null beat is offered one cycle earlier), then one per cycle while ``o.ready``. ``keys.ready`` is ``o.ready`` while a batch runs, so a stall of
 ``o`` holds ``keys``. The next command is taken in the cycle after the batch's last beat. A
 command whose direction differs from the previous one waits for ``drained``.
 """
@@ -24,7 +28,7 @@ from amaranth.lib.wiring import In, Out
 
 from hotline.contract.streams import dma_keys_layout
 
-from .row_dma_layouts import slot_key_layout
+from .row_dma_layouts import slot_key_layout, staging_layout
 
 __all__ = ["RowCommandFront"]
 
@@ -41,6 +45,8 @@ class RowCommandFront(wiring.Component):
             "o": Out(stream.Signature(slot_key_layout(key_width))),
             "started": Out(1),
             "drained": In(1),
+            "staging": In(staging_layout()),
+            "window": Out(staging_layout()),
         })
 
     def elaborate(self, platform):
@@ -61,6 +67,12 @@ class RowCommandFront(wiring.Component):
                      o.payload.slot.eq(slot), o.payload.bank.eq(batch_bank),
                      o.payload.scatter.eq(batch_scatter), o.payload.null.eq(in_null),
                      o.payload.eob.eq(in_eob)]
+
+        # reset_less: every batch latches its own copy before its first key.
+        window = Signal(staging_layout(), name="window_latched", reset_less=True)
+        m.d.comb += self.window.eq(window)
+        with m.If(cmd_fire):
+            m.d.sync += window.eq(self.staging)
 
         with m.FSM(name="front"):
             with m.State("IDLE"):

@@ -9,11 +9,14 @@ Parameters and ports: `RowDMA`'s docstring (one numpydoc template for the three 
 Window check (per key, in hardware, before any transaction; first failing check names the
 cause): ``table``: table >= num_tables or descriptor invalid; ``row``: row >= rows; ``desc``:
 row_bytes zero, not a multiple of the bus width in bytes, or > staging_stride, base not
-bus-aligned, or base + rows * row_bytes > 2**addr_width; ``slot``: bank >= staging_banks,
-slot >= staging_slots, staging base or stride not bus-aligned, or staging window end
-(base + banks * slots * stride) > 2**addr_width. A refused row issues no transaction, counts
-one ``window_errors``, sets its cause bit and still counts in its batch's ``done``. So no
-access leaves [base, base + rows * row_bytes) of a table or the staging window.
+bus-aligned, or base + rows * row_bytes > 2**addr_width (a base with a bit at or above
+addr_width among them: never truncated); ``slot``: bank >= staging_banks, slot >=
+staging_slots, staging base or stride not bus-aligned, or staging window end (base + banks *
+slots * stride) > 2**addr_width. The staging window is the one latched at the batch's command
+(``RowCommandFront``), carried by each key through the check's stages. A refused row issues
+no transaction, counts one ``window_errors``, sets its cause bit and still counts in its
+batch's ``done``. So no access leaves [base, base + rows * row_bytes) of a table or the staging
+window of its batch.
 
 Ordering: batches in the same direction overlap (the next batch's keys enter while earlier
 rows are still on the bus). With ``direction=None``, a command whose direction differs from the
@@ -38,7 +41,8 @@ own file, docstring (ports, latency, throughput, backpressure) and tests
     ReadEngine, WriteEngine -> event strobes -> RowDMACounters
 
 - ``RowCommandFront`` (row_command_front.py): commands and keys -> one beat per key with its
-  staging slot, batch end and direction; holds a change of direction until ``drained``.
+  staging slot, batch end and direction; holds a change of direction until ``drained``;
+  latches the staging window per command.
 - ``RowWindowCheck`` (row_window_check.py): the descriptor RAM and the window check, a key
   pipeline of one key per cycle that stalls as a whole: S1 descriptor RAM read; S2 checks and
   multiplier inputs; S3 partial products (17 x 16 bits: one ECP5 DSP each); S4 products; S5
@@ -150,15 +154,18 @@ class RowDMA(wiring.Component):
         {{rows: 16, errors: 16}}: one per command, in order, after the last write response of
         its batch: rows copied, rows refused by the window check.
     desc_we, desc_table, desc_base, desc_rows, desc_row_bytes : In
-        Descriptor write port (base: addr_width, rows: row_bits + 1, row_bytes: 16 bits). A
-        write when ``desc_we`` is high sets the table's descriptor (a table id >= num_tables is
-        ignored); rows = 0 invalidates it. All are invalid after reset. A write takes effect
-        ``DESC_LATENCY`` cycles after ``desc_we``; do not rewrite a descriptor that a batch in
-        flight uses.
+        Descriptor write port (base: 64 bits, as DESC_BASE_LO/HI hold it; rows: row_bits + 1,
+        row_bytes: 16 bits). A write when ``desc_we`` is high sets the table's descriptor (a
+        table id >= num_tables is ignored); rows = 0 invalidates it. All are invalid after
+        reset. A write takes effect ``DESC_LATENCY`` cycles after ``desc_we``; do not rewrite
+        a descriptor that a batch in flight uses. A base with a bit set at or above
+        ``addr_width`` is refused (cause ``desc``), never truncated.
     staging_base, staging_stride, staging_slots, staging_banks : In
-        The staging window (addr_width, 16, 16, 2 bits): slot (bank, s) is at
-        ``staging_base + (bank * staging_slots + s) * staging_stride``. Stable from a ``cmd``
-        handshake until ``busy`` falls (they may change in the cycle of the handshake).
+        The staging window (64, 16, 16, 2 bits): slot (bank, s) is at
+        ``staging_base + (bank * staging_slots + s) * staging_stride``. Latched when a ``cmd``
+        is taken (the values of that cycle): every key of the batch uses that copy, so a
+        change at any time applies to the later commands only. A base with a bit set at or
+        above ``addr_width`` fails the window's checks (cause ``slot``, nothing issued).
     bus : Out(AXI4Signature(addr_width, data_width))
         ID 0 only, INCR bursts of full-width beats (AxSIZE = log2(data_width / 8)),
         AxCACHE = 0b0011, AxPROT = 0.
@@ -275,7 +282,13 @@ class RowDMA(wiring.Component):
         def pass_on(src, dst, names):
             m.d.comb += [getattr(dst, name).eq(getattr(src, name)) for name in names]
 
-        pass_on(self, check, window_ports(self.addr_width, self.num_tables, self.row_bits))
+        pass_on(self, check, ("desc_we", "desc_table", "desc_base", "desc_rows",
+                              "desc_row_bytes"))
+        # The staging window: latched per batch by the front, so that the host may rewrite
+        # the registers while keys are in flight (a write applies to later commands).
+        for name in ("base", "stride", "slots", "banks"):
+            m.d.comb += [getattr(front.staging, name).eq(getattr(self, f"staging_{name}")),
+                         getattr(check, f"staging_{name}").eq(getattr(front.window, name))]
         m.d.comb += [read.credit.eq(write.credit), write.started.eq(front.started),
                      front.drained.eq(write.drained), self.busy.eq(write.busy)]
         pass_on(read, counters, ("read_ok", "read_err"))

@@ -7,6 +7,8 @@
 - `row_op_layout`: one checked beat: ``src``/``dst`` byte addresses and ``rem`` bytes to copy,
   ``row`` (a row to copy), ``refused`` (with its ``cause``, an index into
   ``hotline.contract.dma.CAUSES``), ``eob``. A null beat has neither ``row`` nor ``refused``.
+- `staging_layout`: the staging window as its registers hold it (``base`` with all its
+  `BASE_BITS`, ``stride``, ``slots``, ``banks``); `RowCommandFront` latches one per batch.
 - `burst_layout`: one AXI burst: ``addr`` and ``len`` (beats - 1).
 - `RowEvent`: what the write side does with one chunk or marker, in issue order: wait for a
   write response (``need_b``), count a copied row (``row_end``), count a refused row
@@ -17,10 +19,12 @@
 """
 from amaranth.lib import data, wiring
 
+from hotline.contract.dma import BASE_BITS
+
 from .axi import AXI4Signature
 
-__all__ = ["slot_key_layout", "row_op_layout", "burst_layout", "RowEvent", "read_beat_layout",
-           "axi_read_signature", "axi_write_signature"]
+__all__ = ["slot_key_layout", "row_op_layout", "staging_layout", "burst_layout", "RowEvent",
+           "read_beat_layout", "axi_read_signature", "axi_write_signature"]
 
 CAUSE_BITS = 2  # the window check's causes: table, row, slot, desc
 
@@ -33,6 +37,10 @@ def slot_key_layout(key_width):
 def row_op_layout(addr_width):
     return data.StructLayout({"src": addr_width, "dst": addr_width, "rem": 16, "row": 1,
                               "refused": 1, "cause": CAUSE_BITS, "eob": 1})
+
+
+def staging_layout():
+    return data.StructLayout({"base": BASE_BITS, "stride": 16, "slots": 16, "banks": 2})
 
 
 def burst_layout(addr_width):

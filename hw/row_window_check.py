@@ -2,12 +2,16 @@
 
 Ports:
 
-- descriptor port ``desc_we``, ``desc_table``, ``desc_base`` (addr_width), ``desc_rows``
+- descriptor port ``desc_we``, ``desc_table``, ``desc_base`` (`BASE_BITS`), ``desc_rows``
   (row_bits + 1), ``desc_row_bytes`` (16): as `RowDMA`'s; a write is used by a key taken
   ``DESC_LATENCY`` cycles after ``desc_we`` or later. All descriptors are invalid after reset.
-- staging window ``staging_base``, ``staging_stride``, ``staging_slots``, ``staging_banks``:
-  as `RowDMA`'s. Its own checks (alignment, end within 2**addr_width) take
-  ``SETUP_CYCLES`` cycles to follow a change.
+  A base with a bit set at or above addr_width fails the descriptor's checks (cause desc).
+- staging window ``staging_base`` (`BASE_BITS`), ``staging_stride``, ``staging_slots``,
+  ``staging_banks``: as `RowDMA`'s (there `RowCommandFront`'s per-batch copy). A key is
+  checked against the window as it is in the cycle the key is taken, which must have held for
+  ``SETUP_CYCLES`` cycles before (its own checks: alignment, no bit at or above addr_width,
+  end within 2**addr_width); the key carries that window's stride and base down the
+  pipeline, so a change affects only the keys taken after it.
 - ``keys`` In `slot_key_layout`: the keys, numbered by staging slot.
 - ``ops`` Out `row_op_layout`: per key, its source and destination byte addresses (table row
   and staging slot, swapped when ``scatter``), the row's bytes, and the verdict: ``row`` (to
@@ -28,7 +32,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
-from hotline.contract.dma import CAUSES
+from hotline.contract.dma import BASE_BITS, CAUSES
 
 from .row_dma_layouts import row_op_layout, slot_key_layout
 
@@ -40,10 +44,10 @@ def window_ports(addr_width, num_tables, row_bits):
     return {
         "desc_we": In(1),
         "desc_table": In(range(num_tables)),
-        "desc_base": In(addr_width),
+        "desc_base": In(BASE_BITS),
         "desc_rows": In(row_bits + 1),
         "desc_row_bytes": In(16),
-        "staging_base": In(addr_width),
+        "staging_base": In(BASE_BITS),
         "staging_stride": In(16),
         "staging_slots": In(16),
         "staging_banks": In(2),
@@ -94,6 +98,10 @@ class RowWindowCheck(wiring.Component):
         def aligned(value):
             return value[:shift] == 0 if shift else C(1)
 
+        def fits(base):
+            """No bit of ``base`` at or above addr_width (such a base is refused, not cut)."""
+            return base[aw:] == 0 if aw < BASE_BITS else C(1)
+
         # ---- descriptor RAM and its write pipeline -------------------------------------
         entry = data.StructLayout({"base": aw, "rows": rb + 1, "row_bytes": 16, "ok": 1})
         desc_mem = Memory(shape=entry, depth=self.num_tables, init=[])
@@ -103,13 +111,14 @@ class RowWindowCheck(wiring.Component):
         desc_valid = Signal(self.num_tables)  # rows > 0; flip-flops so that reset clears them
 
         # Only the write enables are reset: the data needs none (fewer loads on the reset net).
-        dw = data.StructLayout({"table": len(self.desc_table), "base": aw, "rows": rb + 1,
-                                "row_bytes": 16})
+        dw = data.StructLayout({"table": len(self.desc_table), "base": aw, "fits": 1,
+                                "rows": rb + 1, "row_bytes": 16})
         d1, d2, d3, d4, d5 = (Signal(dw, name=f"desc{i}", reset_less=True) for i in range(1, 6))
         we = Signal(5, name="desc_we_pipe")  # of d1 .. d5
         m.d.sync += [
             we.eq(Cat(self.desc_we, we[:4])), d1.table.eq(self.desc_table),
-            d1.base.eq(self.desc_base), d1.rows.eq(self.desc_rows),
+            d1.base.eq(self.desc_base[:aw]), d1.fits.eq(fits(self.desc_base)),
+            d1.rows.eq(self.desc_rows),
             d1.row_bytes.eq(self.desc_row_bytes), d2.eq(d1), d3.eq(d2), d4.eq(d3), d5.eq(d4),
         ]
         span = _mul(m, d1.rows, d1.row_bytes, C(1), "desc_span")       # valid with d3
@@ -119,7 +128,7 @@ class RowWindowCheck(wiring.Component):
         # checks, five LUT levels into the descriptor LUT RAM, made a 9.8 ns path).
         desc_ok = Signal()                                              # valid with d5
         m.d.sync += desc_ok.eq((d4.row_bytes != 0) & aligned(d4.row_bytes) & aligned(d4.base)
-                               & (desc_end <= top))
+                               & d4.fits & (desc_end <= top))
         m.d.comb += [
             desc_wr.addr.eq(d5.table),
             desc_wr.en.eq(we[4] & (d5.table < self.num_tables)),
@@ -140,10 +149,10 @@ class RowWindowCheck(wiring.Component):
                      st_stride.eq(self.staging_stride)]
         st_span = _mul(m, st_slots_x_banks, st_stride, C(1), "staging_span")
         st_end = Signal(aw + 35, reset_less=True)
-        m.d.sync += st_end.eq(self.staging_base + st_span)
+        m.d.sync += st_end.eq(self.staging_base[:aw] + st_span)
         staging_ok = Signal()
         m.d.sync += staging_ok.eq((st_end <= top) & aligned(self.staging_base)
-                                  & aligned(self.staging_stride))
+                                  & fits(self.staging_base) & aligned(self.staging_stride))
 
         # ---- key pipeline S1..S5 -------------------------------------------------------
         adv = Signal()  # the pipeline moves
@@ -161,6 +170,9 @@ class RowWindowCheck(wiring.Component):
         table_ok1 = Signal()
         slot_ok1 = Signal()
         index1 = Signal(17, reset_less=True)
+        # The window's stride and base travel with the key (registers only, nothing on the
+        # key's address path), so keys in flight keep the window they were checked against.
+        stride1, sbase1 = Signal(16, reset_less=True), Signal(aw, reset_less=True)
         with m.If(adv):
             m.d.sync += [
                 t1.valid.eq(self.keys.valid), t1.null.eq(k.null), t1.eob.eq(k.eob),
@@ -171,6 +183,7 @@ class RowWindowCheck(wiring.Component):
                 slot_ok1.eq((k.slot < self.staging_slots) & (k.bank < self.staging_banks)
                             & staging_ok),
                 index1.eq(k.slot + Mux(k.bank, self.staging_slots, 0)),
+                stride1.eq(self.staging_stride), sbase1.eq(self.staging_base[:aw]),
             ]
         d = desc_rd.data
 
@@ -182,14 +195,15 @@ class RowWindowCheck(wiring.Component):
         row_bytes2 = Signal(16, reset_less=True)
         index2 = Signal(17, reset_less=True)
         stride2 = Signal(16, reset_less=True)
+        sbase2 = Signal(aw, reset_less=True)
         with m.If(adv):
             m.d.sync += [
                 t2.eq(t1),
                 chk2.table.eq(table_ok1), chk2.row.eq(row1 < d.rows),
-                chk2.desc.eq(d.ok & (d.row_bytes <= self.staging_stride)),
+                chk2.desc.eq(d.ok & (d.row_bytes <= stride1)),
                 chk2.slot.eq(slot_ok1),
                 base2.eq(d.base), row2.eq(row1), row_bytes2.eq(d.row_bytes),
-                index2.eq(index1), stride2.eq(self.staging_stride),
+                index2.eq(index1), stride2.eq(stride1), sbase2.eq(sbase1),
             ]
 
         # S3, S4: products
@@ -197,10 +211,11 @@ class RowWindowCheck(wiring.Component):
         slot_off = _mul(m, index2, stride2, adv, "slot_off")         # valid with S4
         chk3, chk4 = Signal(ok2), Signal(ok2)
         base3, base4 = Signal(aw, reset_less=True), Signal(aw, reset_less=True)
+        sbase3, sbase4 = Signal(aw, reset_less=True), Signal(aw, reset_less=True)
         nbytes3, nbytes4 = Signal(16, reset_less=True), Signal(16, reset_less=True)
         with m.If(adv):
             m.d.sync += [t3.eq(t2), t4.eq(t3), chk3.eq(chk2), chk4.eq(chk3),
-                         base3.eq(base2), base4.eq(base3),
+                         base3.eq(base2), base4.eq(base3), sbase3.eq(sbase2), sbase4.eq(sbase3),
                          nbytes3.eq(row_bytes2), nbytes4.eq(nbytes3)]
 
         # S5: addresses and the verdict
@@ -209,7 +224,7 @@ class RowWindowCheck(wiring.Component):
         refused5 = Signal()
         cause5 = Signal(2)  # index into CAUSES
         table_addr = (base4 + row_off)[:aw]
-        staging_addr = (self.staging_base + slot_off)[:aw]
+        staging_addr = (sbase4 + slot_off)[:aw]
         cause4 = Mux(~chk4.table, CAUSES.index("table"),
                      Mux(~chk4.row, CAUSES.index("row"),
                          Mux(~chk4.desc, CAUSES.index("desc"), CAUSES.index("slot"))))

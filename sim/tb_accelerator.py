@@ -13,6 +13,8 @@ staging bank of every batch is snapshotted right after its gather. With one bank
 is pushed only after the scatter. Results (every output stream's beats, CAM responses, the
 snapshots, the counters read through the CSRs, cycle and bus statistics, bus-window
 violations) are what `run` returns; ``hotline.sim.accelerator_run`` compares them.
+`gather_enable_mid_batch` is a second job of its own: CONFIG.gather_enable written while a
+batch is half way through the fork (tests/test_accelerator.py checks it).
 """
 import json
 import mmap
@@ -198,10 +200,11 @@ def _train(mem, job, bank, n):
     mem[lo:lo + n * stride] = data
 
 
-def run(dut, job, *, build_dir, simulator="verilator"):
+def run(dut, job, *, build_dir, simulator="verilator", testcase="run_job"):
     """Run ``job`` on the accelerator top ``dut`` (exported as ``hotline_accelerator``) under
     cocotb; returns the result dict (see the module docstring). Raises `CocotbFailure` if the
-    run fails (a timeout waiting for a gather, scatter or batch among them).
+    run fails (a timeout waiting for a gather, scatter or batch among them). ``testcase``:
+    the cocotb test that runs it, `run_job` or `gather_enable_mid_batch` (its own job).
 
     ``job``: ``memory`` (the host memory file, read and written in place), ``tables``
     ({table: (base, rows, row_bytes)}), ``staging`` ((base, stride, slots, banks)), ``windows``
@@ -215,11 +218,12 @@ holds the build, ``job.json`` and ``result.json``.
     job_path, result_path = build_dir / "job.json", build_dir / "result.json"
     job_path.write_text(json.dumps({**job, "result": str(result_path)}))
     result_path.unlink(missing_ok=True)
-    run_cocotb(dut, "hotline_accelerator", __name__, build_dir, simulator, handoff=job_path)
+    run_cocotb(dut, "hotline_accelerator", __name__, build_dir, simulator, testcase=testcase,
+               handoff=job_path)
     result = json.loads(result_path.read_text())
     result["snapshots"] = [bytes.fromhex(s) for s in result["snapshots"]]
     for name in ("responses", "moves", "violations"):
-        result[name] = [tuple(x) for x in result[name]]
+        result[name] = [tuple(x) for x in result.get(name, ())]
     return result
 
 
@@ -322,6 +326,49 @@ async def run_job(dut):
         "dma_active_cycles": tb.monitor.active - cycles_t0,
         "violations": tb.monitor.violations, "lookup_beats": total,
         "wall_seconds": time.perf_counter() - t0, **abandoned,
+    }
+    tb.mem.flush()
+    Path(job["result"]).write_text(json.dumps(result))
+
+
+@cocotb.test()
+async def gather_enable_mid_batch(dut):
+    """CONFIG.gather_enable written while a batch is half way through ``batch_keys`` (the
+    stream held after the batch's first 4 beats, so that the write lands mid-batch). The job:
+    ``tables``, ``staging``, ``batches`` (lookup beats, every key cold), ``windows``,
+    ``writes`` (per batch: the value written before it and the one written mid-batch, None:
+    no write), ``gathers`` (the gather done records to wait for, at most 20,000 cycles); the
+    result: every output stream, the staging banks at the end, the counters and ERROR_CAUSE."""
+    job = json.loads(handoff().read_text())
+    job["tables"] = {int(t): tuple(v) for t, v in job["tables"].items()}
+    tb = TB(dut, job)
+    await tb.reset()
+    await tb.setup()
+    await tb.write("CONTROL", clear_counters=1)
+    sink = tb.sinks["batch_keys"]
+    for b, (before, mid) in enumerate(job["writes"]):
+        if before is not None:
+            await tb.write("CONFIG", gather_enable=before)
+        start = len(sink.got)
+        feeding = cocotb.start_soon(tb.lookups.send(job["batches"][b]))
+        if mid is not None:
+            await tb.wait_until(lambda: len(sink.got) >= start + 4, f"batch {b}'s keys")
+            sink.busy = 1.0      # batch_keys held: the rest of the batch waits at the fork
+            await tb.write("CONFIG", gather_enable=mid)
+            sink.busy = 0.0
+        await feeding
+        await tb.wait_until(lambda: tb.batches_closed() >= b + 1, f"batch {b} summary")
+    # unlatched, clearing it mid-batch left the engine waiting for an end beat: no done record
+    await tb.wait_until(lambda: tb.dma_done(0) >= job["gathers"], "the gathers", limit=20_000)
+    for _ in range(200):     # a late or extra gather would show in the streams
+        await RisingEdge(dut.clk)
+    base, stride, slots, banks = job["staging"]
+    staging = bytes(tb.mem[base:base + banks * slots * stride])
+    result = {
+        "streams": {n: s.got for n, s in tb.sinks.items()}, "snapshots": [staging.hex()],
+        "counters": {name: await tb.read(name) for name in COUNTER_NAMES},
+        "error_cause": decode("ERROR_CAUSE", await tb.read("ERROR_CAUSE")),
+        "violations": tb.monitor.violations,
     }
     tb.mem.flush()
     Path(job["result"]).write_text(json.dumps(result))

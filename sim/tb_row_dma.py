@@ -21,7 +21,8 @@ Memories on the ``bus`` port (one kind per cocotb test, chosen by the scenario's
   write-response latency (in order, many bursts outstanding), random valid/ready stalls on all
   five channels, and SLVERR/DECERR injection; it also counts beats for the throughput bench.
 In both, a bus monitor checks every AR/AW handshake: inside a usable registered window (a table
-window or the staging window that passes the engine's own checks), no 4 KiB crossing,
+window, or a staging window of a batch not yet done, that passes the engine's own checks; a
+staging step with ``after_keys`` rewrites the window while a batch runs), no 4 KiB crossing,
 1 <= beats <= max_burst_beats, full-width INCR, ID 0; `LatencyRam` also checks ``wlast`` and
 full strobes. Violations are recorded in the scenario's results and fail the cocotb test after
 all scenarios ran; a scenario that stops making progress is recorded as a hang, and the next
@@ -94,8 +95,12 @@ class Scenario:
         self.steps.append(("desc", int(table), int(base), int(rows), int(row_bytes)))
         return self
 
-    def staging(self, base, stride, slots, banks):
-        self.steps.append(("staging", int(base), int(stride), int(slots), int(banks)))
+    def staging(self, base, stride, slots, banks, after_keys=None):
+        """Set the staging window once earlier batches are done; with ``after_keys`` (>= 1),
+        as soon as that many key beats of the preceding batch were taken, while it runs (the
+        engine latched its window at the command: the new one is for later batches)."""
+        self.steps.append(("staging", int(base), int(stride), int(slots), int(banks),
+                           None if after_keys is None else int(after_keys)))
         return self
 
     def batch(self, direction, bank, keys):
@@ -142,7 +147,7 @@ class Scenario:
             if s[0] == "desc":
                 model.write_descriptor(*s[1:])
             elif s[0] == "staging":
-                model.set_staging(*s[1:])
+                model.set_staging(*s[1:5])
             elif s[0] == "batch":
                 bursts = model.bursts(s[1], s[3], s[2])
                 chunks += len(bursts)
@@ -180,7 +185,7 @@ def expect(sc, memory_size=None):
         if kind == "desc":
             model.write_descriptor(*s[1:])
         elif kind == "staging":
-            model.set_staging(*s[1:])
+            model.set_staging(*s[1:5])
         elif kind == "batch":
             _, direction, bank, keys = s
             for src, dst, n in model.bursts(direction, keys, bank):
@@ -282,6 +287,12 @@ def _u(value):
     return value.to_unsigned() if hasattr(value, "to_unsigned") else int(value)
 
 
+def _fit(sig, value):
+    """``value`` cut to the width of port ``sig``, as a register wired to a narrower port is
+    (the 64-bit BASE registers on a port of addr_width bits)."""
+    return value & ((1 << len(sig)) - 1)
+
+
 def _pause_gen(p, seed):
     rng = random.Random(seed)
     while True:
@@ -373,14 +384,14 @@ class TB:
         dut.rst.value = 0
         await RisingEdge(dut.clk)
 
-    def _in_window(self, addr, nbytes, tables, staging):
-        """Inside a usable registered window: a table descriptor or staging window that
-        passes the engine's own checks (others may not be touched at all)."""
+    def _in_window(self, addr, nbytes, tables, stagings):
+        """Inside a usable registered window: a table descriptor or one of the ``stagings``
+        windows (those of the batches in flight) that passes the engine's own checks (others
+        may not be touched at all)."""
         end, b, top = addr + nbytes, self.bus_bytes, self.size
         wins = [(base, base + r * rb) for base, r, rb in tables.values()
                 if r > 0 and rb > 0 and rb % b == 0 and base % b == 0 and base + r * rb <= top]
-        if staging is not None:
-            base, stride, slots, banks = staging
+        for base, stride, slots, banks in stagings:
             if base % b == 0 and stride % b == 0 and base + banks * slots * stride <= top:
                 wins.append((base, base + banks * slots * stride))
         return any(lo <= addr and end <= hi for lo, hi in wins)
@@ -404,7 +415,10 @@ class TB:
         res = {"name": sc.name, "ar": [], "aw": [], "done": [], "snapshots": [], "dumps": [],
                "violations": []}
         violations = res["violations"]
-        tables, staging_win = {}, None
+        # staging windows as (first command that uses it, window): a batch keeps the one of
+        # its command, so a burst may use any window of a batch not done yet
+        tables, staging_wins = {}, []
+        keys_queued = keys_taken = batch_first_key = 0
 
         # stream state
         steps, si = sc.steps, 0
@@ -452,7 +466,9 @@ class TB:
                 violations.append(f"{where}: crosses a 4 KiB boundary")
             if size != size_code or burst != 1 or ident != 0 or addr % B:
                 violations.append(f"{where}: size {size} burst {burst} id {ident} unaligned/narrow")
-            if not self._in_window(addr, n, tables, staging_win):
+            live = [w for k, (_, w) in enumerate(staging_wins)
+                    if k + 1 == len(staging_wins) or staging_wins[k + 1][0] > dones]
+            if not self._in_window(addr, n, tables, live):
                 violations.append(f"{where}: outside every registered window")
 
         while True:
@@ -464,11 +480,20 @@ class TB:
                 s = steps[si]
                 if s[0] == "batch":
                     _, direction, bank, keys = s
+                    batch_first_key, queued = keys_queued, len(keys_q)
                     cmd_q.append(len(keys) | bank << 16 | ((direction == "scatter") << 17 if has_dir else 0))
                     keys_q.extend(int(k) for k in keys)
+                    keys_queued += len(keys_q) - queued
                     cmds += 1
                     si += 1
                     idle, idle_for = False, 0
+                    continue
+                if s[0] == "staging" and s[5] is not None:  # mid-batch: no wait for idle
+                    if keys_taken < batch_first_key + s[5]:
+                        break
+                    self._set_staging(s[1:5])
+                    staging_wins.append((cmds, s[1:5]))
+                    si += 1
                     continue
                 if not idle or quiet or desc_q or clear_now is not None:
                     break
@@ -477,10 +502,8 @@ class TB:
                     if 0 <= s[1] < p["num_tables"]:
                         tables[s[1]] = (s[2], s[3] & ((1 << (p["row_bits"] + 1)) - 1), s[4] & 0xFFFF)
                 elif s[0] == "staging":
-                    _, base, stride, slots, banks = s
-                    dut.staging_base.value, dut.staging_stride.value = base, stride
-                    dut.staging_slots.value, dut.staging_banks.value = slots, banks
-                    staging_win = (base, stride, slots, banks)
+                    self._set_staging(s[1:5])
+                    staging_wins.append((cmds, s[1:5]))
                     quiet = 2
                 elif s[0] == "write":
                     for i, row in enumerate(s[2]):
@@ -505,7 +528,8 @@ class TB:
                 t, base, rows, rb = desc_q.popleft()
                 dut.desc_we.value = 1
                 dut.desc_table.value = t & ((1 << len(dut.desc_table)) - 1)
-                dut.desc_base.value, dut.desc_rows.value, dut.desc_row_bytes.value = base, rows, rb
+                dut.desc_base.value = _fit(dut.desc_base, base)
+                dut.desc_rows.value, dut.desc_row_bytes.value = rows, rb
                 quiet = DESC_QUIET
             else:
                 dut.desc_we.value = 0
@@ -587,6 +611,7 @@ class TB:
                 cmd_on = False
                 dut.cmd__valid.value = 0
             if key_fire:
+                keys_taken += 1
                 keys_on = False
                 dut.keys__valid.value = 0
             if done_fire:
@@ -658,6 +683,12 @@ class TB:
         res["wall_s"] = wall
         res["stats"] = stats
         return res
+
+    def _set_staging(self, window):
+        dut = self.dut
+        for name, value in zip(("base", "stride", "slots", "banks"), window):
+            sig = getattr(dut, f"staging_{name}")
+            sig.value = _fit(sig, value)
 
     def read_counters(self):
         dut = self.dut

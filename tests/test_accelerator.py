@@ -1,11 +1,18 @@
 """The HotlineAccelerator top in co-simulation: real host tables gathered and scattered by the
 RTL's AXI4 master, every stream beat and counter against the model, every row against numpy;
 and the sim:// device backend against model:// through the same Device API."""
+import numpy as np
 import pytest
 
+import reference as ref
 from helpers import real_file
+from hotline.contract.config import AcceleratorConfig
+from hotline.contract.keys import ROW_BITS
+from hotline.contract.streams import pack_lookups, stream_layouts, unpack
 from hotline.data import open_data
-from hotline.sim.accelerator_run import gather_run
+from hotline.hw.accelerator import HotlineAccelerator
+from hotline.sim import tb_accelerator
+from hotline.sim.accelerator_run import gather_run, split_batch_keys
 
 
 @pytest.mark.parametrize("simulator,data,width,banks,busy,lanes", [
@@ -44,3 +51,58 @@ def test_soft_reset_mid_gather_leaves_a_fresh_device(tmp_path, simulator_or_skip
     assert res["verified"] and res["mismatched_rows"] == 0
     assert set(res["after_reset"].values()) == {0}, res["after_reset"]
     assert res["r_beats_after_request"] > 0, "no burst was in flight at the soft reset"
+
+
+@pytest.mark.slow
+@pytest.mark.ci
+def test_gather_enable_latched_per_batch_and_far_table_refused(tmp_path, simulator_or_skip):
+    """Issue 42, at the top: CONFIG.gather_enable cleared while batch 0 is half way through
+    the fork, set while batch 2 is (`tb_accelerator.gather_enable_mid_batch`). It applies from
+    the next batch: batch 0 is gathered whole (unlatched, the engine hung in GATHER waiting
+    for an end beat the fork no longer sent), batches 1 and 2 not at all (unlatched, batch 2's
+    second half was gathered with its slots numbered from 0), batch 3 whole into bank 1. Batch
+    3 also names table 1, registered with DESC_BASE_HI = 1: refused (its done record's errors,
+    WINDOW_ERRORS, ERROR_CAUSE.desc) and nothing read from the low address it aliases."""
+    simulator_or_skip("verilator")
+    rng = np.random.default_rng(42)
+    row_bytes, slots, lookups = 32, 64, 4
+    config = AcceleratorConfig.for_workload(0, 8, 8 * lookups)
+    staging = (0x10000, row_bytes, slots, 2)
+    tables = {0: (0x1000, 256, row_bytes), 1: ((1 << 32) + 0x20000, 256, row_bytes)}
+    size = 0x30000
+    memory = rng.integers(1, 256, size, dtype=np.uint8)
+    memory[0x10000:0x10000 + 2 * slots * row_bytes] = 0
+    mem_path = tmp_path / "host_memory.bin"
+    mem_path.write_bytes(memory.tobytes())
+    keys = rng.permutation(256)[:4 * 8 * lookups].astype(np.int64)     # table 0, all distinct
+    keys[-8:] = ref.key(1, rng.permutation(256)[:8])                   # batch 3: table 1 too
+    offsets = np.arange(0, len(keys) + 1, lookups)
+    beats = pack_lookups(stream_layouts(config)["lookups"], keys, offsets, 8)
+    batches = [beats[i * 8 * lookups:(i + 1) * 8 * lookups] for i in range(4)]
+    job = {"memory": str(mem_path), "tables": tables, "staging": staging, "batches": batches,
+           "windows": [(0x1000, 0x1000 + 256 * row_bytes),
+                       (0x10000, 0x10000 + 2 * slots * row_bytes)], "busy_in": 0.0,
+           "busy_out": 0.0, "hot_keys": [], "gathers": 2,
+           "writes": [(None, 0), (None, None), (None, 1), (None, None)]}
+    dut = HotlineAccelerator.from_config(config, 64, 32, 32)
+    res = tb_accelerator.run(dut, job, build_dir=tmp_path / "build",
+                             testcase="gather_enable_mid_batch")
+    cold = [np.asarray(ref.unique_in_order(keys[i * 8 * lookups:(i + 1) * 8 * lookups]))
+            for i in range(4)]
+    _, _, got_cold = split_batch_keys(stream_layouts(config)["batch_keys"],
+                                      res["streams"]["batch_keys"])
+    assert got_cold == [c.tolist() for c in cold]
+    done = unpack(stream_layouts(config)["dma_done"], res["streams"]["dma_done"])
+    far = int(np.count_nonzero(cold[3] >> ROW_BITS == 1))
+    assert done["scatter"].tolist() == [0, 0]
+    assert list(zip(done["rows"].tolist(), done["errors"].tolist())) == [
+        (len(cold[0]), 0), (len(cold[3]) - far, far)]
+    assert res["counters"]["WINDOW_ERRORS"] == far and res["error_cause"]["desc"] == 1
+    assert res["violations"] == []
+    staging_now = np.frombuffer(res["snapshots"][0], np.uint8).reshape(2, slots, row_bytes)
+    want = np.zeros((2, slots, row_bytes), np.uint8)
+    for bank, keys_b in ((0, cold[0]), (1, cold[3])):
+        for slot, key in enumerate(keys_b.tolist()):
+            if key >> ROW_BITS == 0:
+                want[bank, slot] = memory[0x1000 + key * row_bytes:][:row_bytes]
+    assert (staging_now == want).all()

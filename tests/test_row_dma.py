@@ -507,6 +507,51 @@ def directed_scenario(params, ram="latency"):
     return sc
 
 
+def rewrite_scenario(params, *, stalls=None, name="staging_rewrite"):
+    """The host rewrites every staging register while a batch runs (after half of its keys
+    were taken, so the rest and the keys in the check's stages are in flight): the batch keeps
+    the window latched at its command, the next batch uses the new one. The new window is
+    elsewhere, smaller and of another stride, so a key that mixes the two windows' fields
+    lands outside both, or is refused."""
+    b = params["data_width"] // 8
+    rb = 2 * b
+    rng = np.random.default_rng(11)
+    sc = tb.Scenario(name, params, latency=(4, 12), stalls=stalls, seed=11)
+    old, new = (0x40000, 4 * b, 40, 2), (0x80000, 8 * b, 3, 1)
+    sc.desc(0, 0x10000, 64, rb).memory(0x10000, rng.integers(0, 256, 64 * rb, dtype=np.uint8))
+    sc.memory(old[0], rng.integers(1, 256, old[1] * old[2] * old[3], dtype=np.uint8))
+    sc.region(new[0], new[1] * new[2] * new[3])
+    d = params["direction"]
+    for direction in [d] if d else ["gather", "scatter"]:
+        keys = [ref.key(0, int(r)) for r in rng.permutation(64)[:40]]
+        sc.staging(*old).batch(direction, 1, keys)
+        sc.staging(*new, after_keys=20).batch(direction, 0, keys[:3]).snapshot()
+    return sc
+
+
+def far_base_scenario(params):
+    """Table and staging bases with a bit at or above addr_width (DESC_BASE_HI /
+    STAGING_BASE_HI != 0 on a 32-bit bus): refused (causes desc, then slot), never cut to the
+    low-memory address they alias (which holds data, so that a copy from there would show)."""
+    b = params["data_width"] // 8
+    rb, top = 2 * b, 1 << params["addr_width"]
+    rng = np.random.default_rng(12)
+    sc = tb.Scenario("far_base", params, latency=(2, 6), seed=12)
+    sc.desc(0, 0x10000, 8, rb).memory(0x10000, rng.integers(0, 256, 8 * rb, dtype=np.uint8))
+    sc.desc(2, top + 0x20000, 8, rb).memory(0x20000, rng.integers(0, 256, 8 * rb, dtype=np.uint8))
+    sc.staging(0x40000, rb, 8, 1).memory(0x40000, rng.integers(0, 256, 8 * rb, dtype=np.uint8))
+    sc.memory(0x60000, rng.integers(0, 256, 8 * rb, dtype=np.uint8))
+    d = params["direction"]
+    both = [d] if d else ["gather", "scatter"]
+    for direction in both:
+        sc.batch(direction, 0, [ref.key(0, 1), ref.key(2, 3), ref.key(0, 2), ref.key(2, 0)])
+    sc.snapshot().staging(top + 0x60000, rb, 8, 1)
+    for direction in both:
+        sc.batch(direction, 0, [ref.key(0, 1), ref.key(0, 4)])
+    sc.snapshot()
+    return sc
+
+
 # ---- running and checking --------------------------------------------------------------------
 
 def run_group(dma, scenarios, build_dir, simulator):
@@ -598,6 +643,9 @@ def group_scenarios(name):
                 infos[sc.name] = info
     scenarios.append(directed_scenario(params))
     scenarios += [errors_scenario(params), errors_scenario(params, ram="axiram")]
+    scenarios += [rewrite_scenario(params), far_base_scenario(params),
+                  rewrite_scenario(params, stalls={ch: 0.3 for ch in CHANNELS},
+                                   name="staging_rewrite_stalls")]
     if params["direction"] is None:
         scenarios.append(ordering_scenario(params))
     for i in range(nfuzz):
@@ -676,3 +724,96 @@ def test_fuzz_covers_every_cause():
                             "ok" if d[0] else "refused") for d in exp["done"]}
     assert seen == set(CAUSES), seen
     assert done_kinds == {"empty", "mixed", "ok", "refused"}
+
+
+def latched_windows(sc):
+    """Per burst of ``sc`` in issue order (the model's burst count per batch): the usable
+    table windows and the staging window set before the burst's batch (the one its command
+    latched), as [(lo, hi)]."""
+    model, top = sc.model(), 1 << sc.params["addr_width"]
+    tables, staging, out = {}, None, []
+    for s in sc.steps:
+        if s[0] == "desc":
+            model.write_descriptor(*s[1:])
+            tables[s[1]] = (s[2], s[2] + s[3] * s[4])
+        elif s[0] == "staging":
+            model.set_staging(*s[1:5])
+            base, stride, slots, banks = s[1:5]
+            staging = (base, base + banks * slots * stride)
+        elif s[0] == "batch":
+            wins = [w for w in (*tables.values(), staging) if w and w[1] <= top]
+            out += [wins] * len(model.bursts(s[1], s[3], s[2]))
+    return out
+
+
+@pytest.mark.parametrize("group_run", groups(), indirect=True)
+def test_rtl_staging_rewrite_mid_batch_keeps_the_latched_window(group_run):
+    """Issue 42: the host rewrites the staging registers while a batch's keys are in flight
+    (with and without stalls). Every AR and AW stays inside its batch's table window or the
+    staging window latched at its command (the unlatched engine wrote outside every window and
+    refused the rest of the batch), and the RTL matches the model, which applies the new window
+    from the next batch."""
+    _, res, scenarios, _ = group_run
+    rewrites = [sc for sc in scenarios if sc.name.startswith("staging_rewrite")]
+    assert len(rewrites) == 2
+    for sc in rewrites:
+        r = res[sc.name][1]
+        assert "error" not in r, r.get("error")
+        b = sc.bus_bytes
+        wins = latched_windows(sc)
+        for k in ("ar", "aw"):
+            for i, ((addr, ln), ok) in enumerate(zip(r[k], wins)):
+                end = addr + (ln + 1) * b
+                assert any(lo <= addr and end <= hi for lo, hi in ok), \
+                    f"{sc.name}: {k.upper()} #{i} [{addr:#x}, {end:#x}) outside its windows"
+            assert len(r[k]) == len(wins), f"{sc.name}: {len(r[k])} {k.upper()}"
+        check_against_model(sc, r)
+
+
+@pytest.mark.parametrize("group_run", groups(), indirect=True)
+def test_rtl_refuses_bases_above_addr_width(group_run):
+    """Issue 42: a table or staging base with BASE_HI != 0 on a 32-bit bus is refused
+    (desc, then slot; counted in the done records, window_errors and error_cause), never cut
+    to the low address it aliases: no burst goes there."""
+    dma, res, _, _ = group_run
+    sc, r = res["far_base"]
+    check_against_model(sc, r)
+    n = 1 if dma.direction else 2
+    assert r["done"] == [(2, 2)] * n + [(0, 2)] * n
+    assert r["window_errors"] == 4 * n and r["rows"] == 2 * n
+    assert r["error_cause"] == (1 << CAUSES.index("desc")) | (1 << CAUSES.index("slot"))
+    rb = 2 * sc.bus_bytes
+    for k in ("ar", "aw"):
+        for addr, _ in r[k]:
+            assert not (0x20000 <= addr < 0x20000 + 8 * rb or 0x60000 <= addr < 0x60000 + 8 * rb)
+
+
+def test_model_refuses_bases_above_addr_width():
+    """The model side: a base at or above 2**addr_width (BASE_HI != 0 on a 32-bit bus) is
+    refused, per key and in both batch paths (vectorised, and per beat with an error
+    predicate), where it once was cut to the low address it aliases."""
+    top = 2**32
+    m = RowDMAModel(data_width=64, addr_width=32)
+    m.write_descriptor(1, top + 0x1000, 10, 64)
+    m.set_staging(0x10000, 64, 4, 2)
+    assert m.check(ref.key(1, 0), 0, 0) == "desc"
+    m.write_descriptor(1, 0x1000, 10, 64)
+    assert m.check(ref.key(1, 0), 0, 0) == (0x1000, 0x10000, 64)
+    for base in (top + 0x10000, top):
+        m.set_staging(base, 64, 4, 2)
+        assert m.check(ref.key(1, 0), 0, 0) == "slot"
+    for read_error in (None, lambda a: False):
+        m = RowDMAModel(data_width=64, addr_width=32)
+        mem = np.arange(1 << 17, dtype=np.uint64).astype(np.uint8)
+        before = mem.copy()
+        m.write_descriptor(0, 0x1000, 8, 64)
+        m.write_descriptor(2, top + 0x2000, 8, 64)
+        m.set_staging(0x10000, 64, 4, 1)
+        done = m.run(mem, "gather", [ref.key(2, 1), ref.key(0, 1)], 0, read_error=read_error)
+        assert done == {"rows": 1, "errors": 1} and m.error_causes == {"desc"}
+        assert (mem[0x10040:0x10080] == before[0x1040:0x1080]).all()
+        assert (mem[0x10000:0x10040] == before[0x10000:0x10040]).all()
+        m.set_staging(top + 0x10000, 64, 4, 1)
+        assert m.run(mem, "gather", [ref.key(0, 2)], 0, read_error=read_error) == \
+            {"rows": 0, "errors": 1}
+        assert m.error_causes == {"desc", "slot"}

@@ -46,9 +46,17 @@ def front_reference(batches, framing):
     return out
 
 
+def staging_at(cycle):
+    """The staging window inputs `run_front` sets in ``cycle`` (base bits above 32 set)."""
+    return {"base": cycle << 33 | cycle * 8, "stride": cycle * 16, "slots": cycle + 1,
+            "banks": cycle % 3}
+
+
 def run_front(framing, direction, batches, seed, drained_after=None, stalls=True):
-    """Drives ``batches`` through a front with random stalls; returns its beats, the cycles
-    of the command handshakes and of the first key handshake after each, and ``started``."""
+    """Drives ``batches`` through a front with random stalls; returns its beats (with the
+    ``window`` output beside each), the cycles of the command handshakes and of the first key
+    handshake after each, and ``started``. The staging inputs change every cycle: in cycle c
+    they are `staging_at` (c)."""
     cmd = {"bank": 1} if framing == "end" else {"count": 16, "bank": 1}
     if direction is None:
         cmd["scatter"] = 1
@@ -76,6 +84,7 @@ def run_front(framing, direction, batches, seed, drained_after=None, stalls=True
                     {"end": ends[ki]} if framing == "end" else {})})
             ctx.set(dut.keys.valid, ki < len(keys) and (not stalls or rng.random() < 0.8))
             ctx.set(dut.o.ready, not stalls or rng.random() < 0.7)
+            ctx.set(dut.staging, staging_at(cycle))
             if ctx.get(dut.started):
                 started.append(cycle)
             if ctx.get(dut.cmd.valid) and ctx.get(dut.cmd.ready):
@@ -89,6 +98,8 @@ def run_front(framing, direction, batches, seed, drained_after=None, stalls=True
                 p = ctx.get(dut.o.payload)
                 beats.append({f: int(getattr(p, f)) for f in
                               ("key", "slot", "bank", "scatter", "null", "eob")})
+                w = ctx.get(dut.window)
+                beats[-1]["window"] = {f: int(getattr(w, f)) for f in staging_at(0)}
             await ctx.tick()
     simulate(dut, bench)
     return beats, cmd_at, key_at, started
@@ -119,6 +130,16 @@ def test_front_end_framing_and_change_of_direction(seed):
         assert {k: got[k] for k in exp} == exp
     # the scatter command (a change of direction) waits for drained; the next does not
     assert cmd_at[2] >= 150 and cmd_at[3] < 150 + 60
+
+
+def test_front_latches_the_staging_window_per_command():
+    """Issue 42: the staging registers change every cycle; every beat of a batch carries on
+    ``window`` the values of the cycle its command was taken (so a write while keys are in
+    flight applies to later batches only)."""
+    batches = [(0, 0, [1, 2, 3]), (1, 0, []), (0, 0, [4, 5, 6, 7])]
+    beats, cmd_at, _, _ = run_front("count", "gather", batches, seed=4)
+    want = [staging_at(c) for c, (_, _, ks) in zip(cmd_at, batches) for _ in ks or [0]]
+    assert len(cmd_at) == 3 and [b["window"] for b in beats] == want
 
 
 def test_front_command_to_first_key_latency():
@@ -254,6 +275,64 @@ def test_window_check_latency_and_descriptor_latency():
         assert (c1, c2) == (dut.DESC_LATENCY - 1 + dut.LATENCY, dut.DESC_LATENCY + dut.LATENCY)
         assert early.refused and CAUSES[early.cause] == "table"
         assert ok.row and (ok.src, ok.dst, ok.rem) == (0x1000 + 3 * 64, 0x100000 + 64, 64)
+    simulate(dut, bench)
+
+
+def test_window_check_keeps_the_window_of_keys_in_flight():
+    """Issue 42: a staging window change while keys are in the check's stages (``ops``
+    stalled) applies only to keys taken after it: those in flight keep the base, stride and
+    slot bound of their own window (the unlatched check took the stride at S2 and the base at
+    S5, so they landed outside both windows). A base with a bit at or above addr_width is
+    refused (desc for a table, slot for the staging window), not cut."""
+    dut = RowWindowCheck(addr_width=AW, data_width=DW, num_tables=TABLES, row_bits=RB,
+                         key_width=KW)
+    old, new = (0x100000, 64, 16, 1), (0x200000, 128, 4, 1)
+
+    async def send(ctx, slots):
+        for slot in slots:
+            ctx.set(dut.keys.payload, dict(key=key_of(2, slot), slot=slot, bank=0, scatter=0,
+                                           null=0, eob=0))
+            ctx.set(dut.keys.valid, 1)
+            assert ctx.get(dut.keys.ready)
+            await ctx.tick()
+        ctx.set(dut.keys.valid, 0)
+
+    async def drain(ctx, n):
+        ctx.set(dut.ops.ready, 1)
+        got = []
+        while len(got) < n:
+            if ctx.get(dut.ops.valid):
+                got.append(ctx.get(dut.ops.payload))
+            await ctx.tick()
+        ctx.set(dut.ops.ready, 0)
+        return got
+
+    async def bench(ctx):
+        await write_descriptor(ctx, dut, 2, 0x1000, 16, 64)
+        await write_descriptor(ctx, dut, 3, (1 << AW) + 0x1000, 16, 64)
+        set_staging(ctx, dut, old)
+        await ctx.tick().repeat(max(dut.SETUP_CYCLES, dut.DESC_LATENCY))
+        await send(ctx, [3, 6, 9, 12])               # four keys fill S2..S5 (ops stalled)
+        set_staging(ctx, dut, new)
+        await ctx.tick().repeat(dut.SETUP_CYCLES)
+        got = await drain(ctx, 4)
+        assert [(op.row, op.dst) for op in got] == [(1, old[0] + s * old[1]) for s in (3, 6, 9, 12)]
+        await send(ctx, [1, 6])
+        got = await drain(ctx, 2)
+        assert (got[0].row, got[0].dst) == (1, new[0] + new[1])
+        assert (got[1].refused, CAUSES[got[1].cause]) == (1, "slot")   # slot 6 >= 4 slots
+        ctx.set(dut.keys.payload, dict(key=key_of(3, 0), slot=0, bank=0, scatter=0, null=0,
+                                       eob=0))
+        ctx.set(dut.keys.valid, 1)
+        await ctx.tick()
+        ctx.set(dut.keys.valid, 0)
+        (op,) = await drain(ctx, 1)
+        assert (op.refused, CAUSES[op.cause]) == (1, "desc")
+        set_staging(ctx, dut, ((1 << AW) + old[0], *old[1:]))
+        await ctx.tick().repeat(dut.SETUP_CYCLES)
+        await send(ctx, [0])
+        (op,) = await drain(ctx, 1)
+        assert (op.refused, CAUSES[op.cause]) == (1, "slot")
     simulate(dut, bench)
 
 

@@ -285,8 +285,11 @@ CAM_STATUSES = tuple((status.name.lower(), int(status)) for status in CAMStatus)
 _CAUSE_DOCS = {
     "table": "A DMA request named a table without a committed descriptor.",
     "row": "A DMA request named a row at or beyond DESC_ROWS.",
-    "slot": "A DMA request named a staging slot at or beyond STAGING_SLOTS.",
-    "desc": "DESC_COMMIT of an invalid descriptor (table index or row size).",
+    "slot": "A DMA request named a staging slot at or beyond STAGING_SLOTS, or its batch's "
+            "staging window fails its checks (alignment, end, STAGING_BASE at or above "
+            "2^ADDR_WIDTH).",
+    "desc": "A DMA request used a descriptor that fails its checks (row size, alignment, end, "
+            "DESC_BASE at or above 2^ADDR_WIDTH).",
     "axi_read": "An AXI4 read answered SLVERR or DECERR.",
     "axi_write": "An AXI4 write answered SLVERR or DECERR.",
 }
@@ -352,7 +355,9 @@ HOTLINE_REGISTERS = RegisterMap([
              "the AXI4 master's transactions in flight; STATUS.resetting is 1 until the "
              "blocks are ready again."))),
     Register("CONFIG", 0x044, "rw", "Operating modes.", fields=(
-        _bit("gather_enable", 0, "Gather each batch's unique cold rows by DMA."),
+        _bit("gather_enable", 0, "Gather each batch's unique cold rows by DMA. Latched per "
+             "batch: a write applies from the next batch whose first batch_keys beat has not "
+             "come yet."),
         _bit("learner_tap", 1, "Feed the lookup stream to the access learner."),
         _bit("cam_events", 2, "CAM responses and relocations go to the cam_events stream "
              "(in order: a command's relocations, then its response) instead of CAM_RESP and "
@@ -375,13 +380,18 @@ HOTLINE_REGISTERS = RegisterMap([
     Register("DESC_TABLE", 0x080, "rw", "Table the staged descriptor is for.", fields=(
         Field("table", 0, 8, "Table index (< NUM_TABLES)."),)),
     Register("DESC_BASE_LO", 0x084, "rw", "Staged descriptor: table base byte address, bits 31..0."),
-    Register("DESC_BASE_HI", 0x088, "rw", "Staged descriptor: table base byte address, bits 63..32."),
+    Register("DESC_BASE_HI", 0x088, "rw", "Staged descriptor: table base byte address, bits "
+             "63..32. A base at or above 2^ADDR_WIDTH (BASE_HI != 0 on a 32-bit bus) is "
+             "refused (ERROR_CAUSE.desc), never truncated."),
     Register("DESC_ROWS", 0x08C, "rw", "Staged descriptor: rows in the table (valid rows 0 .. ROWS-1)."),
     Register("DESC_ROW_BYTES", 0x090, "rw", "Staged descriptor: bytes per row (row stride in host memory)."),
     Register("DESC_COMMIT", 0x094, "wo", "Any write copies the staged descriptor into table DESC_TABLE."),
     # ---- staging buffer: 0x0c0 - 0x0ff -------------------------------------------------------
     Register("STAGING_BASE_LO", 0x0C0, "rw", "Staging buffer base byte address, bits 31..0."),
-    Register("STAGING_BASE_HI", 0x0C4, "rw", "Staging buffer base byte address, bits 63..32."),
+    Register("STAGING_BASE_HI", 0x0C4, "rw", "Staging buffer base byte address, bits 63..32. "
+             "A base at or above 2^ADDR_WIDTH is refused (ERROR_CAUSE.slot), never truncated. "
+             "The STAGING_* registers are latched when the DMA takes a batch's command: a "
+             "write applies to the batches after it."),
     Register("STAGING_STRIDE", 0x0C8, "rw", "Bytes between consecutive cold slots."),
     Register("STAGING_SLOTS", 0x0CC, "rw", "Cold slots per bank (valid slots 0 .. SLOTS-1)."),
     Register("STAGING_BANKS", 0x0D0, "rw", "Banks (double buffering); bank b starts at "

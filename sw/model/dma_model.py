@@ -11,9 +11,16 @@ Semantics (the same as the RTL's docstring):
   ``table``: table >= num_tables, or no valid descriptor (rows == 0);
   ``row``:   row >= rows;
   ``desc``:  row_bytes == 0, row_bytes not a multiple of the bus width in bytes, row_bytes >
-             staging stride, table base not bus-aligned, or base + rows * row_bytes > 2**addr_width;
+             staging stride, table base not bus-aligned, base >= 2**addr_width, or base + rows *
+             row_bytes > 2**addr_width;
   ``slot``:  bank >= staging banks, slot >= staging slots, staging base or stride not
-             bus-aligned, or staging base + banks * slots * stride > 2**addr_width.
+             bus-aligned, staging base >= 2**addr_width, or staging base + banks * slots *
+             stride > 2**addr_width.
+  Bases are kept with all their ``BASE_BITS`` (the BASE_LO/BASE_HI registers): one at or above
+  2**addr_width is refused, never truncated to an alias in low memory.
+- The staging window a batch uses is the one set before the batch (the RTL latches it at the
+  batch's command): `run` and `bursts` take it whole, so `set_staging` between batches
+  affects only the later ones.
   A refused row issues no transaction, counts one ``window_errors`` and sets its cause bit.
 - A row is copied in chunks: ``min(remaining, 4096 - src % 4096, 4096 - dst % 4096,
   max_burst_beats * bus_bytes)`` bytes, each one INCR read burst (AR) and one INCR write burst
@@ -33,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hotline.contract.dma import CAUSES, DIRECTIONS, PAGE
+from hotline.contract.dma import BASE_BITS, CAUSES, DIRECTIONS, PAGE
 from hotline.contract.keys import KEY_BITS, ROW_BITS
 
 __all__ = ["TableDescriptor", "StagingWindow", "RowDMAModel"]
@@ -82,12 +89,12 @@ class RowDMAModel:
         RTL's descriptor port; a table id >= num_tables is ignored). rows = 0 invalidates."""
         if not 0 <= table < self.num_tables:
             return
-        self.descriptors[table] = TableDescriptor(base & ((1 << self.addr_width) - 1),
+        self.descriptors[table] = TableDescriptor(base & ((1 << BASE_BITS) - 1),
                                                   rows & ((1 << (self.row_bits + 1)) - 1),
                                                   row_bytes & 0xFFFF)
 
     def set_staging(self, base, stride, slots, banks):
-        self.staging = StagingWindow(base & ((1 << self.addr_width) - 1), stride & 0xFFFF,
+        self.staging = StagingWindow(base & ((1 << BASE_BITS) - 1), stride & 0xFFFF,
                                      slots & 0xFFFF, banks & 3)
 
     def reset(self):
@@ -128,10 +135,10 @@ class RowDMAModel:
         if row >= d.rows:
             return "row"
         if (d.row_bytes == 0 or d.row_bytes % b or d.row_bytes > st.stride or d.base % b
-                or d.base + d.rows * d.row_bytes > top):
+                or d.base >= top or d.base + d.rows * d.row_bytes > top):
             return "desc"
         if (bank >= st.banks or slot >= st.slots or st.base % b or st.stride % b
-                or st.base + st.banks * st.slots * st.stride > top):
+                or st.base >= top or st.base + st.banks * st.slots * st.stride > top):
             return "slot"
         return (d.base + row * d.row_bytes, st.base + (bank * st.slots + slot) * st.stride,
                 d.row_bytes)
@@ -182,13 +189,15 @@ class RowDMAModel:
         st, b, top = self.staging, self.bus_bytes, 1 << self.addr_width
         n = self.num_tables
         base, nrows, rb = (np.zeros(n + 1, np.int64) for _ in range(3))
+        far = np.zeros(n + 1, bool)  # base >= top: refused (its 64 bits need not fit int64)
         for t, d in self.descriptors.items():
-            base[t], nrows[t], rb[t] = d.base, d.rows, d.row_bytes
+            far[t] = d.base >= top
+            base[t], nrows[t], rb[t] = 0 if far[t] else d.base, d.rows, d.row_bytes
         table = np.minimum(keys >> self.row_bits, n)
         row = keys & ((1 << self.row_bits) - 1)
-        desc_bad = ((rb == 0) | (rb % b != 0) | (rb > st.stride) | (base % b != 0)
+        desc_bad = ((rb == 0) | (rb % b != 0) | (rb > st.stride) | (base % b != 0) | far
                     | (base + nrows * rb > top))[table]
-        staging_bad = bool(st.base % b or st.stride % b
+        staging_bad = bool(st.base % b or st.stride % b or st.base >= top
                            or st.base + st.banks * st.slots * st.stride > top or bank >= st.banks)
         slot = np.arange(len(keys))
         cause = np.full(len(keys), -1, np.int64)
@@ -201,7 +210,7 @@ class RowDMAModel:
             return None
         size = int(sizes[0]) if sizes.size else 0
         table_addr = base[table[ok]] + row[ok] * size
-        staging_addr = st.base + (bank * st.slots + slot[ok]) * st.stride
+        staging_addr = (0 if staging_bad else st.base) + (bank * st.slots + slot[ok]) * st.stride
         src, dst = ((table_addr, staging_addr) if direction == "gather"
                     else (staging_addr, table_addr))
         if src.size and not (src.max() + size <= dst.min() or dst.max() + size <= src.min()):
