@@ -34,13 +34,23 @@ more commands than responses taken plus ``CMD_DEPTH``); ``CAM_RESP`` and ``CAM_M
 FIFOs; ``LEARNER_ADDR`` reads one learner entry (``STATUS.learner_valid`` after
 ``READ_LATENCY`` + 2 cycles; the learner must be stopped). ``DESC_COMMIT`` writes a table
 descriptor. Counters are 64-bit views of the blocks' 48-bit counters (the learner's 32-bit).
+
+Watchdog (``watchdog_cycles``, the WATCHDOG_CYCLES register; default
+`hotline.contract.dma.WATCHDOG_CYCLES` = 4096): (1) a scatter batch whose ``scatter_keys`` stop
+for that many cycles while a gather batch's key waits at the engine is closed as if its
+``end`` beat had come (its ``dma_done`` counts the keys that came; keys sent later belong to
+the next scatter batch, so the host should soft-reset); (2) a soft reset whose AXI4 responses
+stop for that many cycles gives them up (`AXI4Quiesce`: late ones are taken and dropped by the
+gate) and completes. Each counts one TIMEOUTS and sets ERROR_CAUSE.timeout (and STATUS.error);
+both live outside the soft reset, so they survive it (CONTROL.clear_counters / clear_errors
+zero them).
 """
 from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hotline.contract.config import AcceleratorConfig
-from hotline.contract.dma import CAUSES
+from hotline.contract.dma import CAUSES, WATCHDOG_CYCLES
 from hotline.contract.regmap import HOTLINE_REGISTERS
 from hotline.contract.streams import CAM_EVENT_LAYOUT, cold_key_layout, dma_done_layout
 
@@ -69,7 +79,8 @@ CSR_ADDR_WIDTH = 12
 class HotlineAccelerator(wiring.Component):
     """Parameters: ``fragmenter`` (``Fragmenter`` keyword arguments: cam, cold,
     max_batch_samples, fifo_depth), ``learner`` (``AccessLearner`` keyword arguments),
-    ``dma`` (``RowDMA`` keyword arguments: addr_width, data_width, num_tables, row_bits, ...).
+    ``dma`` (``RowDMA`` keyword arguments: addr_width, data_width, num_tables, row_bits, ...),
+    ``watchdog_cycles`` (the watchdog's timeout, WATCHDOG_CYCLES; module docstring).
     `from_config` builds it from an `AcceleratorConfig`; its stream payloads are then
     `hotline.contract.streams.stream_layouts` of that configuration.
     """
@@ -98,7 +109,11 @@ class HotlineAccelerator(wiring.Component):
                 fragmenter[block] = dict(fragmenter[block], primitive=primitive)
         return fragmenter
 
-    def __init__(self, *, fragmenter=None, learner=None, dma=None):
+    def __init__(self, *, fragmenter=None, learner=None, dma=None,
+                 watchdog_cycles=WATCHDOG_CYCLES):
+        if watchdog_cycles < 2:
+            raise ValueError(f"watchdog_cycles must be >= 2, not {watchdog_cycles}")
+        self.watchdog_cycles = watchdog_cycles
         self.fragmenter = Fragmenter(**(fragmenter or {}))
         self.learner = AccessLearner(**(learner or {}))
         self.dma = RowDMA(None, framing="end", **(dma or {}))
@@ -109,7 +124,8 @@ class HotlineAccelerator(wiring.Component):
             "NUM_TABLES": d.num_tables, "ROW_BITS": d.row_bits, "DATA_WIDTH": d.data_width,
             "ADDR_WIDTH": d.addr_width,
             "LEARNER_ENTRIES": self.learner.buckets * self.learner.ways,
-            "MAX_BATCH_SAMPLES": f.max_batch_samples, "LANES": f.lanes})
+            "MAX_BATCH_SAMPLES": f.max_batch_samples, "LANES": f.lanes,
+            "WATCHDOG_CYCLES": watchdog_cycles})
         super().__init__({
             "axil": In(AXI4LiteSignature(CSR_ADDR_WIDTH)),
             "bus": Out(AXI4Signature(d.addr_width, d.data_width)),
@@ -132,13 +148,17 @@ class HotlineAccelerator(wiring.Component):
         # then clears the learner's table; the CAM and the cold-key set clear theirs after any
         # reset by themselves.
         d = self.dma
-        top.submodules.quiesce = quiesce = AXI4Quiesce(d.addr_width, d.data_width)
+        top.submodules.quiesce = quiesce = AXI4Quiesce(d.addr_width, d.data_width,
+                                                       timeout=self.watchdog_cycles)
         wiring.connect(top, quiesce.s, wiring.flipped(self.bus))
         lite = AXI4LiteSignature(CSR_ADDR_WIDTH).create(path=("core_axil",))
         requested, soft_rst, cleared = (Signal(name=n) for n in ("soft_reset_requested",
                                                                  "soft_rst", "soft_cleared"))
         soft = {"request": Signal(), "learner_clear": cleared,
-                "busy": Signal(name="soft_reset_busy")}
+                "busy": Signal(name="soft_reset_busy"),
+                **{name: Signal(name=name) for name in ("scatter_timeout", "clear_counters",
+                                                        "clear_errors", "timeout_cause")},
+                "timeouts": Signal(48, name="timeouts")}
         axil = self.axil
         lite_reads, lite_writes = Signal(2, name="lite_reads"), Signal(2, name="lite_writes")
         ar, aw = axil.arvalid & axil.arready, axil.awvalid & axil.awready
@@ -168,6 +188,12 @@ class HotlineAccelerator(wiring.Component):
             top.d.sync += [requested.eq(0), soft_rst.eq(1), *(r.eq(1) for r in resets.values())]
         top.d.comb += [quiesce.hold.eq(requested | soft_rst),
                        soft["busy"].eq(requested | soft_rst | cleared)]
+        # The watchdog's count and cause live here, outside the soft reset: a reset that had to
+        # give up hung responses must still show it afterwards.
+        lagged_count(top, soft["timeouts"], quiesce.expired + soft["scatter_timeout"],
+                     soft["clear_counters"], "timeouts")
+        top.d.sync += soft["timeout_cause"].eq(Mux(soft["clear_errors"], 0, soft["timeout_cause"])
+                                               | quiesce.expired | soft["scatter_timeout"])
         top.submodules.core = self._core(quiesce.m, lite, soft, resets)
         return top
 
@@ -220,7 +246,9 @@ class HotlineAccelerator(wiring.Component):
         """Everything the soft reset resets: the blocks, the CSR bank and their glue, on
         ``bus`` (the quiesce gate's master side) and ``axil``; ``soft``: the reset's request
         (out), its learner clear (in) and its busy flag (in, for STATUS.resetting);
-        ``resets``: the soft reset of each of `RESET_GROUPS` (the glue: the rest)."""
+        ``resets``: the soft reset of each of `RESET_GROUPS` (the glue: the rest). ``soft`` also
+        carries the watchdog's: the scatter timeout strobe and the clear strobes (out), the
+        TIMEOUTS count and the timeout cause (in)."""
         core, m = Module(), Module()
         frag, learner, dma, csr = self.fragmenter, self.learner, self.dma, self.csr
         for name, block in (("fragmenter", frag), ("learner", learner), ("dma", dma),
@@ -236,7 +264,9 @@ class HotlineAccelerator(wiring.Component):
         config = csr.port_of("CONFIG")
         clear_counters = control_stb & control[0]
         clear_errors = control_stb & control[1]
-        m.d.comb += soft["request"].eq(control_stb & control[5])
+        m.d.comb += [soft["request"].eq(control_stb & control[5]),
+                     soft["clear_counters"].eq(clear_counters),
+                     soft["clear_errors"].eq(clear_errors)]
         gather_enable, learner_tap = config[0], config[1]
 
         # ---- lookups: fragmenter, and the learner's tap on accepted beats ---------------
@@ -310,7 +340,24 @@ class HotlineAccelerator(wiring.Component):
         banks = csr.field_of("STAGING_BANKS", "banks")
         with m.If(clear_counters):
             m.d.sync += gather_bank.eq(0)
-        with m.FSM(name="dma_feed"):
+        # Scatter watchdog: a scatter batch whose keys stop for watchdog_cycles while a gather's
+        # key waits behind it is closed with an end beat of the glue's own (its done record
+        # counts the keys that came), a counted error instead of a deadlock through the fork.
+        # A gap alone is legal (the host link delivers keys frame by frame); with a gather
+        # waiting it is not, for the host sends a batch's lookups after its scatter's keys.
+        # Off the key path (timing): starving is a register, the expiry compares registers.
+        starving, closing = Signal(name="scatter_starving"), Signal(name="scatter_closing")
+        wait_left = Signal(range(self.watchdog_cycles + 1), init=self.watchdog_cycles,
+                           name="scatter_wait_left")
+        with m.If(~starving | closing):
+            m.d.sync += wait_left.eq(self.watchdog_cycles)
+        with m.Elif(wait_left != 0):
+            m.d.sync += wait_left.eq(wait_left - 1)
+        expire = starving & (wait_left == 1) & ~closing
+        m.d.comb += soft["scatter_timeout"].eq(expire)
+        with m.If(expire):
+            m.d.sync += closing.eq(1)
+        with m.FSM(name="dma_feed") as feed:
             with m.State("IDLE"):
                 with m.If(~directions_room):
                     pass  # 30 batches await their done records: wait for the host to take one
@@ -332,9 +379,18 @@ class HotlineAccelerator(wiring.Component):
                     m.d.sync += gather_bank.eq(~gather_bank & (banks == 2))
                     m.next = "IDLE"
             with m.State("SCATTER"):
-                wiring.connect(m, wiring.flipped(self.scatter_keys), to_dma)
-                with m.If(self.scatter_keys.valid & to_dma.ready & self.scatter_keys.payload.end):
-                    m.next = "IDLE"
+                with m.If(closing):
+                    m.d.comb += [to_dma.valid.eq(1), to_dma.payload.end.eq(1)]
+                    with m.If(to_dma.ready):
+                        m.d.sync += closing.eq(0)
+                        m.next = "IDLE"
+                with m.Else():
+                    wiring.connect(m, wiring.flipped(self.scatter_keys), to_dma)
+                    with m.If(self.scatter_keys.valid & to_dma.ready
+                              & self.scatter_keys.payload.end):
+                        m.next = "IDLE"
+        m.d.sync += starving.eq(feed.ongoing("SCATTER") & ~self.scatter_keys.valid
+                                & gather.valid)
         # A batch's direction is written when its command is taken, dozens of cycles before its
         # done record (RowDMA.CMD_TO_KEY + KEY_TO_AR at least), so it is always there to read:
         # done is not gated by the FIFO's r_rdy (timing: the level reached done's payload).
@@ -460,13 +516,15 @@ class HotlineAccelerator(wiring.Component):
             "gather_busy": dma.busy & ~running_scatter, "scatter_busy": dma.busy & running_scatter,
             "cam_busy": cmd_f.r_rdy | ~frag.cmd.ready, "cold_clearing": frag.cold.clearing,
             "learner_active": learner.active, "resp_valid": resp_f.r_rdy,
-            "move_valid": moves_f.r_rdy, "learner_valid": learner_valid, "error": cause.any(),
+            "move_valid": moves_f.r_rdy, "learner_valid": learner_valid,
+            "error": cause.any() | soft["timeout_cause"],
             "resetting": soft["busy"] | learner.clearing | frag.cold.clearing | ~frag.cmd.ready,
         }
         for name, value in status.items():
             m.d.comb += csr.field_of("STATUS", name).eq(value)
         for n, name in enumerate(CAUSES):
             m.d.comb += csr.field_of("ERROR_CAUSE", name).eq(cause[n])
+        m.d.comb += csr.field_of("ERROR_CAUSE", "timeout").eq(soft["timeout_cause"])
 
         cycles = Signal(48)
         gather_rows = Signal(48)
@@ -487,7 +545,7 @@ class HotlineAccelerator(wiring.Component):
             "scatter_rows": scatter_rows, "dma_bytes_read": dma.bytes_read,
             "dma_bytes_written": dma.bytes_written, "window_errors": dma.window_errors,
             "axi_errors": dma.axi_errors, "learner_dropped": learner.dropped,
-            "learner_counted": learner.counted,
+            "learner_counted": learner.counted, "timeouts": soft["timeouts"],
         }
         for name, value in counters.items():
             m.d.comb += getattr(csr, name).eq(value)

@@ -2,7 +2,7 @@
 lets no new one start, so that the master can be reset without leaving its slave mid-transaction.
 
 Ports: ``m`` In(`AXI4Signature`) (the master's side), ``s`` Out(`AXI4Signature`) (the slave's
-side), ``hold`` In(1), ``quiet`` Out(1).
+side), ``hold`` In(1), ``quiet`` Out(1), ``expired`` Out(1).
 
 With ``hold`` low every signal passes straight through (no latency; a valid or ready is one AND
 gate with a register) and the gate only counts: ARs without their last R beat, AWs without
@@ -20,6 +20,18 @@ has had its last R beat, every AW its B response, W bursts and AWs pair up). In 
 cycle the slave is offered nothing and owes nothing: resetting the master then is safe. It is
 a function of registers only; it rises two cycles after the last response once the channels
 are closed (the in-flight counts take the handshakes a cycle late).
+
+Watchdog (``timeout`` cycles, None: none): a slave that stops answering would keep ``quiet``
+low for ever. When ``hold`` is high, every request channel is closed with W and AW paired, and
+only responses are owed, but no R or B beat has come for ``timeout`` cycles, the gate gives
+them up: ``expired`` is high for one cycle, the owed R bursts and B responses move to stale
+counts, and ``quiet`` rises. A stale response that comes later is taken from the slave by the
+gate itself (ready high, valid hidden from the master) and dropped: with one ID the slave
+answers in order, so the first ones to come are the stale ones, and the master, reset
+meanwhile, never sees an answer to a request it did not make. Requests the slave never takes
+(a ready that never rises, W data never taken) are not covered: the gate cannot withdraw them.
+The master's ``rvalid`` / ``bvalid`` and the slave's ``rready`` / ``bready`` gain one gate
+whose other input comes from registers only (the stale counts and ``expired``).
 """
 from amaranth import *
 from amaranth.lib import wiring
@@ -35,18 +47,32 @@ _GATED = ("arvalid", "arready", "awvalid", "awready", "wvalid", "wready")
 
 class AXI4Quiesce(wiring.Component):
     """Parameters: ``addr_width``, ``data_width``, ``id_width`` (as `AXI4Signature`);
-    ``max_in_flight``: a bound on the master's outstanding transactions (sizes the counters)."""
+    ``max_in_flight``: a bound on the master's outstanding transactions (sizes the counters);
+    ``timeout``: the watchdog's cycles without a response (None: no watchdog)."""
 
-    def __init__(self, addr_width, data_width, id_width=1, max_in_flight=256):
-        self.max_in_flight = max_in_flight
+    def __init__(self, addr_width, data_width, id_width=1, max_in_flight=256, timeout=None):
+        if timeout is not None and timeout < 2:
+            raise ValueError(f"timeout must be None or >= 2 cycles, not {timeout}")
+        self.max_in_flight, self.timeout = max_in_flight, timeout
         sig = AXI4Signature(addr_width, data_width, id_width)
-        super().__init__({"m": In(sig), "s": Out(sig), "hold": In(1), "quiet": Out(1)})
+        super().__init__({"m": In(sig), "s": Out(sig), "hold": In(1), "quiet": Out(1),
+                          "expired": Out(1)})
 
     def elaborate(self, platform):
         m = Module()
         mst, slv = self.m, self.s
+        # responses owed to a master the watchdog gave up on: taken here, hidden from it
+        n = self.max_in_flight
+        stale_r, stale_b = (Signal(range(n + 1), name=f"stale_{x}") for x in "rb")
+        drop_r, drop_b = Signal(name="drop_r"), Signal(name="drop_b")
         for name, member in self.s.signature.members.items():
-            if name not in _GATED:
+            if name in ("rvalid", "bvalid"):
+                drop = drop_r if name == "rvalid" else drop_b
+                m.d.comb += getattr(mst, name).eq(getattr(slv, name) & ~drop)
+            elif name in ("rready", "bready"):
+                drop = drop_r if name == "rready" else drop_b
+                m.d.comb += getattr(slv, name).eq(getattr(mst, name) | drop)
+            elif name not in _GATED:
                 src, dst = (mst, slv) if member.flow == Out else (slv, mst)
                 m.d.comb += getattr(dst, name).eq(getattr(src, name))
         closed = {ch: Signal(name=f"closed_{ch}") for ch in ("ar", "aw", "w")}
@@ -54,15 +80,15 @@ class AXI4Quiesce(wiring.Component):
             m.d.comb += [getattr(slv, f"{ch}valid").eq(getattr(mst, f"{ch}valid") & ~c),
                          getattr(mst, f"{ch}ready").eq(getattr(slv, f"{ch}ready") & ~c)]
 
-        n = self.max_in_flight
         reads, writes = Signal(range(n + 1), name="reads"), Signal(range(n + 1), name="writes")
         w_ahead = Signal(range(-n, n + 1))  # W bursts completed minus AWs taken
         w_mid = Signal()                    # a W burst has begun and not ended
         ar = slv.arvalid & slv.arready
         aw = slv.awvalid & slv.awready
         w = slv.wvalid & slv.wready
-        r_last = slv.rvalid & slv.rready & slv.rlast
-        b = slv.bvalid & slv.bready
+        r_beat = slv.rvalid & slv.rready
+        r_last = r_beat & slv.rlast & ~drop_r    # a dropped response is not the master's
+        b = slv.bvalid & slv.bready & ~drop_b
         w_ahead_next, w_mid_next = Signal.like(w_ahead), Signal()
         m.d.comb += [w_ahead_next.eq(up_down(w_ahead, w & mst.wlast, aw)),
                      w_mid_next.eq(Mux(w, ~mst.wlast, w_mid))]
@@ -72,9 +98,25 @@ class AXI4Quiesce(wiring.Component):
         late = {name: Signal(name=f"{name}_taken") for name in ("ar", "r_last", "aw", "b")}
         m.d.sync += [late["ar"].eq(ar), late["r_last"].eq(r_last), late["aw"].eq(aw),
                      late["b"].eq(b)]
-        m.d.sync += [reads.eq(up_down(reads, late["ar"], late["r_last"])),
-                     writes.eq(up_down(writes, late["aw"], late["b"])),
-                     w_ahead.eq(w_ahead_next), w_mid.eq(w_mid_next)]
+        reads_next = up_down(reads, late["ar"], late["r_last"])
+        writes_next = up_down(writes, late["aw"], late["b"])
+        m.d.sync += [w_ahead.eq(w_ahead_next), w_mid.eq(w_mid_next)]
+        stale_r_next = up_down(stale_r, 0, r_beat & slv.rlast & drop_r)
+        stale_b_next = up_down(stale_b, 0, slv.bvalid & drop_b)
+        requests_done = Signal(name="requests_done")   # only responses may be owed
+        m.d.sync += [reads.eq(reads_next), writes.eq(writes_next),
+                     stale_r.eq(stale_r_next), stale_b.eq(stale_b_next)]
+        if self.timeout is not None:
+            self._watchdog(m, requests_done & ((reads != 0) | (writes != 0)),
+                           r_beat | (slv.bvalid & slv.bready))
+            # In the cycle expired is high, the handshakes of the cycle before are in
+            # reads_next / writes_next; a response in this cycle is dropped as a stale one.
+            with m.If(self.expired):
+                m.d.sync += [reads.eq(0), writes.eq(0),
+                             stale_r.eq(stale_r_next + reads_next),
+                             stale_b.eq(stale_b_next + writes_next)]
+        m.d.comb += [drop_r.eq((stale_r != 0) | self.expired),
+                     drop_b.eq((stale_b != 0) | self.expired)]
 
         # A channel may close where the slave is not mid-offer. W never closes inside a burst,
         # and stays open while a taken AW owes its data; AW stays open while a W burst has no
@@ -84,7 +126,17 @@ class AXI4Quiesce(wiring.Component):
         for ch, needed in (("ar", C(0)), ("aw", aw_needed), ("w", w_needed)):
             boundary = ~getattr(slv, f"{ch}valid") | getattr(slv, f"{ch}ready")
             m.d.sync += closed[ch].eq(self.hold & boundary & ~needed)
-        m.d.comb += self.quiet.eq(self.hold & closed["ar"] & closed["aw"] & closed["w"]
-                                  & (reads == 0) & (writes == 0) & ~late["ar"] & ~late["aw"]
-                                  & (w_ahead == 0) & ~w_mid)
+        m.d.comb += [requests_done.eq(self.hold & closed["ar"] & closed["aw"] & closed["w"]
+                                      & ~late["ar"] & ~late["aw"] & (w_ahead == 0) & ~w_mid),
+                     self.quiet.eq(requests_done & (reads == 0) & (writes == 0))]
         return m
+
+    def _watchdog(self, m, owed, response):
+        """``expired``, a register: high for one cycle after ``owed`` (responses owed, nothing
+        else) held for ``timeout`` cycles without a ``response`` (an R or B handshake)."""
+        left = Signal(range(self.timeout + 1), init=self.timeout, name="watchdog_left")
+        with m.If(~owed | response | self.expired):
+            m.d.sync += left.eq(self.timeout)
+        with m.Elif(left != 0):
+            m.d.sync += left.eq(left - 1)
+        m.d.sync += self.expired.eq(owed & (left == 1) & ~response & ~self.expired)

@@ -4,9 +4,10 @@ Ports:
 
 - ``ar`` In `burst_layout`: the read bursts, in order.
 - ``bus`` Out(`axi_read_signature`): AR and R. AR: ID 0, INCR, full-width beats,
-  ``ARCACHE`` = 0b0011. ``rlast`` and ``rid`` are not used: the engine counts the beats.
+  ``ARCACHE`` = 0b0011. ``rid`` is not used; the engine counts the beats itself, and passes
+  ``rlast`` on for the `WriteEngine` to check against that count.
 - ``beats`` Out `read_beat_layout`, always ready: each R beat, in the cycle it is taken, with
-  ``err`` for a response other than OKAY.
+  ``err`` for a response other than OKAY and ``last`` = ``rlast``.
 - ``credit`` In(1): one beat of the consumer's buffer was freed.
 - ``read_ok``, ``read_err`` Out(1): strobes, an R beat was taken with an OKAY / an error
   response.
@@ -64,7 +65,7 @@ class ReadEngine(wiring.Component):
         r_fire = bus.rvalid & bus.rready
         r_err = r_fire & (bus.rresp != AXIResp.OKAY)
         m.d.comb += [self.beats.valid.eq(r_fire),
-                     self.beats.payload.eq(Cat(bus.rdata, bus.rresp != AXIResp.OKAY)),
+                     self.beats.payload.eq(Cat(bus.rdata, bus.rresp != AXIResp.OKAY, bus.rlast)),
                      self.read_ok.eq(r_fire & ~r_err), self.read_err.eq(r_err)]
         m.d.sync += [r_due.eq(r_due + ar_beats - r_fire),
                      free.eq(Mux(ar_fire, free - head.len - 1, free) + self.credit)]

@@ -6,7 +6,8 @@ Ports:
   scatter: 1]} (``framing="end"``); ``scatter`` only with ``direction=None``.
 - ``keys`` In {key} (``framing="count"``: the command's ``count`` keys form its batch) or
   {end, key} (``framing="end"``: the batch is closed by a beat with ``end`` set).
-- ``o`` Out `slot_key_layout`: per key its ``slot`` (index in its batch), the batch's
+- ``o`` Out `slot_key_layout`: per key its ``slot`` (index in its batch, saturating at
+  65535: never wrapped, and refused by every staging window), the batch's
   ``bank`` and ``scatter``, and ``eob`` on the batch's last beat. A batch of ``count`` = 0,
   and the ``end`` beat of ``framing="end"``, is one ``null`` beat (with ``eob``).
 - ``started`` Out(1): strobe, a command was taken (a batch began).
@@ -53,7 +54,9 @@ class RowCommandFront(wiring.Component):
         m = Module()
         cmd, keys, o = self.cmd, self.keys, self.o
         remaining = Signal(16)
-        slot = Signal(16)
+        # One bit more than a slot: it saturates there (framing "end" has no length limit), and
+        # a saturated slot is offered as 65535, beyond every staging window (refused, "slot").
+        slot = Signal(17)
         batch_bank = Signal()
         batch_scatter = Signal(init=int(self.direction == "scatter"))
         setup = Signal(range(self.setup_cycles + 1))
@@ -64,7 +67,8 @@ class RowCommandFront(wiring.Component):
         in_null, in_eob = Signal(), Signal()
         cmd_fire = cmd.valid & cmd.ready
         m.d.comb += [self.started.eq(cmd_fire), o.payload.key.eq(keys.payload.key),
-                     o.payload.slot.eq(slot), o.payload.bank.eq(batch_bank),
+                     o.payload.slot.eq(slot[:16] | slot[16].replicate(16)),
+                     o.payload.bank.eq(batch_bank),
                      o.payload.scatter.eq(batch_scatter), o.payload.null.eq(in_null),
                      o.payload.eob.eq(in_eob)]
 
@@ -108,7 +112,7 @@ class RowCommandFront(wiring.Component):
                     m.d.comb += [in_eob.eq(last), in_null.eq(last)]
                 m.d.comb += [o.valid.eq(keys.valid), keys.ready.eq(o.ready)]
                 with m.If(keys.valid & o.ready):
-                    m.d.sync += [remaining.eq(remaining - 1), slot.eq(slot + 1)]
+                    m.d.sync += [remaining.eq(remaining - 1), slot.eq(slot + ~slot[16])]
                     with m.If(last):
                         m.next = "IDLE"
         return m

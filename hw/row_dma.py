@@ -29,7 +29,9 @@ Bursts: a row is copied in chunks of ``min(remaining, 4096 - src % 4096, 4096 - 
 max_burst_beats * bus_bytes)`` bytes, each one AR burst and one AW burst (same length), issued
 in row order. An R beat with an error response is still written (the beat count is kept) with
 ``wstrb`` = 0; write-data beat counts and ``wlast`` come from the engine's own bookkeeping
-(``rlast`` is ignored, ``rready`` is low when no beat is due). Nothing waits on an error.
+(``rready`` is low when no beat is due). An R beat whose ``rlast`` is not where that count
+ends its burst (early or late) counts one ``axi_errors`` and sets ``axi_rlast``; the data is
+still placed by the count, so rows never shift. Nothing waits on an error.
 
 Organisation: ``RowDMA`` only instantiates and connects its stages, each a component with its
 own file, docstring (ports, latency, throughput, backpressure) and tests
@@ -147,12 +149,15 @@ class RowDMA(wiring.Component):
         ``count`` = 0 is legal. framing "end": {{bank: 1{scatter}}}, the batch's keys follow
         it, closed by one beat with ``end`` set (its key is ignored): a source that learns a
         batch's length only after its keys (the Fragmenter's cold keys) streams them without
-        buffering the batch.{scatter_doc}
+        buffering the batch; such a batch has no length limit: a key at index >= 65535 gets
+        slot 65535 (saturated, never wrapped), beyond every staging window, so it is refused
+        (cause ``slot``).{scatter_doc}
     keys : In stream
         {{key: key_width}} (framing "end": {{end, key}}); key = (table << row_bits) | row.
     done : Out stream
         {{rows: 16, errors: 16}}: one per command, in order, after the last write response of
-        its batch: rows copied, rows refused by the window check.
+        its batch: rows copied, rows refused by the window check (saturating at 65535; the
+        ``window_errors`` counter counts them all).
     desc_we, desc_table, desc_base, desc_rows, desc_row_bytes : In
         Descriptor write port (base: 64 bits, as DESC_BASE_LO/HI hold it; rows: row_bits + 1,
         row_bytes: 16 bits). A write when ``desc_we`` is high sets the table's descriptor (a
@@ -173,12 +178,13 @@ class RowDMA(wiring.Component):
         A command was accepted whose ``done`` has not been taken yet.
     rows, window_errors, axi_errors, bytes_read, bytes_written : Out
         Counters (``clear_counters`` zeroes them): rows copied, rows refused, error read beats
-        + error write responses, bytes of OKAY read beats, bytes of write beats sent with
-        strobes. They follow their events by two cycles, so they are final one cycle after
-        the batch's ``done`` is valid.
+        + error write responses + read beats with a wrong ``rlast``, bytes of OKAY read
+        beats, bytes of write beats sent with strobes. They follow their events by two
+        cycles, so they are final one cycle after the batch's ``done`` is valid.
     error_cause : Out
-        Sticky {{table, row, slot, desc, axi_read, axi_write}} (``clear_errors`` zeroes it;
-        events in the same cycle are kept).
+        Sticky {{table, row, slot, desc, axi_read, axi_write, axi_rlast, overflow}}
+        (``overflow``: a counter wrapped; ``clear_errors`` zeroes it; events in the same
+        cycle are kept).
 
     Behaviour (window check, ordering, bursts) and timing are in the module docstring.
     """
@@ -292,7 +298,8 @@ class RowDMA(wiring.Component):
         m.d.comb += [read.credit.eq(write.credit), write.started.eq(front.started),
                      front.drained.eq(write.drained), self.busy.eq(write.busy)]
         pass_on(read, counters, ("read_ok", "read_err"))
-        pass_on(write, counters, ("row_done", "refused", "cause", "write_ok", "write_err"))
+        pass_on(write, counters, ("row_done", "refused", "cause", "write_ok", "write_err",
+                                  "rlast_err"))
         pass_on(self, counters, ("clear_errors", "clear_counters"))
         pass_on(counters, self, ("rows", "window_errors", "axi_errors", "bytes_read",
                                  "bytes_written", "error_cause"))

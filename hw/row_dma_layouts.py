@@ -13,7 +13,8 @@
 - `RowEvent`: what the write side does with one chunk or marker, in issue order: wait for a
   write response (``need_b``), count a copied row (``row_end``), count a refused row
   (``refused``, ``cause``), close the batch (``eob``).
-- `read_beat_layout`: one read-data beat and whether its response was an error.
+- `read_beat_layout`: one read-data beat, whether its response was an error, and its
+  ``rlast`` as the slave gave it (checked against the engine's own count by the `WriteEngine`).
 - `axi_read_signature`, `axi_write_signature`: the AR + R and the AW + W + B members of
   `AXI4Signature` (master view), for the engine that drives each half of the bus.
 """
@@ -52,7 +53,7 @@ RowEvent = data.StructLayout({"need_b": 1, "row_end": 1, "refused": 1, "cause": 
 
 
 def read_beat_layout(data_width):
-    return data.StructLayout({"data": data_width, "err": 1})
+    return data.StructLayout({"data": data_width, "err": 1, "last": 1})
 
 
 def _axi_part(addr_width, data_width, channels):

@@ -10,12 +10,15 @@ Ports:
   ``AWCACHE`` = 0b0011. W: the read-data beats in order, cut into bursts by ``wlen`` (``wlast``
   from that count), ``wstrb`` = 0 for a beat read with an error. ``bid`` is not used.
 - ``done`` Out {rows: 16, errors: 16}: per batch, when its last event (``eob``) completes:
-  rows copied (``row_end``) and refused (``refused``) since the previous batch.
+  rows copied (``row_end``) and refused (``refused``) since the previous batch. ``errors``
+  saturates at 65535 (a batch closed by an ``end`` beat has no length limit; the counters
+  count every refused row); ``rows`` cannot exceed 65535 (one per staging slot < 2**16 - 1).
 - ``started`` In(1): a batch began (`RowCommandFront.started`). ``busy``: a batch began whose
   ``done`` was not taken. ``drained``: every batch begun has completed its last event (a
   register: one cycle late).
 - ``row_done``, ``refused`` (with ``cause``), ``write_ok`` (a W beat with strobes),
-  ``write_err`` (an error write response): strobes for the counters.
+  ``write_err`` (an error write response), ``rlast_err`` (a read beat whose ``rlast`` is not
+  where the engine's own count ends the burst: early or late): strobes for the counters.
 
 Events complete in order: one that needs a write response takes the next B (``bready`` is
 high only then), the others complete without one. An ``eob`` event waits until ``done`` is
@@ -25,9 +28,12 @@ Timing: a beat taken on ``beats`` in cycle t is on W in t + ``R_TO_W``: the read
 then a W register and a W FIFO. The data FIFO's block RAM has no output register, so its data
 goes straight into the W register with no logic between (timing: a select there was the whole
 accelerator's critical path); the W FIFO's registered room says when a beat may leave the
-data FIFO. One beat per cycle while ``wready``. AW bursts pass through as they come. A B
-handshake in cycle t that completes an ``eob`` event makes ``done`` valid in t + 1; an event
-that needs no response completes in the cycle it is offered (``done`` free).
+data FIFO. One beat per cycle while ``wready``. The beat's ``rlast`` is checked in the W
+register (registers only; ``rlast_err`` is a register, one cycle later); the data is written
+as counted, so a slave's wrong ``rlast`` is counted but never shifts a row. AW bursts pass
+through as they come. A B handshake in cycle t that completes an ``eob`` event makes ``done``
+valid in t + 1; an event that needs no response completes in the cycle it is offered
+(``done`` free).
 """
 from amaranth import *
 from amaranth.lib import data, stream, wiring
@@ -67,6 +73,7 @@ class WriteEngine(wiring.Component):
             "cause": Out(RowEvent.members["cause"]),
             "write_ok": Out(1),
             "write_err": Out(1),
+            "rlast_err": Out(1),
         })
 
     def elaborate(self, platform):
@@ -76,22 +83,26 @@ class WriteEngine(wiring.Component):
         shift = exact_log2(bus_bytes)
 
         # ---- read-data FIFO -> W register -> W FIFO -> W ---------------------------------
-        m.submodules.data_fifo = data_fifo = BufferedFIFO(width=self.data_width + 1,
-                                                          depth=self.fifo_beats)
+        m.submodules.data_fifo = data_fifo = BufferedFIFO(
+            width=read_beat_layout(self.data_width).size, depth=self.fifo_beats)
         m.d.comb += [data_fifo.w_en.eq(self.beats.valid),
                      data_fifo.w_data.eq(self.beats.payload)]
         w_layout = data.StructLayout({"data": self.data_width, "err": 1, "last": 1})
+        # the W register also holds the slave's rlast, checked against the count's last
+        w_reg_layout = data.StructLayout({"data": self.data_width, "err": 1, "rlast": 1,
+                                          "last": 1})
         # 8 deep: at one beat per cycle it holds about 3, and its room needs <= depth - 3
         m.submodules.w_fifo = w_fifo = BufferedFIFO(width=w_layout.size, depth=8)
         wbeat = Signal(8)
-        w_reg, w_reg_valid = Signal(w_layout, reset_less=True), Signal()
+        w_reg, w_reg_valid = Signal(w_reg_layout, reset_less=True), Signal()
         w_last = wbeat == self.wlen.payload
         pop = data_fifo.r_rdy & self.wlen.valid & fifo_room(m, w_fifo, "w")
         w_out = w_layout(w_fifo.r_data)
         m.d.sync += [w_reg.eq(Cat(data_fifo.r_data, w_last)), w_reg_valid.eq(pop)]
         m.d.comb += [
             data_fifo.r_en.eq(pop), self.credit.eq(pop), self.wlen.ready.eq(pop & w_last),
-            w_fifo.w_en.eq(w_reg_valid), w_fifo.w_data.eq(w_reg),
+            w_fifo.w_en.eq(w_reg_valid),
+            w_fifo.w_data.eq(Cat(w_reg.data, w_reg.err, w_reg.last)),
             bus.wvalid.eq(w_fifo.r_rdy), bus.wdata.eq(w_out.data),
             bus.wstrb.eq(Mux(w_out.err, 0, (1 << bus_bytes) - 1)), bus.wlast.eq(w_out.last),
             w_fifo.r_en.eq(bus.wready),
@@ -99,6 +110,7 @@ class WriteEngine(wiring.Component):
         ]
         with m.If(pop):
             m.d.sync += wbeat.eq(Mux(w_last, 0, wbeat + 1))
+        m.d.sync += self.rlast_err.eq(w_reg_valid & (w_reg.rlast != w_reg.last))
 
         # ---- AW ----------------------------------------------------------------------------
         m.d.comb += [
@@ -131,7 +143,7 @@ class WriteEngine(wiring.Component):
         # The counts + 1 come from their registers alone, the late handshake selects (timing:
         # it was the carry-in of the adders behind the done payload).
         rows_next = Mux(add_row, batch_rows + 1, batch_rows)
-        errors_next = Mux(add_err, batch_errors + 1, batch_errors)
+        errors_next = Mux(add_err & ~batch_errors.all(), batch_errors + 1, batch_errors)
         with m.If(batch_end):
             m.d.sync += [self.done.valid.eq(1),
                          self.done.payload.rows.eq(rows_next),

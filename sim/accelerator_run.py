@@ -193,7 +193,7 @@ def check_gather(result, job, run, placement, initial, dut_layouts, row_bytes, m
 
 def gather_run(ds, hot_rows, batch_size, dim=16, backend="verilator", profile_fraction=1.0,
                data_width=64, banks=2, busy=0.0, build_dir="build/gather", max_samples=None,
-               verify=True, seed=0, soft_reset_first=False, lanes=1):
+               verify=True, seed=0, soft_reset_first=False, lanes=1, faults_first=False):
     """`hotline gather` JSON: the accelerator top co-simulated on ``ds``, gathering each batch's
     cold rows from real host tables and scattering them back; with ``verify`` every result is
     compared with the model and a numpy gather/scatter. A stream or counter that differs from
@@ -201,7 +201,10 @@ def gather_run(ds, hot_rows, batch_size, dim=16, backend="verilator", profile_fr
     (``mismatched_rows``), and an error with ``verify``. ``soft_reset_first``: the run starts
     on a top left mid-gather by an abandoned session and soft-reset while its bursts are in
     flight (`hotline.sim.tb_accelerator.abandon_and_soft_reset`; what the registers read after
-    the reset is in ``after_reset``). ``lanes``: the Fragmenter's lookup lanes."""
+    the reset is in ``after_reset``). ``lanes``: the Fragmenter's lookup lanes.
+    ``faults_first``: the run starts after `hotline.sim.tb_accelerator.watchdog_faults` (a
+    scatter without its end beat, write responses held through a soft reset; its readings
+    are in ``faults``)."""
     if banks not in (1, 2):
         raise HotlineError(f"--banks must be 1 or 2, not {banks}")
     if data_width not in (64, 128, 256):
@@ -222,7 +225,7 @@ def gather_run(ds, hot_rows, batch_size, dim=16, backend="verilator", profile_fr
     job, mem, initial = gather_job(keys, offsets, batch_size, hot.keys, config, ds.table_sizes,
                                    dim, data_width, banks, seed=seed,
                                    memory_path=sim.build_dir / "host_memory.bin", busy=busy)
-    job["soft_reset_first"] = soft_reset_first
+    job["soft_reset_first"], job["faults_first"] = soft_reset_first, faults_first
     try:
         result = sim.run(job)
         layouts = stream_layouts(config)
@@ -241,8 +244,8 @@ def gather_run(ds, hot_rows, batch_size, dim=16, backend="verilator", profile_fr
         if bad and verify:
             raise HotlineError(f"{out['mismatched_rows']} staging rows and "
                                f"{out['mismatched_table_rows']} table rows differ from numpy")
-        out.update({key: result[key] for key in ("after_reset", "r_beats_after_request")
-                    if key in result})
+        out.update({key: result[key] for key in ("after_reset", "r_beats_after_request",
+                                                 "faults") if key in result})
         out.update({"verified": not bad, "sim_seconds": result["wall_seconds"],
                     "total_seconds": result["total_seconds"],
                     "simulated_cycles_per_second": out["cycles"] / result["wall_seconds"]})

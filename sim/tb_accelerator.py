@@ -16,6 +16,7 @@ violations) are what `run` returns; ``hotline.sim.accelerator_run`` compares the
 `gather_enable_mid_batch` is a second job of its own: CONFIG.gather_enable written while a
 batch is half way through the fork (tests/test_accelerator.py checks it).
 """
+import itertools
 import json
 import mmap
 import time
@@ -26,6 +27,7 @@ import cocotb
 import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
+from cocotb.utils import get_sim_time
 
 from hotline.contract.streams import RESULT_STREAMS, batch_end, batch_key, dma_done_layout, \
     unpack
@@ -210,7 +212,8 @@ def run(dut, job, *, build_dir, simulator="verilator", testcase="run_job"):
     ({table: (base, rows, row_bytes)}), ``staging`` ((base, stride, slots, banks)), ``windows``
     ([(lo, hi)] that every burst must fall in; None: unchecked), ``hot_keys``, ``batches``
     (lookup-beat payloads per batch), ``delta``, ``busy_in`` / ``busy_out`` (stall
-    probabilities), ``soft_reset_first`` (run `abandon_and_soft_reset` before the job). ``build_dir``
+    probabilities), ``soft_reset_first`` (run `abandon_and_soft_reset` before the job),
+    ``faults_first`` (run `watchdog_faults` before the job). ``build_dir``
 holds the build, ``job.json`` and ``result.json``.
     """
     build_dir = Path(build_dir).resolve()
@@ -267,6 +270,66 @@ async def abandon_and_soft_reset(tb, job):
     return {"after_reset": after, "r_beats_after_request": drained, "resetting_polls": polls}
 
 
+async def watchdog_faults(tb, job):
+    """Two faults the watchdog must turn into counted errors, then a recovery. (1) A scatter
+    whose ``end`` beat never comes (two keys of an unregistered table, then nothing) while
+    batch 0's gather waits behind it: the scatter must be closed (done record: 0 rows, 2
+    errors) and the gather must complete. (2) A one-row scatter whose write response the
+    memory holds back, and CONTROL.soft_reset: the reset must complete; the held response is
+    released afterwards (the gate must drop it). The row scattered is table 0's row 0, from
+    a staging slot that holds a copy of it, so the memory the run after reads is unchanged.
+    Returns TIMEOUTS, ERROR_CAUSE and STATUS.error after each, the DMA done records of (1) and
+    the cycles the reset took. The output beats and bus statistics of this phase are then
+    forgotten."""
+    batches = job["batches"]
+    await tb.setup()
+    row_bits = await tb.read("ROW_BITS")
+    missing = (await tb.read("NUM_TABLES") - 1) << row_bits   # a table without a descriptor
+    assert missing >> row_bits not in job["tables"]
+    out = {}
+    await tb.write("SCATTER_CMD", bank=0)
+    await tb.scatter_keys.send([missing << 1, (missing + 1) << 1])      # no end beat
+    feeding = cocotb.start_soon(tb.lookups.send(batches[0]))
+    await tb.wait_until(lambda: tb.dma_done(0) >= 1, "the gather behind the unfinished scatter",
+                        limit=20 * (await tb.read("WATCHDOG_CYCLES")) + 200_000)
+    await feeding
+    done = unpack(DMA_DONE, tb.sinks["dma_done"].got)
+    out["scatter_done"] = [(int(r), int(e)) for r, e, sc in
+                           zip(done["rows"], done["errors"], done["scatter"]) if sc]
+
+    async def errors():
+        return {"timeouts": await tb.read("TIMEOUTS"),
+                "timeout_cause": decode("ERROR_CAUSE", await tb.read("ERROR_CAUSE"))["timeout"],
+                "status_error": decode("STATUS", await tb.read("STATUS"))["error"]}
+    out["after_scatter"] = await errors()
+    b_channel = tb.ram.write_if.b_channel
+    b_channel.set_pause_generator(itertools.repeat(True))
+    table_base, _, row_bytes = job["tables"][0]
+    staging_base = job["staging"][0]
+    tb.mem[staging_base:staging_base + row_bytes] = tb.mem[table_base:table_base + row_bytes]
+    w_before = tb.monitor.w_beats
+    await tb.write("SCATTER_CMD", bank=0)
+    await tb.scatter_keys.send([0 << 1, 1])                     # table 0, row 0; end
+    await tb.wait_until(lambda: tb.monitor.w_beats > w_before, "the scatter's write burst")
+    await tb.write("CONTROL", soft_reset=1)
+    t0 = get_sim_time("ns")
+    for _ in range(100_000):     # a STATUS read takes 5 cycles: far beyond the watchdog
+        if not decode("STATUS", await tb.read("STATUS"))["resetting"]:
+            break
+    else:
+        raise AssertionError("the soft reset did not complete")
+    out["reset_cycles"] = int((get_sim_time("ns") - t0) // 10)   # a 10 ns clock
+    b_channel.set_pause_generator(None)       # the held response comes now, after the reset
+    b_channel.pause = False                   # (the generator's last value would stay)
+    for _ in range(200):
+        await RisingEdge(tb.dut.clk)
+    out["after_reset"] = await errors()
+    for sink in tb.sinks.values():
+        sink.got.clear()
+    tb.monitor.r_beats = tb.monitor.w_beats = 0
+    return {"faults": out}
+
+
 @cocotb.test()
 async def run_job(dut):
     """Run the job of the handoff (written by `run`) and save its results."""
@@ -276,6 +339,8 @@ async def run_job(dut):
     await tb.reset()
     t0 = time.perf_counter()
     abandoned = await abandon_and_soft_reset(tb, job) if job.get("soft_reset_first") else {}
+    if job.get("faults_first"):
+        abandoned.update(await watchdog_faults(tb, job))
     await tb.setup()
     responses, moves = await tb.load_hot_set(job["hot_keys"])
     await tb.write("CONTROL", clear_counters=1)

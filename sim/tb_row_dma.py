@@ -61,15 +61,19 @@ class Scenario:
     addr_width, num_tables, row_bits, max_burst_beats). ``stalls``: probability of a stall
     cycle per channel (``ar r aw w b`` and ``cmd keys done``). ``latency``: (lo, hi) read and
     write-response latency in cycles (latency RAM only). ``read_errors`` / ``write_errors``:
-    [(lo, hi, "slverr"|"decerr")] address ranges answered with an error.
+    [(lo, hi, "slverr"|"decerr")] address ranges answered with an error. ``rlast_errors``:
+    [(lo, hi)] read beats whose ``rlast`` the slave inverts (latency RAM only).
+    ``params["framing"]`` ("count" by default, or "end") and ``params["counter_width"]`` (48 by
+    default): as the DUT's.
     """
 
     def __init__(self, name, params, *, ram="latency", latency=(1, 1), stalls=None,
-                 read_errors=(), write_errors=(), seed=0, compare_memory=True,
+                 read_errors=(), write_errors=(), rlast_errors=(), seed=0, compare_memory=True,
                  max_cycles=None, max_reads=64):
         self.name, self.params, self.ram = name, dict(params), ram
         self.latency, self.stalls = tuple(latency), dict(stalls or {})
         self.read_errors, self.write_errors = list(read_errors), list(write_errors)
+        self.rlast_errors = list(rlast_errors)
         self.seed, self.compare_memory, self.max_cycles = seed, compare_memory, max_cycles
         self.max_reads = max_reads
         self.steps = []
@@ -160,13 +164,14 @@ class Scenario:
         p = self.params
         return RowDMAModel(data_width=p["data_width"], addr_width=p["addr_width"],
                            num_tables=p["num_tables"], row_bits=p["row_bits"],
-                           max_burst_beats=p["max_burst_beats"])
+                           max_burst_beats=p["max_burst_beats"],
+                           counter_width=p.get("counter_width", 48))
 
 
 def error_predicate(ranges):
     if not ranges:
         return None
-    return lambda a: any(lo <= a < hi for lo, hi, _ in ranges)
+    return lambda a: any(lo <= a < hi for lo, hi, *_ in ranges)
 
 
 def expect(sc, memory_size=None):
@@ -180,6 +185,7 @@ def expect(sc, memory_size=None):
         mem[addr:addr + len(content)] = content
     out = {"ar": [], "aw": [], "done": [], "snapshots": [], "dumps": []}
     rerr, werr = error_predicate(sc.read_errors), error_predicate(sc.write_errors)
+    lasterr = error_predicate(sc.rlast_errors)
     for s in sc.steps:
         kind = s[0]
         if kind == "desc":
@@ -191,7 +197,8 @@ def expect(sc, memory_size=None):
             for src, dst, n in model.bursts(direction, keys, bank):
                 out["ar"].append((src, n // b - 1))
                 out["aw"].append((dst, n // b - 1))
-            d = model.run(mem, direction, keys, bank, read_error=rerr, write_error=werr)
+            d = model.run(mem, direction, keys, bank, read_error=rerr, write_error=werr,
+                          rlast_error=lasterr)
             out["done"].append((d["rows"], d["errors"]))
         elif kind == "write":
             _, addr, rows, stride = s
@@ -257,7 +264,7 @@ def _scenario_from_json(d):
     sc = Scenario(d.pop("name"), d.pop("params"))
     vars(sc).update(d)
     sc.latency = tuple(sc.latency)
-    for k in ("regions", "read_errors", "write_errors"):
+    for k in ("regions", "read_errors", "write_errors", "rlast_errors"):
         setattr(sc, k, [tuple(x) for x in getattr(sc, k)])
     sc.init = [(a, np.frombuffer(bytes.fromhex(c), np.uint8)) for a, c in sc.init]
     for i, s in enumerate(sc.steps):
@@ -400,6 +407,7 @@ class TB:
         dut, kind, B = self.dut, self.kind, self.bus_bytes
         p = sc.params
         has_dir = p["direction"] is None
+        end_framed = p.get("framing", "count") == "end"
         max_beats = p["max_burst_beats"]
         size_code = B.bit_length() - 1
         await self.reset(sc)
@@ -480,9 +488,15 @@ class TB:
                 s = steps[si]
                 if s[0] == "batch":
                     _, direction, bank, keys = s
+                    scatter_bit = int(has_dir and direction == "scatter")
                     batch_first_key, queued = keys_queued, len(keys_q)
-                    cmd_q.append(len(keys) | bank << 16 | ((direction == "scatter") << 17 if has_dir else 0))
-                    keys_q.extend(int(k) for k in keys)
+                    if end_framed:   # {bank, scatter}; keys {end, key}, then an end beat
+                        cmd_q.append(bank | scatter_bit << 1)
+                        keys_q.extend(int(k) << 1 for k in keys)
+                        keys_q.append(1)
+                    else:            # {count, bank, scatter}; keys {key}
+                        cmd_q.append(len(keys) | bank << 16 | scatter_bit << 17)
+                        keys_q.extend(int(k) for k in keys)
                     keys_queued += len(keys_q) - queued
                     cmds += 1
                     si += 1
@@ -557,7 +571,8 @@ class TB:
                     rvalid = 1
                     dut.bus__rdata.value = r_word
                     dut.bus__rresp.value = code
-                    dut.bus__rlast.value = int(head[3] == head[2])
+                    dut.bus__rlast.value = int(head[3] == head[2]) ^ any(
+                        lo <= head[1] + head[3] * B < hi for lo, hi in sc.rlast_errors)
                     dut.bus__rvalid.value = 1
                 awready = int(go("aw"))
                 dut.bus__awready.value = awready

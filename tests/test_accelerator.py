@@ -9,6 +9,7 @@ from helpers import real_file
 from hotline.contract.config import AcceleratorConfig
 from hotline.contract.keys import ROW_BITS
 from hotline.contract.streams import pack_lookups, stream_layouts, unpack
+from hotline.contract.dma import WATCHDOG_CYCLES
 from hotline.data import open_data
 from hotline.hw.accelerator import HotlineAccelerator
 from hotline.sim import tb_accelerator
@@ -106,3 +107,23 @@ def test_gather_enable_latched_per_batch_and_far_table_refused(tmp_path, simulat
             if key >> ROW_BITS == 0:
                 want[bank, slot] = memory[0x1000 + key * row_bytes:][:row_bytes]
     assert (staging_now == want).all()
+
+
+@pytest.mark.slow
+@pytest.mark.ci
+def test_watchdog_turns_faults_into_counted_errors_then_recovers(tmp_path, simulator_or_skip):
+    """A scatter without its end beat while a gather waits (it deadlocked the pipeline through
+    the batch_keys fork), then write responses held back through a CONTROL.soft_reset (the
+    reset waited for ever): each is one TIMEOUTS and ERROR_CAUSE.timeout, both survive the
+    reset, the scatter's done record counts its 2 refused keys, and the run that follows
+    matches the model stream for stream and numpy row for row."""
+    simulator_or_skip("verilator")
+    ds = open_data("synth:criteo-kaggle:200:5")
+    res = gather_run(ds, 256, 64, backend="verilator", build_dir=tmp_path, verify=True,
+                     faults_first=True)
+    f = res["faults"]
+    assert [list(d) for d in f["scatter_done"]] == [[0, 2]], f
+    assert f["after_scatter"] == {"timeouts": 1, "timeout_cause": 1, "status_error": 1}, f
+    assert f["after_reset"] == {"timeouts": 2, "timeout_cause": 1, "status_error": 1}, f
+    assert f["reset_cycles"] < 4 * WATCHDOG_CYCLES, f
+    assert res["verified"] and res["mismatched_rows"] == 0 and res["mismatched_table_rows"] == 0

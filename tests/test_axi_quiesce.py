@@ -12,6 +12,7 @@ from helpers import simulate
 from hotline.hw.axi_quiesce import AXI4Quiesce
 
 QUIET_BOUND = 400   # cycles from hold to quiet with this traffic (bursts of <= 8 beats)
+TIMEOUT = 40        # the watchdog: far above this slave's gaps between responses
 
 
 class Master:
@@ -115,19 +116,19 @@ class Slave:
 SAMPLED = ["m.arvalid", "m.arready", "m.awvalid", "m.awready", "m.wvalid", "m.wready",
            "s.arvalid", "s.arready", "s.arlen", "s.awvalid", "s.awready", "s.awlen",
            "s.wvalid", "s.wready", "s.wdata", "s.wlast", "s.rvalid", "s.rready", "s.bvalid",
-           "s.bready", "quiet"]
+           "s.bready", "quiet", "expired"]
 
 
 @pytest.mark.parametrize("w_first", [False, True])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_hold_lets_transactions_finish_and_starts_none(w_first, seed):
     rng = random.Random(seed)
-    dut = AXI4Quiesce(32, 64)
+    dut = AXI4Quiesce(32, 64, timeout=TIMEOUT)   # legal traffic never trips it
     log = {"quiet_phases": 0, "traffic": 0}
 
     def sig(name):
-        if name == "quiet":
-            return dut.quiet
+        if name in ("quiet", "expired"):
+            return getattr(dut, name)
         side, field = name.split(".")
         return getattr(getattr(dut, side), field)
 
@@ -143,6 +144,7 @@ def test_hold_lets_transactions_finish_and_starts_none(w_first, seed):
                 vals = (await ctx.tick().sample(*(sig(n) for n in SAMPLED)))[-len(SAMPLED):]
                 v = dict(zip(SAMPLED, (int(x) for x in vals)))
                 log["traffic"] += v["s.arvalid"] and v["s.arready"]
+                assert not v["expired"], "the watchdog fired on a slave that answers"
                 if v["quiet"]:
                     assert hold
                     assert not (v["s.arvalid"] or v["s.awvalid"] or v["s.wvalid"]), \
@@ -194,5 +196,81 @@ def test_not_quiet_while_the_request_taken_as_hold_rises_is_owed(order):
                    (dut.s.bvalid, dut.m.bready))
         await ctx.tick().repeat(4)
         assert ctx.get(dut.quiet)
+
+    simulate(dut, bench)
+
+
+@pytest.mark.parametrize("hung", ["b", "r"])
+def test_watchdog_gives_up_a_hung_response_and_drops_it_later(hung):
+    """Directed: a write whose B response (or a 4-beat read that stops after 2 beats) does not
+    come while ``hold`` is high. ``expired`` strobes once ``TIMEOUT`` cycles after the last
+    response and ``quiet`` rises; the late response is then taken by the gate and never shown
+    to the master; after ``hold`` falls a new read and write pass with their responses."""
+    dut = AXI4Quiesce(32, 64, timeout=TIMEOUT)
+    m, s = dut.m, dut.s
+
+    async def handshake(ctx, valid, ready, *extra):
+        for sig in (valid, ready, *extra):
+            ctx.set(sig, 1)
+        await ctx.tick()
+        for sig in (valid, ready, *extra):
+            ctx.set(sig, 0)
+
+    async def bench(ctx):
+        await ctx.tick().repeat(2)
+        if hung == "b":
+            await handshake(ctx, m.awvalid, s.awready)
+            await handshake(ctx, m.wvalid, s.wready, m.wlast)
+        else:
+            ctx.set(m.arlen, 3)
+            await handshake(ctx, m.arvalid, s.arready)
+            for _ in range(2):
+                await handshake(ctx, s.rvalid, m.rready)
+        ctx.set(dut.hold, 1)
+        ctx.set(m.rready, 1)
+        ctx.set(m.bready, 1)
+        expired_at = quiet_at = None
+        for cycle in range(3 * TIMEOUT):
+            if ctx.get(dut.expired):
+                assert expired_at is None, "expired twice"
+                expired_at = cycle
+            if ctx.get(dut.quiet) and quiet_at is None:
+                quiet_at = cycle
+            await ctx.tick()
+        assert expired_at is not None and TIMEOUT <= expired_at <= TIMEOUT + 4, expired_at
+        assert quiet_at is not None and quiet_at <= expired_at + 3 and ctx.get(dut.quiet)
+        ctx.set(dut.hold, 0)
+        ctx.set(m.rready, 0)
+        ctx.set(m.bready, 0)
+        await ctx.tick().repeat(2)
+        # the late response: taken from the slave by the gate, invisible to the master
+        if hung == "b":
+            ctx.set(s.bvalid, 1)
+            assert ctx.get(s.bready) and not ctx.get(m.bvalid)
+            await ctx.tick()
+            ctx.set(s.bvalid, 0)
+        else:
+            for last in (0, 1):
+                ctx.set(s.rvalid, 1)
+                ctx.set(s.rlast, last)
+                assert ctx.get(s.rready) and not ctx.get(m.rvalid)
+                await ctx.tick()
+            ctx.set(s.rvalid, 0)
+            ctx.set(s.rlast, 0)
+        # a new read and write, after the master was reset: their responses reach it
+        await handshake(ctx, m.arvalid, s.arready)
+        await handshake(ctx, m.awvalid, s.awready)
+        await handshake(ctx, m.wvalid, s.wready, m.wlast)
+        ctx.set(s.rvalid, 1)
+        ctx.set(s.rlast, 1)
+        ctx.set(s.bvalid, 1)
+        assert ctx.get(m.rvalid) and ctx.get(m.bvalid)
+        assert not ctx.get(s.rready) and not ctx.get(s.bready)   # the master's ready again
+        await handshake(ctx, m.rready, m.bready)
+        ctx.set(s.rvalid, 0)
+        ctx.set(s.bvalid, 0)
+        ctx.set(dut.hold, 1)
+        await ctx.tick().repeat(5)
+        assert ctx.get(dut.quiet), "the new transactions left something owed"
 
     simulate(dut, bench)

@@ -55,7 +55,7 @@ def test_map_lookup_and_order():
 
 def test_hotline_map_contents():
     m = HOTLINE_REGISTERS
-    assert m.ID.value.to_bytes(4, "big") == b"HOTL" and m.VERSION.value == (1 << 16 | 4)
+    assert m.ID.value.to_bytes(4, "big") == b"HOTL" and m.VERSION.value == (1 << 16 | 5)
     for name in ("CAM_ENTRIES", "COLD_MAX_KEYS", "NUM_TABLES", "ROW_BITS", "DATA_WIDTH",
                  "ADDR_WIDTH", "LEARNER_ENTRIES", "MAX_BATCH_SAMPLES", "STATUS", "ERROR_CAUSE",
                  "LEARNER_KEY", "LEARNER_COUNT"):
@@ -64,12 +64,14 @@ def test_hotline_map_contents():
     assert counters == ["CYCLES", "LOOKUPS", "HITS", "SAMPLES", "POPULAR_SAMPLES", "COLD_ROWS",
                         "BATCHES", "OVERFLOWS", "GATHER_ROWS", "SCATTER_ROWS", "DMA_BYTES_READ",
                         "DMA_BYTES_WRITTEN", "WINDOW_ERRORS", "AXI_ERRORS", "LEARNER_DROPPED",
-                        "LEARNER_COUNTED", "OVERSIZED_BATCHES"]
+                        "LEARNER_COUNTED", "OVERSIZED_BATCHES", "TIMEOUTS"]
     assert all(m[c].access == "ro" for c in counters)
     assert {r.access for r in m} == {"ro", "rw", "wo", "rc"}
     assert (m.CAM_RESP.access, m.CAM_MOVE.access, m.CAM_CMD.access) == ("rc", "rc", "wo")
     assert {f.name for f in m.ERROR_CAUSE.fields} == {"table", "row", "slot", "desc", "axi_read",
-                                                       "axi_write"}
+                                                       "axi_write", "axi_rlast", "overflow",
+                                                       "timeout"}
+    assert m.WATCHDOG_CYCLES.access == "ro" and m.TIMEOUTS.width == 64
     assert m.span <= 1 << 12
     for r in m:
         assert r.doc and all(f.doc for f in r.fields), r.name
@@ -79,7 +81,7 @@ def test_encode_decode_hand_computed():
     # Values worked out by hand from the bit positions in docs/registers.md.
     assert encode("CAM_CMD", op="delete") == 1 and encode("CAM_CMD", op=2) == 2
     assert encode("CONTROL", clear_errors=1, learner_stop=1) == 0b1010
-    assert encode("SCATTER_CMD", count=0x1234, bank=1) == 0x0001_1234
+    assert encode("SCATTER_CMD", bank=1) == 0x0001_0000
     assert encode("CONFIG", gather_enable=1, learner_tap=1) == 3
     assert decode("CAM_RESP", 0x8203_0123) == {"slot": 0x123, "moves": 3, "status": 2, "valid": 1}
     assert decode("CAM_MOVE", (5 << 15) | 9 | 1 << 31) == {"src": 9, "dst": 5, "valid": 1}
@@ -90,8 +92,8 @@ def test_encode_decode_hand_computed():
     assert encode("CONTROL", soft_reset=1) == 1 << 5
     assert decode("VERSION", 0x0001_0002) == {"minor": 2, "major": 1}
     assert decode("CAM_KEY", 0xDEADBEEF) == {"cam_key": 0xDEADBEEF}
-    with pytest.raises(ValueError):
-        encode("SCATTER_CMD", count=1 << 16)
+    with pytest.raises(KeyError):          # no count: the end beat is the batch's length
+        encode("SCATTER_CMD", count=3)
     with pytest.raises(ValueError):
         encode("CAM_CMD", op="lookup")
     with pytest.raises(KeyError):

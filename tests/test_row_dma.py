@@ -32,7 +32,8 @@ CHANNELS = tb.CHANNELS + ("cmd", "keys", "done")
 def params_of(dma):
     return {"direction": dma.direction, "data_width": dma.data_width,
             "addr_width": dma.addr_width, "num_tables": dma.num_tables,
-            "row_bits": dma.row_bits, "max_burst_beats": dma.max_burst_beats}
+            "row_bits": dma.row_bits, "max_burst_beats": dma.max_burst_beats,
+            "framing": dma.framing, "counter_width": dma.counter_width}
 
 
 # ---- interface and model ----------------------------------------------------------------------
@@ -481,6 +482,42 @@ def errors_scenario(params, ram="latency"):
     return sc
 
 
+def rlast_scenario(params):
+    """A slave whose rlast is wrong: early (on a row's fourth of eight beats) and late
+    (missing on a row's last beat), gathered, then scattered back: each such beat is one AXI
+    error (``axi_rlast``), and every row still lands whole where it belongs."""
+    b = params["data_width"] // 8
+    rb = 8 * b                                       # one burst of 8 beats per row
+    base, sbase = 0x60000, 0x70000
+    sc = tb.Scenario("rlast", params, latency=(2, 6), seed=11,
+                     rlast_errors=[(base + rb + 3 * b, base + rb + 4 * b),
+                                   (base + 3 * rb - b, base + 3 * rb),
+                                   (sbase + rb - b, sbase + rb)])        # scatter: slot 0
+    rng = np.random.default_rng(11)
+    sc.desc(0, base, 4, rb).memory(base, rng.integers(0, 256, 4 * rb, dtype=np.uint8))
+    sc.staging(sbase, rb, 4, 1).memory(sbase, rng.integers(0, 256, 4 * rb, dtype=np.uint8))
+    if params["direction"] in (None, "gather"):
+        sc.batch("gather", 0, [ref.key(0, r) for r in (0, 1, 2, 3)]).snapshot()
+    if params["direction"] in (None, "scatter"):
+        sc.batch("scatter", 0, [ref.key(0, r) for r in (3, 2, 1, 0)]).snapshot()
+    return sc
+
+
+def long_batch_scenario(params):
+    """One ``end``-framed batch of 65,540 keys into a 4-slot window: only slots 0..3 are
+    copied; keys from index 65,536 on must not wrap around to slots 0..3 (they carry rows 4..7,
+    so a wrapped copy would show in staging), and the done record's errors saturate."""
+    b = params["data_width"] // 8
+    base, sbase = 0x80000, 0x90000
+    sc = tb.Scenario("long_batch", params, latency=(1, 1), seed=12)
+    sc.desc(0, base, 8, b).memory(base, np.arange(8 * b, dtype=np.uint8))
+    sc.staging(sbase, b, 4, 1).region(sbase, 8 * b)
+    keys = ([ref.key(0, r) for r in range(4)] + [ref.key(0, 7)] * (65536 - 4)
+            + [ref.key(0, r) for r in range(4, 8)])
+    sc.batch("gather", 0, keys).snapshot()
+    return sc
+
+
 def directed_scenario(params, ram="latency"):
     """Hand-written edge cases: count = 0, one-key batches, row = rows - 1 / rows, rows that
     straddle pages, bursts split by max_burst_beats, slot = slots, bank = banks."""
@@ -605,7 +642,10 @@ def check_real(sc, res, info):
 
 GROUPS = {
     # name: (simulator, RowDMA kwargs, real batches (batch_samples, max_batches), fuzz count)
-    "verilator-64": ("verilator", dict(data_width=64), (64, 1), 6),
+    # framing "end" (the top's): also a batch past the 16-bit slot range (long_batch_scenario);
+    # 12-bit counters, which that batch's refusals and the byte counts wrap (cause overflow)
+    "verilator-64": ("verilator", dict(data_width=64, framing="end", counter_width=12),
+                     (64, 1), 6),
     "icarus-128": ("icarus", dict(data_width=128, max_burst_beats=8, fifo_beats=32,
                                   max_chunks=16), (32, 1), 3),
     "icarus-256-gather": ("icarus", dict(direction="gather", data_width=256, num_tables=20),
@@ -642,7 +682,10 @@ def group_scenarios(name):
                 scenarios.append(sc)
                 infos[sc.name] = info
     scenarios.append(directed_scenario(params))
-    scenarios += [errors_scenario(params), errors_scenario(params, ram="axiram")]
+    scenarios += [errors_scenario(params), errors_scenario(params, ram="axiram"),
+                  rlast_scenario(params)]
+    if params["framing"] == "end":
+        scenarios.append(long_batch_scenario(params))
     scenarios += [rewrite_scenario(params), far_base_scenario(params),
                   rewrite_scenario(params, stalls={ch: 0.3 for ch in CHANNELS},
                                    name="staging_rewrite_stalls")]
@@ -677,6 +720,24 @@ def group_run(request, tmp_path_factory, simulator_or_skip):
 def groups(real_only=False):
     """The groups as indirect parameters of `group_run`, the long ones in the slow tier."""
     return [param(g, slow=g in SLOW_GROUPS, id=g) for g in GROUPS if GROUPS[g][2] or not real_only]
+
+
+def test_model_long_batch_and_rlast_faults():
+    """The model side of the fault scenarios, against hand-computed results."""
+    params = params_of(RowDMA(None, framing="end"))
+    long_run = tb.expect(long_batch_scenario(params))
+    assert long_run["done"] == [(4, 65535)]
+    assert long_run["counters"]["window_errors"] == 65536 and long_run["counters"]["rows"] == 4
+    assert long_run["error_cause"] == 1 << CAUSES.index("slot")
+    wrapped = tb.expect(long_batch_scenario({**params, "counter_width": 12}))
+    assert wrapped["counters"]["window_errors"] == 65536 % 4096
+    assert wrapped["error_cause"] == 1 << CAUSES.index("slot") | 1 << CAUSES.index("overflow")
+    assert long_run["memory"][1] == bytes(range(32)) + bytes(32)   # slots 0..3 = rows 0..3
+    rlast = tb.expect(rlast_scenario(params))
+    assert rlast["done"] == [(4, 0), (4, 0)]
+    assert [s["axi_errors"] for s in rlast["snapshots"]] == [2, 3]
+    assert rlast["error_cause"] == 1 << CAUSES.index("axi_rlast")
+    assert rlast["counters"]["bytes_read"] == rlast["counters"]["bytes_written"] == 2 * 4 * 64
 
 
 @pytest.mark.parametrize("group_run", groups(), indirect=True)

@@ -687,19 +687,22 @@ def test_write_engine_latencies():
 # ---- RowDMACounters ---------------------------------------------------------------------------
 
 def test_counters_lag_two_cycles_and_causes_stick():
+    """Counters against a reference; causes sticky, ``overflow`` when a counter wraps (its
+    top bit falls) but not when a clear zeroes it."""
     rng = random.Random(5)
     width = 8
     dut = RowDMACounters(counter_width=width, bus_bytes=BB)
-    names = ("row_done", "refused", "read_ok", "read_err", "write_ok", "write_err")
+    names = ("row_done", "refused", "read_ok", "read_err", "write_ok", "write_err", "rlast_err")
 
     async def bench(ctx):
         ref = {"rows": 0, "window_errors": 0, "axi_errors": 0, "bytes_read": 0,
                "bytes_written": 0}
-        history, causes = [], 0
+        history, causes, overflows = [], 0, 0
         for cycle in range(600):
+            before = dict(ref)
             ev = {n: int(rng.random() < 0.4) for n in names}
             ev["cause"] = rng.randrange(4)
-            clear_c, clear_e = rng.random() < 0.03, rng.random() < 0.03
+            clear_c, clear_e = rng.random() < 0.01, rng.random() < 0.03   # counters wrap
             for n, v in ev.items():
                 ctx.set(getattr(dut, n), v)
             ctx.set(dut.clear_counters, clear_c)
@@ -712,15 +715,22 @@ def test_counters_lag_two_cycles_and_causes_stick():
                     ref = dict.fromkeys(ref, 0)
                 ref["rows"] += old["row_done"]
                 ref["window_errors"] += old["refused"]
-                ref["axi_errors"] += old["read_err"] + old["write_err"]
+                ref["axi_errors"] += old["read_err"] + old["write_err"] + old["rlast_err"]
                 ref["bytes_read"] += BB * old["read_ok"]
                 ref["bytes_written"] += BB * old["write_ok"]
                 ref = {k: v % (1 << width) for k, v in ref.items()}
+            top = 1 << (width - 1)
+            wrapped = len(history) >= 3 and not history[-3][1] and any(
+                before[k] & top and not ref[k] & top for k in ref)
+            overflows += wrapped
             if len(history) >= 3:
                 assert {k: ctx.get(getattr(dut, k)) for k in ref} == ref, cycle
             assert ctx.get(dut.error_cause).as_value().value == causes
             causes = (0 if clear_e else causes) | (
                 (ev["refused"] << ev["cause"]) | (ev["read_err"] << CAUSES.index("axi_read"))
-                | (ev["write_err"] << CAUSES.index("axi_write")))
+                | (ev["write_err"] << CAUSES.index("axi_write"))
+                | (ev["rlast_err"] << CAUSES.index("axi_rlast"))
+                | (wrapped << CAUSES.index("overflow")))
             await ctx.tick()
+        assert overflows > 3, overflows
     simulate(dut, bench)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .cam import CAMOp, CAMStatus
-from .dma import CAUSES
+from .dma import CAUSES, TOP_CAUSES
 
 __all__ = ["ACCESS", "Field", "Register", "RegisterMap", "HOTLINE_REGISTERS", "ID_VALUE",
            "VERSION_VALUE", "CAM_OPS", "CAM_STATUSES", "COUNTERS", "FRAGMENTER_COUNTERS",
@@ -278,7 +278,7 @@ def _bit(name, lsb, doc):
 
 
 ID_VALUE = 0x484F544C  # "HOTL"
-VERSION_MAJOR, VERSION_MINOR = 1, 4
+VERSION_MAJOR, VERSION_MINOR = 1, 5
 VERSION_VALUE = VERSION_MAJOR << 16 | VERSION_MINOR
 CAM_OPS = tuple((op.name.lower(), int(op)) for op in CAMOp)
 CAM_STATUSES = tuple((status.name.lower(), int(status)) for status in CAMStatus)
@@ -292,6 +292,13 @@ _CAUSE_DOCS = {
             "DESC_BASE at or above 2^ADDR_WIDTH).",
     "axi_read": "An AXI4 read answered SLVERR or DECERR.",
     "axi_write": "An AXI4 write answered SLVERR or DECERR.",
+    "axi_rlast": "An AXI4 read beat's RLAST was not on its burst's last beat (early or late); "
+                 "the data was placed by the DMA's own beat count.",
+    "overflow": "One of the row DMA's 48-bit counters wrapped (its rows copied, WINDOW_ERRORS, "
+                "AXI_ERRORS, DMA_BYTES_READ or DMA_BYTES_WRITTEN).",
+    "timeout": "The watchdog fired (WATCHDOG_CYCLES): a scatter batch was closed without its "
+               "end beat while a gather waited, or a soft reset abandoned AXI4 responses that "
+               "did not come.",
 }
 
 # The 64-bit event counters: (register name, block that counts, meaning), in register order.
@@ -309,12 +316,15 @@ COUNTERS = (
     ("DMA_BYTES_READ", "dma", "Bytes the AXI4 master read."),
     ("DMA_BYTES_WRITTEN", "dma", "Bytes the AXI4 master wrote."),
     ("WINDOW_ERRORS", "dma", "DMA requests refused by the table or staging window checks."),
-    ("AXI_ERRORS", "dma", "AXI4 master responses other than OKAY."),
+    ("AXI_ERRORS", "dma", "AXI4 master responses other than OKAY, and read beats whose RLAST "
+     "was early or late."),
     ("LEARNER_DROPPED", "learner", "Lookups the access learner could not count."),
     ("LEARNER_COUNTED", "learner", "Lookups the access learner took since its last clear "
      "(with L > 1 lanes those of one lookups beat in L, rotating per batch; wraps at 2^32)."),
     ("OVERSIZED_BATCHES", "fragmenter", "Batches of more than MAX_BATCH_SAMPLES samples: "
      "their summary is flagged overflow (the sample indices beyond it wrap)."),
+    ("TIMEOUTS", "accelerator", "Watchdog timeouts (ERROR_CAUSE.timeout). Not zeroed by "
+     "CONTROL.soft_reset, which may be what timed out."),
 )
 
 # The Fragmenter's counters, as its `counters` port names them.
@@ -342,6 +352,10 @@ HOTLINE_REGISTERS = RegisterMap([
     Register("MAX_BATCH_SAMPLES", 0x02C, "ro", "Samples per batch the fragmenter buffers."),
     Register("LANES", 0x030, "ro", "Lookup lanes: lookups per `lookups` beat and per cycle "
              "(1, 2 or 4)."),
+    Register("WATCHDOG_CYCLES", 0x034, "ro", "The watchdog's timeout in cycles: a scatter "
+             "batch whose keys stop for this long while a gather waits is closed, and a soft "
+             "reset whose AXI4 responses stop for this long abandons them (ERROR_CAUSE.timeout, "
+             "TIMEOUTS)."),
     # ---- control and status: 0x040 - 0x07f ---------------------------------------------------
     Register("CONTROL", 0x040, "wo", "Commands: each set bit acts once.", fields=(
         _bit("clear_counters", 0, "Zero every 64-bit counter."),
@@ -351,9 +365,10 @@ HOTLINE_REGISTERS = RegisterMap([
         _bit("learner_clear", 4, "Empty the access-learner table."),
         _bit("soft_reset", 5, "Return every block to its power-on state (docs/hardware.md, "
              "Soft reset): CAM, cold-key set and learner emptied, streams and FIFOs drained, "
-             "counters, errors, descriptors and every rw register zeroed. The reset waits for "
-             "the AXI4 master's transactions in flight; STATUS.resetting is 1 until the "
-             "blocks are ready again."))),
+             "counters, errors, descriptors and every rw register zeroed (but TIMEOUTS and "
+             "ERROR_CAUSE.timeout). The reset waits for the AXI4 master's transactions in "
+             "flight (at most WATCHDOG_CYCLES without a response); STATUS.resetting is 1 "
+             "until the blocks are ready again."))),
     Register("CONFIG", 0x044, "rw", "Operating modes.", fields=(
         _bit("gather_enable", 0, "Gather each batch's unique cold rows by DMA. Latched per "
              "batch: a write applies from the next batch whose first batch_keys beat has not "
@@ -375,7 +390,8 @@ HOTLINE_REGISTERS = RegisterMap([
         _bit("learner_valid", 10, "LEARNER_KEY / LEARNER_COUNT hold the requested entry."),
         _bit("error", 16, "Some ERROR_CAUSE bit is set."))),
     Register("ERROR_CAUSE", 0x04C, "ro", "Sticky error causes; CONTROL.clear_errors clears them.",
-             fields=tuple(_bit(name, n, _CAUSE_DOCS[name]) for n, name in enumerate(CAUSES))),
+             fields=tuple(_bit(name, n, _CAUSE_DOCS[name])
+                          for n, name in enumerate(CAUSES + TOP_CAUSES))),
     # ---- table descriptors: 0x080 - 0x0bf ----------------------------------------------------
     Register("DESC_TABLE", 0x080, "rw", "Table the staged descriptor is for.", fields=(
         Field("table", 0, 8, "Table index (< NUM_TABLES)."),)),
@@ -419,9 +435,8 @@ HOTLINE_REGISTERS = RegisterMap([
     Register("LEARNER_COUNT", 0x148, "ro", "Estimated count of the entry read out (0: empty)."),
     # ---- scatter command: 0x180 - 0x1bf ------------------------------------------------------
     Register("SCATTER_CMD", 0x180, "wo", "A write pushes a scatter batch; its keys arrive on the "
-             "scatter key stream.", fields=(
-        Field("count", 0, 16, "Rows in the batch (cold slots 0 .. count-1)."),
-        _bit("bank", 16, "Staging bank the rows are read from."))),
+             "scatter key stream, closed by a beat with end set (the batch's length).", fields=(
+        _bit("bank", 16, "Staging bank the rows are read from."),)),
     # ---- 64-bit counters: 0x200 - 0x2ff ------------------------------------------------------
     *[Register(name, 0x200 + 8 * i, "ro", doc, width=64) for i, (name, _, doc) in enumerate(COUNTERS)],
 ], name="hotline")

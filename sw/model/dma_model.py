@@ -29,9 +29,15 @@ Semantics (the same as the RTL's docstring):
   counts one ``axi_errors``; a write burst with an error response counts one ``axi_errors``.
   The memory model of the slaves used in tests: a read-error beat returns no data; a write beat
   at an address with ``write_error(addr)`` is dropped and makes its burst's response an error.
+  A read beat at an address with ``rlast_error(addr)`` comes with the wrong ``rlast`` (set
+  before its burst's last beat, or missing on it): it counts one ``axi_errors`` and sets
+  ``axi_rlast``; its data is still copied where the engine's own beat count puts it.
 - ``bytes_read`` counts the bytes of read beats answered OKAY, ``bytes_written`` the bytes of
   write beats sent with strobes (before their response is known). ``rows`` counts copied rows
-  (whatever their AXI responses). All counters wrap at ``2**counter_width``.
+  (whatever their AXI responses). All counters wrap at ``2**counter_width``; a wrap sets the
+  ``overflow`` cause. A done record's ``errors`` saturates at ``DONE_MAX`` (65535); a batch's
+  slot numbers saturate there too, beyond every staging window (the engine's ``end``-framed
+  batches have no length limit).
 - Copies are applied in issue order; the hardware overlaps the read of one chunk with the write
   of earlier ones, so the memory result is exact only when table and staging windows do not
   overlap (the address sequences and counters always are).
@@ -65,6 +71,7 @@ class RowDMAModel:
     """The row DMA: descriptors, staging window, window check, burst split, counters."""
 
     COUNTERS = ("rows", "window_errors", "axi_errors", "bytes_read", "bytes_written")
+    DONE_MAX = 0xFFFF  # a done record's fields saturate here (16 bits)
 
     def __init__(self, data_width=64, addr_width=32, num_tables=32, row_bits=ROW_BITS,
                  max_burst_beats=16, key_width=KEY_BITS, counter_width=48):
@@ -177,6 +184,9 @@ class RowDMAModel:
     # ---- execution ----------------------------------------------------------------------
 
     def _wrap(self, value):
+        """``value`` at the counters' width; a wrap sets the ``overflow`` cause."""
+        if value >> self.counter_width:
+            self.error_cause |= 1 << CAUSES.index("overflow")
         return value & ((1 << self.counter_width) - 1)
 
     def _fast_copies(self, direction, keys, bank):
@@ -219,13 +229,17 @@ class RowDMAModel:
             return None
         return src, dst, size, cause
 
-    def run(self, memory, direction, keys, bank, read_error=None, write_error=None):
+    def run(self, memory, direction, keys, bank, read_error=None, write_error=None,
+            rlast_error=None):
         """Copy one batch in ``memory`` (uint8, index = bus address); update the counters and
-        error bits; return the batch's done record {rows, errors}."""
+        error bits; return the batch's done record {rows, errors}. ``read_error``,
+        ``write_error``, ``rlast_error``: address predicates of the slave's faults (module
+        docstring)."""
         if direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {DIRECTIONS}, not {direction!r}")
         fast = None
-        if read_error is None and write_error is None:
+        faults = (read_error, write_error, rlast_error)
+        if faults == (None, None, None):
             fast = self._fast_copies(direction, keys, bank)
         if fast is not None:
             src, dst, size, cause = fast
@@ -241,7 +255,7 @@ class RowDMAModel:
             self.bytes_read = self._wrap(self.bytes_read + src.size * size)
             self.bytes_written = self._wrap(self.bytes_written + src.size * size)
             self.rows = self._wrap(self.rows + src.size)
-            return {"rows": int(src.size), "errors": errors}
+            return {"rows": int(src.size), "errors": min(errors, self.DONE_MAX)}
         b = self.bus_bytes
         rows = errors = 0
         for r in self._rows(direction, keys, bank):
@@ -255,7 +269,7 @@ class RowDMAModel:
                 raise ValueError(f"copy {src:#x} -> {dst:#x} ({n} bytes) is outside the memory "
                                  f"array ({len(memory)} bytes)")
             for csrc, cdst, cn in self.chunks(src, dst, n):
-                if read_error is None and write_error is None:
+                if faults == (None, None, None):
                     memory[cdst:cdst + cn] = memory[csrc:csrc + cn]
                     self.bytes_read = self._wrap(self.bytes_read + cn)
                     self.bytes_written = self._wrap(self.bytes_written + cn)
@@ -263,6 +277,9 @@ class RowDMAModel:
                 burst_error = False
                 for off in range(0, cn, b):
                     a, d = csrc + off, cdst + off
+                    if rlast_error is not None and rlast_error(a):
+                        self.axi_errors = self._wrap(self.axi_errors + 1)
+                        self.error_cause |= 1 << CAUSES.index("axi_rlast")
                     if read_error is not None and read_error(a):
                         self.axi_errors = self._wrap(self.axi_errors + 1)
                         self.error_cause |= 1 << CAUSES.index("axi_read")
@@ -278,7 +295,7 @@ class RowDMAModel:
                     self.error_cause |= 1 << CAUSES.index("axi_write")
             rows += 1
             self.rows = self._wrap(self.rows + 1)
-        return {"rows": rows, "errors": errors}
+        return {"rows": rows, "errors": min(errors, self.DONE_MAX)}
 
 
 def as_memory(size):
