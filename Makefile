@@ -13,7 +13,7 @@ SAMPLES    ?= 100000
 WAVES      ?= 0
 LANES      ?= 1
 
-.PHONY: all setup icarus test test-fast test-full test-ci test-readme sim bench bench-quick train fpga clean
+.PHONY: all setup icarus test test-fast test-full test-ci test-readme formal sim bench bench-quick train fpga clean
 
 all: test
 
@@ -51,6 +51,12 @@ test-ci: $(STAMP) icarus
 # Every README command as written (fast and slow tiers; tests/test_readme.py).
 test-readme: $(STAMP) icarus
 	$(BIN)/python -m pytest -q tests/test_readme.py
+
+# The formal tier at full depth (docs/verification.md): every property, then every mutant,
+# which must fail with a counterexample VCD under build/formal. make test runs a reduced
+# tier (tests/test_formal.py).
+formal: $(STAMP)
+	$(BIN)/python -m hotline.sim.formal --out build/formal
 
 sim: $(STAMP)
 	$(BIN)/hotline sim --backend $(BACKEND) --batch-size $(BATCH_SIZE) --hot-rows $(HOT_ROWS) \

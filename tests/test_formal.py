@@ -1,0 +1,85 @@
+"""The formal tier's reduced form (issue 43; full depth: `make formal`): the runner's verdicts
+on a design whose truth is known, each property at a reduced depth, and each mutant caught
+with its counterexample VCD saved and named. They start Yosys and yosys-smtbmc: marked rtl.
+"""
+import pytest
+from amaranth import *
+from amaranth.hdl import Assert, Assume
+
+import hotline.hw.row_window_check as row_window_block
+from hotline.sim.formal.__main__ import PROPERTIES
+from hotline.sim.formal.__main__ import main as formal_main
+from hotline.sim.formal.mutation import mutant
+from hotline.sim.formal.runner import prove
+
+# property -> (its reduced depth, its mutants' depth). Row window check: a descriptor write,
+# the staging window settling and a key through the five stages take 12 steps; its mutants
+# fail by step 12. Register bank: a write, its B, a read of the same word and its R take 7.
+REDUCED_DEPTH = {"row_window_check": (15, 14), "csr": (8, 8)}
+
+
+class Wrap(Elaboratable):
+    """A counter that wraps at ``wrap`` (back to 0); asserted below 10: holds for every depth
+    when ``wrap`` <= 9 (1-induction closes), fails at step 10 when ``wrap`` is 10."""
+
+    def __init__(self, wrap):
+        self.wrap = wrap
+
+    def elaborate(self, platform):
+        m = Module()
+        count = Signal(4)
+        m.d.comb += Assume(~ResetSignal())
+        m.d.sync += count.eq(Mux(count == self.wrap, 0, count + 1))
+        m.d.comb += Assert(count < 10)
+        return m
+
+
+@pytest.mark.rtl
+def test_runner_verdicts(tmp_path):
+    proved = prove(Wrap(9), "wrap9", 4, induction=True, workdir=tmp_path)
+    assert proved.status == "proved" and proved.holds
+    bounded = prove(Wrap(10), "wrap10_short", 8, workdir=tmp_path)   # fails only at step 10
+    assert bounded.status == "bounded"
+    failed = prove(Wrap(10), "wrap10", 12, workdir=tmp_path)
+    assert failed.status == "failed" and not failed.holds
+    assert failed.vcd == tmp_path / "wrap10" / "wrap10.vcd" and failed.vcd.exists()
+    assert str(failed.vcd) in failed.message
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("prop", sorted(REDUCED_DEPTH))
+def test_property_holds(tmp_path, prop):
+    wrapper = PROPERTIES[prop][0]
+    r = prove(wrapper(), prop, REDUCED_DEPTH[prop][0], cover=True, workdir=tmp_path)
+    assert r.status == "bounded", r.message
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("prop,name", [(p, n) for p in sorted(REDUCED_DEPTH)
+                                       for n in sorted(PROPERTIES[p][4])])
+def test_mutant_caught(tmp_path, prop, name):
+    wrapper, module, _, _, mutations = PROPERTIES[prop]
+    old, new = mutations[name]
+    r = prove(wrapper(mutant(module, old, new)), name, REDUCED_DEPTH[prop][1], workdir=tmp_path)
+    assert r.status == "failed", r.message
+    assert r.vcd == tmp_path / name / f"{name}.vcd" and r.vcd.stat().st_size > 0
+    assert str(r.vcd) in r.message
+
+
+def test_every_property_has_a_reduced_tier():
+    assert set(REDUCED_DEPTH) == set(PROPERTIES)
+
+
+def test_mutation_must_match_once():
+    with pytest.raises(ValueError, match="occurs 0 times"):
+        mutant(row_window_block, "no such text", "x")
+    with pytest.raises(ValueError, match=r"occurs \d+ times"):
+        mutant(row_window_block, "m.d.sync", "m.d.comb")
+
+
+def test_make_formal_bad_depth(capsys):
+    with pytest.raises(SystemExit) as exc:
+        formal_main(["--depth", "0"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["python -m hotline.sim.formal: --depth must be at least 1, not 0"]
