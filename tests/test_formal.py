@@ -7,15 +7,10 @@ from amaranth import *
 from amaranth.hdl import Assert, Assume
 
 import hotline.hw.row_window_check as row_window_block
-from hotline.sim.formal.__main__ import PROPERTIES
 from hotline.sim.formal.__main__ import main as formal_main
 from hotline.sim.formal.mutation import mutant
+from hotline.sim.formal.properties import PROPERTIES
 from hotline.sim.formal.runner import prove
-
-# property -> (its reduced depth, its mutants' depth). Row window check: a descriptor write,
-# the staging window settling and a key through the five stages take 12 steps; its mutants
-# fail by step 12. Register bank: a write, its B, a read of the same word and its R take 7.
-REDUCED_DEPTH = {"row_window_check": (15, 14), "csr": (8, 8)}
 
 
 class Wrap(Elaboratable):
@@ -47,27 +42,24 @@ def test_runner_verdicts(tmp_path):
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("prop", sorted(REDUCED_DEPTH))
+@pytest.mark.parametrize("prop", sorted(PROPERTIES))
 def test_property_holds(tmp_path, prop):
-    wrapper = PROPERTIES[prop][0]
-    r = prove(wrapper(), prop, REDUCED_DEPTH[prop][0], cover=True, workdir=tmp_path)
+    spec = PROPERTIES[prop]
+    r = prove(spec.wrapper(), prop, spec.reduced_depth, cover=True, workdir=tmp_path)
     assert r.status == "bounded", r.message
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("prop,name", [(p, n) for p in sorted(REDUCED_DEPTH)
-                                       for n in sorted(PROPERTIES[p][4])])
+@pytest.mark.parametrize("prop,name", [(p, n) for p in sorted(PROPERTIES)
+                                       for n in sorted(PROPERTIES[p].mutations)])
 def test_mutant_caught(tmp_path, prop, name):
-    wrapper, module, _, _, mutations = PROPERTIES[prop]
-    old, new = mutations[name]
-    r = prove(wrapper(mutant(module, old, new)), name, REDUCED_DEPTH[prop][1], workdir=tmp_path)
+    spec = PROPERTIES[prop]
+    old, new = spec.mutations[name]
+    r = prove(spec.wrapper(mutant(spec.block, old, new)), name, spec.reduced_mutant_depth,
+              workdir=tmp_path)
     assert r.status == "failed", r.message
     assert r.vcd == tmp_path / name / f"{name}.vcd" and r.vcd.stat().st_size > 0
     assert str(r.vcd) in r.message
-
-
-def test_every_property_has_a_reduced_tier():
-    assert set(REDUCED_DEPTH) == set(PROPERTIES)
 
 
 def test_mutation_must_match_once():
@@ -83,3 +75,25 @@ def test_make_formal_bad_depth(capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["python -m hotline.sim.formal: --depth must be at least 1, not 0"]
+
+
+@pytest.mark.parametrize("quick", [True, False])
+def test_bench_formal_section(monkeypatch, quick):
+    """`make bench`'s formal section: every property, at the reduced depth with --quick, else
+    at `make formal`'s; its verdict and time as the runner gave them (runner stubbed)."""
+    from hotline.bench import benchmarks
+    from hotline.sim.formal import runner
+
+    calls = []
+
+    def fake_prove(top, name, depth, **kw):
+        Fragment.get(top, None)     # elaborates (the wrapper is used, as prove would)
+        calls.append((type(top), name, depth))
+        return runner.Result(name, "bounded", depth, 1.5 + len(calls))
+    monkeypatch.setattr(runner, "prove", fake_prove)
+    out, rows = benchmarks.bench_formal(quick)
+    want = [(s.wrapper, n, s.reduced_depth if quick else s.depth) for n, s in PROPERTIES.items()]
+    assert calls == want
+    assert out == [{"property": n, "status": "bounded", "depth": d, "seconds": 2.5 + i}
+                   for i, (_, n, d) in enumerate(want)]
+    assert [r[0] for r in rows] == [f"formal {n}" for n in PROPERTIES]

@@ -4,17 +4,9 @@ run; exit 1 if a property fails or a mutant passes, 2 on bad arguments or a miss
 import argparse
 import sys
 
-from . import csr, row_window_check
 from .mutation import mutant
+from .properties import PROPERTIES
 from .runner import FormalToolError, prove
-
-# name -> (wrapper class, the block's module, full depth, mutants' depth, its mutations):
-# depths and times measured in docs/verification.md.
-PROPERTIES = {
-    "row_window_check": (row_window_check.RowWindowProperty, row_window_check.block, 18, 15,
-                         row_window_check.MUTATIONS),
-    "csr": (csr.CSRProperty, csr.block, 11, 10, csr.MUTATIONS),
-}
 
 
 def main(argv=None):
@@ -36,13 +28,13 @@ def main(argv=None):
 def _run_all(args):
     """Every property, then its mutants; the number of failures (a mutant passing is one)."""
     bad = 0
-    for name, (wrapper, module, depth, mutant_depth, mutations) in PROPERTIES.items():
-        r = prove(wrapper(), name, args.depth or depth, cover=True, workdir=args.out)
+    for name, spec in PROPERTIES.items():
+        r = prove(spec.wrapper(), name, args.depth or spec.depth, cover=True, workdir=args.out)
         print(f"{r.status:8} {r.seconds:7.1f} s  {r.message}", flush=True)
         bad += not r.holds
-        for mname, (old, new) in mutations.items():
-            r = prove(wrapper(mutant(module, old, new)), f"{name}-{mname}",
-                      args.depth or mutant_depth, workdir=args.out)
+        for mname, (old, new) in spec.mutations.items():
+            r = prove(spec.wrapper(mutant(spec.block, old, new)), f"{name}-{mname}",
+                      args.depth or spec.mutant_depth, workdir=args.out)
             caught = r.status == "failed" and r.vcd.exists()
             print(f"{'caught' if caught else 'MISSED':8} {r.seconds:7.1f} s  {r.message}",
                   flush=True)

@@ -71,7 +71,9 @@ Sections:
   (``--quick``: 60k samples);
 - dist: ``hotline train --nproc N`` (N = 1, 2, 4, one torch thread each) in baseline and
   hotline mode on `make train`'s data: samples/s against one rank, the share
-  of the steps in collectives, payload bytes per step per rank (``--quick``: 20k samples).
+  of the steps in collectives, payload bytes per step per rank (``--quick``: 20k samples);
+- formal: each formal property's proof (docs/verification.md): verdict, depth and seconds at
+  `make formal`'s depth (``--quick``: the reduced depth of `make test`).
 """
 import argparse
 import csv
@@ -114,7 +116,7 @@ from .hash_quality import GEOMETRIES, cam_first_refusal, cold_first_overflow, fi
 
 SECTIONS = ("fragment_model", "criteo_parse", "convert", "hashing", "fragment_rtl", "cam", "learner",
             "synthesis",
-            "dma", "gather", "link", "boards", "board_link", "train", "drift", "dist")
+            "dma", "gather", "link", "boards", "board_link", "train", "drift", "dist", "formal")
 SLOW_SECTIONS = ("boards", "board_link")  # not in --quick runs unless named with --only
 
 
@@ -749,6 +751,23 @@ def bench_dist(quick):
     return out, rows
 
 
+def bench_formal(quick):
+    """Each formal property's verdict, depth and proof time (no mutants: `make formal`)."""
+    from hotline.sim.formal.properties import PROPERTIES  # lazy: (see bench_cam)
+    from hotline.sim.formal.runner import prove
+
+    out, rows = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, spec in PROPERTIES.items():
+            r = prove(spec.wrapper(), name, spec.reduced_depth if quick else spec.depth,
+                      workdir=tmp)
+            out.append({"property": name, "status": r.status, "depth": r.depth,
+                        "seconds": r.seconds})
+            rows.append([f"formal {name}", f"BMC depth {r.depth}",
+                         f"{r.status} in {r.seconds:.1f} s", "-", "-"])
+    return out, rows
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m hotline.bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -782,7 +801,8 @@ def main(argv=None):
                      ("learner", bench_learner), ("synthesis", bench_synthesis),
                      ("dma", None), ("gather", bench_gather), ("link", bench_link),
                      ("boards", bench_boards), ("board_link", bench_board_link),
-                     ("train", bench_train), ("drift", bench_drift), ("dist", bench_dist)):
+                     ("train", bench_train), ("drift", bench_drift), ("dist", bench_dist),
+                     ("formal", bench_formal)):
         if name in want:
             print(f"bench: {name} ...", file=sys.stderr, flush=True)
             if name == "dma":

@@ -1,0 +1,31 @@
+"""Every property of the formal tier, with its depths and mutants (`PROPERTIES`): read by
+``python -m hotline.sim.formal`` (make formal), tests/test_formal.py and the bench."""
+import types
+from typing import NamedTuple
+
+from . import csr, row_window_check
+
+__all__ = ["Spec", "PROPERTIES"]
+
+
+class Spec(NamedTuple):
+    """One property: its wrapper class, the block's module (mutants are made of it), the BMC
+    depth of `make formal` and of its mutants, the same two for the reduced tier (`make
+    test`, `make bench --quick`), and its mutations. Depths and times: docs/verification.md."""
+    wrapper: type
+    block: types.ModuleType
+    depth: int
+    mutant_depth: int
+    reduced_depth: int
+    reduced_mutant_depth: int
+    mutations: dict
+
+
+PROPERTIES = {
+    # a descriptor write, the staging window settling and a key through the five stages
+    # take 12 steps; the mutants fail by step 12
+    "row_window_check": Spec(row_window_check.RowWindowProperty, row_window_check.block,
+                             18, 15, 15, 14, row_window_check.MUTATIONS),
+    # a write, its B, a read of the same word and its R take 7 steps
+    "csr": Spec(csr.CSRProperty, csr.block, 11, 10, 8, 8, csr.MUTATIONS),
+}
