@@ -42,7 +42,8 @@ class FormalToolError(RuntimeError):
 class Result:
     """One property's verdict: ``status`` is "proved", "bounded" or "failed"; ``depth`` the
     steps checked (BMC) or the induction length; ``seconds`` the wall time of both runs;
-    ``vcd`` the counterexample's path when failed."""
+    ``vcd`` the counterexample's path when failed (or, when bounded because induction did not
+    close, the induction's trace from an unreachable state)."""
     name: str
     status: str
     depth: int
@@ -147,6 +148,6 @@ def prove(top, name, depth, *, induction=False, cover=False, workdir="build/form
     if ok:
         return Result(name, "proved", depth, seconds,
                       message=f"{name}: proved by {depth}-induction (every depth)")
-    return Result(name, "bounded", depth, seconds,
+    return Result(name, "bounded", depth, seconds, vcd,
                   message=f"{name}: holds for {depth} steps; {depth}-induction does not close "
                           f"(induction trace {vcd})")
