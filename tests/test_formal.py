@@ -45,8 +45,9 @@ def test_runner_verdicts(tmp_path):
 @pytest.mark.parametrize("prop", sorted(PROPERTIES))
 def test_property_holds(tmp_path, prop):
     spec = PROPERTIES[prop]
-    r = prove(spec.wrapper(), prop, spec.reduced_depth, cover=True, workdir=tmp_path)
-    assert r.status == "bounded", r.message
+    r = prove(spec.wrapper(), prop, spec.reduced_depth, cover=True, induction=spec.induction,
+              workdir=tmp_path)
+    assert r.status == ("proved" if spec.induction else "bounded"), r.message
 
 
 @pytest.mark.rtl
@@ -88,12 +89,13 @@ def test_bench_formal_section(monkeypatch, quick):
 
     def fake_prove(top, name, depth, **kw):
         Fragment.get(top, None)     # elaborates (the wrapper is used, as prove would)
-        calls.append((type(top), name, depth))
+        calls.append((type(top), name, depth, kw["induction"]))
         return runner.Result(name, "bounded", depth, 1.5 + len(calls))
     monkeypatch.setattr(runner, "prove", fake_prove)
     out, rows = benchmarks.bench_formal(quick)
-    want = [(s.wrapper, n, s.reduced_depth if quick else s.depth) for n, s in PROPERTIES.items()]
+    want = [(s.wrapper, n, s.reduced_depth if quick else s.depth, s.induction)
+            for n, s in PROPERTIES.items()]
     assert calls == want
     assert out == [{"property": n, "status": "bounded", "depth": d, "seconds": 2.5 + i}
-                   for i, (_, n, d) in enumerate(want)]
+                   for i, (_, n, d, _) in enumerate(want)]
     assert [r[0] for r in rows] == [f"formal {n}" for n in PROPERTIES]

@@ -29,7 +29,8 @@ def _run_all(args):
     """Every property, then its mutants; the number of failures (a mutant passing is one)."""
     bad = 0
     for name, spec in PROPERTIES.items():
-        r = prove(spec.wrapper(), name, args.depth or spec.depth, cover=True, workdir=args.out)
+        r = prove(spec.wrapper(), name, args.depth or spec.depth, cover=True,
+                  induction=spec.induction, workdir=args.out)
         print(f"{r.status:8} {r.seconds:7.1f} s  {r.message}", flush=True)
         bad += not r.holds
         for mname, (old, new) in spec.mutations.items():

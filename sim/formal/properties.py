@@ -3,7 +3,7 @@
 import types
 from typing import NamedTuple
 
-from . import csr, row_window_check
+from . import csr, row_window_check, streams
 
 __all__ = ["Spec", "PROPERTIES"]
 
@@ -11,7 +11,9 @@ __all__ = ["Spec", "PROPERTIES"]
 class Spec(NamedTuple):
     """One property: its wrapper class, the block's module (mutants are made of it), the BMC
     depth of `make formal` and of its mutants, the same two for the reduced tier (`make
-    test`, `make bench --quick`), and its mutations. Depths and times: docs/verification.md."""
+    test`, `make bench --quick`), its mutations, and ``induction``: the depth is also that of
+    a k-induction run, which closes (verdict "proved"). Depths and times:
+    docs/verification.md."""
     wrapper: type
     block: types.ModuleType
     depth: int
@@ -19,6 +21,7 @@ class Spec(NamedTuple):
     reduced_depth: int
     reduced_mutant_depth: int
     mutations: dict
+    induction: bool = False
 
 
 PROPERTIES = {
@@ -28,4 +31,12 @@ PROPERTIES = {
                              18, 15, 15, 14, row_window_check.MUTATIONS),
     # a write, its B, a read of the same word and its R take 7 steps
     "csr": Spec(csr.CSRProperty, csr.block, 11, 10, 8, 8, csr.MUTATIONS),
+    # property 5: the slice and the fork close by induction (the cover needs 4 beats out);
+    # the FIFO fills (4 entries) and wraps its ring twice within 12 steps
+    "stream_slice": Spec(streams.SliceProperty, streams.slice_block, 8, 8, 6, 6,
+                         streams.SLICE_MUTATIONS, induction=True),
+    "stream_fork": Spec(streams.ForkProperty, streams.fork_block, 8, 8, 6, 6,
+                        streams.FORK_MUTATIONS, induction=True),
+    "stream_fifo": Spec(streams.FifoProperty, streams.fifo_block, 22, 16, 12, 8,
+                        streams.FIFO_MUTATIONS),
 }

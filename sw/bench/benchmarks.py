@@ -760,10 +760,11 @@ def bench_formal(quick):
     with tempfile.TemporaryDirectory() as tmp:
         for name, spec in PROPERTIES.items():
             r = prove(spec.wrapper(), name, spec.reduced_depth if quick else spec.depth,
-                      workdir=tmp)
+                      induction=spec.induction, workdir=tmp)
             out.append({"property": name, "status": r.status, "depth": r.depth,
                         "seconds": r.seconds})
-            rows.append([f"formal {name}", f"BMC depth {r.depth}",
+            engine = "k-induction" if r.status == "proved" else "BMC"
+            rows.append([f"formal {name}", f"{engine} depth {r.depth}",
                          f"{r.status} in {r.seconds:.1f} s", "-", "-"])
     return out, rows
 
