@@ -3,7 +3,7 @@
 import types
 from typing import NamedTuple
 
-from . import csr, row_window_check, streams
+from . import csr, popularity_cam, row_window_check, streams
 
 __all__ = ["Spec", "PROPERTIES"]
 
@@ -39,4 +39,8 @@ PROPERTIES = {
                         streams.FORK_MUTATIONS, induction=True),
     "stream_fifo": Spec(streams.FifoProperty, streams.fifo_block, 22, 16, 12, 8,
                         streams.FIFO_MUTATIONS),
+    # property 3: the reset's clear takes 2 steps, an insert 12, a delete behind it 12 more
+    # and its check one (the delete cover: step 25); a lookup's result 7 after it
+    "popularity_cam": Spec(popularity_cam.CAMProperty, popularity_cam.block, 34, 28, 26, 27,
+                           popularity_cam.MUTATIONS),
 }
