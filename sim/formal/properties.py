@@ -3,7 +3,7 @@
 import types
 from typing import NamedTuple
 
-from . import csr, popularity_cam, row_window_check, streams
+from . import cold_key_set, csr, popularity_cam, row_window_check, streams
 
 __all__ = ["Spec", "PROPERTIES"]
 
@@ -43,4 +43,8 @@ PROPERTIES = {
     # and its check one (the delete cover: step 25); a lookup's result 7 after it
     "popularity_cam": Spec(popularity_cam.CAMProperty, popularity_cam.block, 34, 28, 26, 27,
                            popularity_cam.MUTATIONS),
+    # property 4: the reset's clear takes 2 steps, six keys and a repeat 7, the output 8
+    # more (a place-full overflow: step 15; the first overflow beyond max_keys: 16)
+    "cold_key_set": Spec(cold_key_set.ColdKeySetProperty, cold_key_set.block, 22, 20, 18, 18,
+                         cold_key_set.MUTATIONS),
 }
