@@ -3,7 +3,7 @@
 import types
 from typing import NamedTuple
 
-from . import cold_key_set, csr, popularity_cam, row_window_check, streams
+from . import cold_key_set, csr, frame_parser, popularity_cam, row_window_check, streams
 
 __all__ = ["Spec", "PROPERTIES"]
 
@@ -39,6 +39,13 @@ PROPERTIES = {
                         streams.FORK_MUTATIONS, induction=True),
     "stream_fifo": Spec(streams.FifoProperty, streams.fifo_block, 22, 16, 12, 8,
                         streams.FIFO_MUTATIONS),
+    # property 7: a READ32 frame is 18 bytes (its request at step 18), a WRITE32 frame 22;
+    # with free gaps the solver's time grows 10x per step past 19, so WRITE32 is reached
+    # with a byte every cycle. The mutants fail on a READ32 frame.
+    "frame_parser": Spec(frame_parser.FrameParserProperty, frame_parser.block, 20, 19, 19, 19,
+                         {"skip_crc": frame_parser.MUTATIONS["skip_crc"]}),
+    "frame_parser_back_to_back": Spec(frame_parser.BackToBackProperty, frame_parser.block,
+                                      27, 19, 23, 19, frame_parser.MUTATIONS),
     # property 3: the reset's clear takes 2 steps, an insert 12, a delete behind it 12 more
     # and its check one (the delete cover: step 25); a lookup's result 7 after it
     "popularity_cam": Spec(popularity_cam.CAMProperty, popularity_cam.block, 34, 28, 26, 27,

@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from amaranth.back import rtlil
-from amaranth.hdl import Value
+from amaranth.hdl import Assume, Const, Fragment, ResetSignal, Value
 from amaranth.lib import wiring
 
-__all__ = ["Result", "FormalToolError", "prove", "free_inputs", "tool_path", "YOSYS_SCRIPT"]
+__all__ = ["Result", "FormalToolError", "prove", "free_inputs", "internal", "tool_path",
+           "YOSYS_SCRIPT"]
 
 # The issue's flow plus memory_map and opt: small RAMs as flip-flops, constants folded (the
 # row window check's depth-16 BMC: 27 s -> 11 s).
@@ -59,8 +60,29 @@ class Result:
 def free_inputs(component):
     """The input ports of ``component``: a wrapper lists them in its ``ports`` so that they
     are the top's inputs, free each cycle (``Assume`` limits them)."""
-    return [Value.cast(value) for _path, member, value in component.signature.flatten(component)
-            if member.flow == wiring.In]
+    values = [Value.cast(value) for _path, member, value in component.signature.flatten(component)
+              if member.flow == wiring.In]
+    return [v for v in values if not isinstance(v, Const)]    # always_ready / always_valid
+
+
+def internal(m, dut, platform, *names):
+    """Elaborates ``dut`` as ``m``'s submodule ``dut``, assumes no reset, and returns its
+    internal signals ``names``, found among the signals its statements drive; a name
+    ``"sub.sig"`` is in its submodule ``sub``. Invariants and abstractions name a block's own
+    state this way, read only: nothing is added to the block."""
+    frag = Fragment.get(dut, platform)
+    m.submodules.dut = frag
+    m.d.comb += Assume(~ResetSignal())
+    found = []
+    for name in names:
+        *path, leaf = name.split(".")
+        where = frag
+        for step in path:
+            where = next(sub for sub, sub_name, _ in where.subfragments if sub_name == step)
+        driven = {sig.name: sig for statements in where.statements.values()
+                  for statement in statements for sig in statement._lhs_signals()}
+        found.append(driven[leaf])
+    return found
 
 
 def tool_path(name):

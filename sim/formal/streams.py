@@ -14,7 +14,7 @@ repeats) or a reordering is seen at the first wrong beat, whatever the data. Ass
 - an output's valid is held until ready, with its payload stable (AXI-stream rule);
 - for k-induction (the slice and the fork close; the FIFO's ring contents are memories the
   wrapper cannot name, so it stays bounded), invariants on the block's own state, read by
-  name (`_internal`): the slice's skid register holds the beat after the output's, the
+  name (`runner.internal`): the slice's skid register holds the beat after the output's, the
   fork's ``taken`` flag is set exactly for an output one beat ahead of the input.
 
 Assumptions: no reset; the input follows the stream rule (valid held until ready, payload
@@ -25,13 +25,13 @@ a FIFO of depth 4 with 2 lanes; no block's logic depends on the payload width, a
 exceed every occupancy.
 """
 from amaranth import *
-from amaranth.hdl import Assert, Assume, Cover, Fragment
+from amaranth.hdl import Assert, Assume, Cover
 
 import hotline.hw.funnel_fifo as fifo_block
 import hotline.hw.register_slice as slice_block
 import hotline.hw.stream_fork as fork_block
 
-from .runner import free_inputs
+from .runner import free_inputs, internal
 
 __all__ = ["TAG_BITS", "SliceProperty", "ForkProperty", "FifoProperty",
            "SLICE_MUTATIONS", "FORK_MUTATIONS", "FIFO_MUTATIONS"]
@@ -59,21 +59,6 @@ FIFO_MUTATIONS = {
     # the read pointer does not move on a read
     "duplicate_beat": ("rp.eq(rp + taken)", "rp.eq(rp)"),
 }
-
-
-def _internal(m, dut, platform, *names):
-    """Elaborates ``dut`` as ``m``'s submodule ``dut``, assumes no reset, and returns its
-    internal signals ``names`` (found by name among the signals its statements drive): the
-    strengthening invariants of k-induction name the block's own state, read only."""
-    frag = Fragment.get(dut, platform)
-    m.submodules.dut = frag
-    m.d.comb += Assume(~ResetSignal())
-    driven = {}
-    for statements in frag.statements.values():
-        for statement in statements:
-            for sig in statement._lhs_signals():
-                driven.setdefault(sig.name, sig)
-    return [driven[name] for name in names]
 
 
 def _stream_rules(m, s, *, assume):
@@ -127,7 +112,7 @@ class SliceProperty(_Wrapper):
     def elaborate(self, platform):
         m = Module()
         dut = self.dut
-        skid, = _internal(m, dut, platform, "skid")
+        skid, = internal(m, dut, platform, "skid")
         count_in = _tagged_input(m, dut.i)
         count_out = _tagged_output(m, dut.o, "o")
         m.d.comb += Assert((count_in - count_out)[:TAG_BITS] == dut.o.valid + ~dut.i.ready)
@@ -146,7 +131,7 @@ class ForkProperty(_Wrapper):
     def elaborate(self, platform):
         m = Module()
         dut = self.dut
-        taken, = _internal(m, dut, platform, "taken")
+        taken, = internal(m, dut, platform, "taken")
         count_in = _tagged_input(m, dut.i)
         taken_in = dut.i.valid & dut.i.ready
         enable_last = Signal.like(dut.enable, init=dut.enable.init)
@@ -181,7 +166,7 @@ class FifoProperty(_Wrapper):
     def elaborate(self, platform):
         m = Module()
         dut = self.dut
-        _internal(m, dut, platform)
+        internal(m, dut, platform)
         m.d.comb += Assume(dut.w_count <= dut.lanes)     # the port's range: 0 .. lanes
         count_in = Signal(TAG_BITS)
         with m.If(dut.w_room):
