@@ -3,7 +3,8 @@
 import types
 from typing import NamedTuple
 
-from . import cold_key_set, csr, frame_parser, popularity_cam, row_window_check, streams
+from . import (cold_key_set, csr, frame_parser, popularity_cam, row_chunker, row_window_check,
+               streams)
 
 __all__ = ["Spec", "PROPERTIES"]
 
@@ -46,6 +47,10 @@ PROPERTIES = {
                          {"skip_crc": frame_parser.MUTATIONS["skip_crc"]}),
     "frame_parser_back_to_back": Spec(frame_parser.BackToBackProperty, frame_parser.block,
                                       27, 19, 23, 19, frame_parser.MUTATIONS),
+    # property 2's bursts: an op's first chunk is on ar / aw 5 steps after it is taken, each
+    # further chunk of its row 3 later; a page-cut burst (the cover) by step 10
+    "row_chunker": Spec(row_chunker.ChunkerProperty, row_chunker.block, 13, 10, 10, 10,
+                        row_chunker.MUTATIONS),
     # property 3: the reset's clear takes 2 steps, an insert 12, a delete behind it 12 more
     # and its check one (the delete cover: step 25); a lookup's result 7 after it
     "popularity_cam": Spec(popularity_cam.CAMProperty, popularity_cam.block, 34, 28, 26, 27,

@@ -33,7 +33,7 @@ import hotline.hw.stream_fork as fork_block
 
 from .runner import free_inputs, internal
 
-__all__ = ["TAG_BITS", "SliceProperty", "ForkProperty", "FifoProperty",
+__all__ = ["TAG_BITS", "stream_rules", "SliceProperty", "ForkProperty", "FifoProperty",
            "SLICE_MUTATIONS", "FORK_MUTATIONS", "FIFO_MUTATIONS"]
 
 TAG_BITS = 4
@@ -61,15 +61,15 @@ FIFO_MUTATIONS = {
 }
 
 
-def _stream_rules(m, s, *, assume):
-    """``s`` (a stream) holds valid until ready, its payload stable: assumed for an input,
-    asserted for an output."""
+def stream_rules(m, s, name, *, assume):
+    """``s`` (a stream, called ``name``) holds valid until ready, its payload stable: assumed
+    for an input, asserted for an output."""
     check = Assume if assume else Assert
-    was_stalled = Signal(name=f"{s.payload.name}_stalled")
-    last = Signal.like(s.payload, name=f"{s.payload.name}_last")
+    was_stalled = Signal(name=f"{name}_stalled")
+    last = Signal(len(Value.cast(s.payload)), name=f"{name}_last")
     m.d.sync += [was_stalled.eq(s.valid & ~s.ready), last.eq(s.payload)]
     with m.If(was_stalled):
-        m.d.comb += check(s.valid & (s.payload == last))
+        m.d.comb += check(s.valid & (Value.cast(s.payload) == last))
 
 
 def _tagged_input(m, i):
@@ -79,7 +79,7 @@ def _tagged_input(m, i):
     with m.If(i.valid & i.ready):
         m.d.sync += count.eq(count + 1)
     m.d.comb += Assume(i.payload == count)
-    _stream_rules(m, i, assume=True)
+    stream_rules(m, i, "in", assume=True)
     return count
 
 
@@ -90,7 +90,7 @@ def _tagged_output(m, o, name):
         m.d.sync += count.eq(count + 1)
     with m.If(o.valid):
         m.d.comb += Assert(o.payload == count)
-    _stream_rules(m, o, assume=False)
+    stream_rules(m, o, name, assume=False)
     m.d.comb += Cover((count == 3) & o.valid & o.ready)
     return count
 
