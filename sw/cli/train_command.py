@@ -222,7 +222,12 @@ def rank_main(args) -> int:
         record_error(msg if msg.startswith("rank ") else f"rank {os.environ['RANK']}: {msg}")
         sys.exit(2)
     except KeyboardInterrupt:  # Ctrl-C reaches every rank: the launcher says it, once
-        sys.exit(130)
+        # os._exit: an interrupt can leave a c10d/gloo thread joinable, and the interpreter's
+        # teardown would then abort in C++ ("terminate called without an active exception")
+        # with a fatal-error dump on the shared stderr
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
 
 
 def _interrupt_once(signum, frame):
