@@ -20,7 +20,8 @@ all: test
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,torchrec]'
+	$(BIN)/pip install -q --no-deps torchrec==1.8.0
 	touch $@
 
 setup: $(STAMP)
