@@ -1,6 +1,6 @@
 """One import direction (docs/design.md, "Layers"), checked on every import of the package.
 
-    contract  <-  (hw, model, data)  <-  host  <-  (sim, fpga)  <-  (train, cli, bench)
+    contract  <-  (hw, model, data)  <-  host  <-  (sim, fpga, nn)  <-  (train, cli, bench)
 
 Every ``.py`` under sw/, hw/, sim/ and fpga/ is parsed with `ast`; every import statement in
 it, function-level and relative ones included, is mapped to the layer of the module it
@@ -28,9 +28,10 @@ ALLOWED = {
     "host": {"contract", "model", "data", "host"},
     "sim": BELOW_HOST | {"host", "sim", "fpga"},
     "fpga": BELOW_HOST | {"host", "fpga"},
-    "train": BELOW_HOST | {"host", "sim", "fpga", "train"},
-    "cli": BELOW_HOST | {"host", "sim", "fpga", "train", "cli"},
-    "bench": BELOW_HOST | {"host", "sim", "fpga", "train", "cli", "bench"},
+    "nn": BELOW_HOST - {"hw"} | {"host", "nn"},
+    "train": BELOW_HOST | {"host", "sim", "fpga", "nn", "train"},
+    "cli": BELOW_HOST | {"host", "sim", "fpga", "nn", "train", "cli"},
+    "bench": BELOW_HOST | {"host", "sim", "fpga", "nn", "train", "cli", "bench"},
 }
 RULES = {
     "contract": "the contract imports nothing else from the project",
@@ -40,12 +41,13 @@ RULES = {
     "host": "the host runtime never imports hw, sim, fpga, train, cli or bench",
     "sim": "co-simulation imports the layers below it and fpga, never train, cli or bench",
     "fpga": "fpga imports the layers below it, never sim, train, cli or bench",
+    "nn": "the embedding module imports contract, model, data and host, never hw, sim, fpga, train, cli or bench",
     "train": "train imports the layers below it, never cli or bench",
     "cli": "cli imports anything but bench",
     "bench": "bench imports anything",
 }
 # ``hotline`` itself is the Device API's entry point (``hotline.open``): the host layer.
-SUBPACKAGES = ("contract", "model", "data", "host", "train", "cli", "bench")
+SUBPACKAGES = ("contract", "model", "data", "host", "nn", "train", "cli", "bench")
 
 
 def module_of(path: Path) -> str:
@@ -167,6 +169,8 @@ def test_imports_go_one_way():
     ("sw/contract/keys.py", "from .. import model\n", "the contract imports nothing"),
     ("fpga/board_top.py", "from hotline.sim.accelerator_run import x\n", "fpga imports"),
     ("sw/train/run.py", "from .. import cli\n", "train imports the layers below"),
+    ("sw/nn/collection.py", "from hotline.train.rows import init_table\n", "the embedding module"),
+    ("sw/nn/stores.py", "from hotline.sim import runner\n", "the embedding module"),
     ("sw/model/planner.py", "def f():\n    from .device_model import x\n",
      "function-level import of hotline.model.device_model"),
 ])

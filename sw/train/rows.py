@@ -1,28 +1,12 @@
-"""Embedding rows and memory budgets: the row layout (values + optimizer state, padded to the
-DMA bus word), DLRM's table initialisation, and the checks that the tables fit."""
+"""Embedding rows and memory budgets: DLRM's table initialisation (in `hotline.nn.layout.RowLayout`),
+and the checks that the tables fit."""
 import math
 import os
-from dataclasses import dataclass
 
 import numpy as np
 
 from hotline.contract.errors import HotlineError
 from hotline.data.report import fmt_bytes
-
-
-@dataclass(frozen=True)
-class RowLayout:
-    """``dim`` embedding floats, then ``state`` optimizer floats, padded to 8 bytes."""
-    dim: int
-    state: int
-
-    @property
-    def floats(self) -> int:
-        return -(-(self.dim + self.state) // 2) * 2
-
-    @property
-    def nbytes(self) -> int:
-        return 4 * self.floats
 
 
 def init_table(seed, t, rows, lay, out, keep=None) -> None:

@@ -13,12 +13,13 @@ import torch
 
 from hotline.contract.errors import HotlineError
 from hotline.data.report import fmt_bytes
+from hotline.nn.layout import RowLayout
 
 from .config import ADAGRAD_EPS, HOT_MEMORY_SHARE, torch_device
 from .dist import Ranks
 from .dlrm import DLRM, pool
 from .metrics import auc
-from .rows import RowLayout, available_ram
+from .rows import available_ram
 
 
 class Trainer(abc.ABC):
