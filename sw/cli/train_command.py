@@ -15,11 +15,11 @@ from hotline.data.options import EPILOG_DATA, fraction, positive_int, say, seed_
 from hotline.data.readers import FORMATS
 from hotline.data.report import table, write_json
 from hotline.data.spec import open_data
+from hotline.nn.hot_set import LEARN_FRACTION, REFRESH_MARGIN
 from hotline.train import MODES, OPTIMIZERS, TrainConfig, prepare_data, train
 from hotline.train.checkpoint import remove_stale_partials
 from hotline.train.config import (DEFAULT_LR, HOT_MEMORY_SHARE, HOT_SETS, parse_torch_device,
                                   torch_device, world_size)
-from hotline.train.hot_set import LEARN_FRACTION, REFRESH_MARGIN
 from hotline.train.plots import plot_training
 from hotline.train.run import TRAINING
 from hotline.train.report import comparison, read_report, summary_rows

@@ -3,8 +3,7 @@ import os
 from dataclasses import dataclass
 
 from hotline.contract.errors import HotlineError
-
-from .hot_set import LEARN_FRACTION, parse_refresh
+from hotline.nn.hot_set import LEARN_FRACTION, parse_refresh
 
 MODES = ("baseline", "hotline", "device-only")
 OPTIMIZERS = ("sgd", "adagrad")

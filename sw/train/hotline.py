@@ -15,11 +15,11 @@ from hotline.contract.config import AcceleratorConfig, max_batch_lookups
 from hotline.contract.errors import HotlineError
 from hotline.host.device import Device, LearnerReadout
 from hotline.host.device import open as open_device
-from hotline.model.device_model import HotIndex
 from hotline.model.planner import exact_hot_set, profile_samples
+from hotline.nn.hot_set import HotSetSchedule
+from hotline.nn.hotline_store import move_hot_rows, refresh_stale
 
 from .baseline import BaselineTrainer
-from .hot_set import HotSetSchedule
 from .rows import check_fits
 
 
@@ -208,7 +208,7 @@ class HotlineTrainer(BaselineTrainer):
         U = len(ck)
         if self.split_rows:
             self.fetch_far_rows(st[:U], ck)
-        self.refresh_stale(st[:U], ck)
+        refresh_stale(st[:U], ck, self.prev)
         hu, lookup_row, src, cmap = self.lookup_rows(r)
         hot_idx = self.index(hu)
         H = self.leaf(self.hot_table.index_select(0, hot_idx))
@@ -344,25 +344,17 @@ class HotlineTrainer(BaselineTrainer):
         the trajectory is unchanged: rows that leave go back to host memory, rows the CAM
         relocated move between slots, rows that enter are loaded; other slots are untouched."""
         self.quiesce()   # every rank's scatters done: host memory holds every cold row
-        old, slots = self.placement.keys, self.placement.slots
+        old = self.placement
         new = self.device.update_hot_set(keys)
-        leave = ~np.isin(old, new.keys)
-        if leave.any():
-            rows = self.hot_table[self.index(slots[leave])].cpu().numpy()
-            self.write_replicated(self.global_rows(old[leave]), rows)
-            if self.lead:
-                self.bytes_d2h += int(leave.sum()) * self.lay.nbytes
-        was = HotIndex(old, slots).lookup(new.keys)   # each key's slot before; -1: it enters
-        held = was >= 0
-        src, dst = was[held].astype(np.int64), new.slots[held]
-        moved = src != dst
-        if moved.any():   # gathered first: a source slot may be another row's destination
-            rows = self.hot_table[self.index(src[moved])]
-            self.hot_table[self.index(dst[moved])] = rows
-        if (~held).any() or self.collective_reads:   # (split tables: every rank takes part)
-            rows = self.gather(self.global_rows(new.keys[~held]), count=False)
-            self.hot_table[self.index(new.slots[~held])] = rows
-            self.bytes_h2d += int((~held).sum()) * self.lay.nbytes
+        # (split tables: every rank takes part in the reads)
+        left, entered = move_hot_rows(
+            self.hot_table, old, new,
+            read=lambda k: self.gather(self.global_rows(k), count=False),
+            write=lambda k, rows: self.write_replicated(self.global_rows(k), rows),
+            read_always=self.collective_reads)
+        if self.lead:
+            self.bytes_d2h += left * self.lay.nbytes
+        self.bytes_h2d += entered * self.lay.nbytes
         self.placement, self.hot_keys, self.prev = new, np.asarray(keys, np.uint32), None
         if self.ranks is not None:
             self.ranks.barrier()   # the rows that left are in host memory before any gather
@@ -375,20 +367,6 @@ class HotlineTrainer(BaselineTrainer):
         lo, hi = self.ranks.node_rows()
         far = np.flatnonzero((g < lo) | (g >= hi))
         rows[far] = self.ranks.fetch(g[far], self.read_rows).numpy()
-
-    def refresh_stale(self, rows, ck) -> None:
-        """Batch j was gathered before batch j - 1 was scattered (it was pushed while j - 1
-        trained), so the rows cold in both batches are stale in its bank (``rows``, cold keys
-        ``ck``): take them from batch j - 1's updated rows. (The hardware gathers ahead in the
-        same way.)"""
-        if self.prev is None or not len(ck):
-            return
-        pk, prow = self.prev
-        if len(pk):
-            pos = np.minimum(np.searchsorted(pk, ck), len(pk) - 1)
-            m = pk[pos] == ck
-            if m.any():
-                rows[m] = prow[pos[m]]
 
     def lookup_rows(self, r) -> tuple:
         """(unique hot slots used ``hu``, each lookup's row, ``src``, ``cmap``) of a pulled
@@ -422,7 +400,8 @@ class HotlineTrainer(BaselineTrainer):
 
     def write_back_cold(self, bank, rows, ck, new, cmap) -> None:
         """The updated cold rows ``new`` into the staging ``rows`` of ``bank`` and scattered
-        to the host tables by the device; kept for `refresh_stale` of the next batch."""
+        to the host tables by the device; kept (``prev``) for `refresh_stale` of the next
+        batch."""
         self.bytes_d2h += len(new) * self.lay.nbytes
         rows[:] = new if cmap is None else new[cmap]
         # Not waited for: the device scatters while the next batch trains (a DMA error is

@@ -6,11 +6,11 @@ import time
 import numpy as np
 
 from hotline.contract.errors import HotlineError
+from hotline.nn.hot_set import HotSetSchedule
 
 from .checkpoint import (RESUME_FIELDS, Progress, data_fingerprint, load_checkpoint,
                          remove_stale_partials, restore, save_checkpoint)
 from .config import lead_rank
-from .hot_set import HotSetSchedule
 from .report import build_report
 
 TRAINING = "training"  # `train`'s last phase: the steps start

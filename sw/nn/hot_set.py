@@ -1,7 +1,8 @@
-"""When a hotline run's hot set changes (`HotSetSchedule`): learned by the device's
-AccessLearner over the first steps (``--hot-set learn``) and refreshed when popularity drifts
-(``--refresh auto|every:N|off``). Steps are global (over epochs); a window is
-``--learn-window`` samples in whole batches.
+"""When the hotline placement's hot set changes (`HotSetSchedule`, for `hotline train` and
+`hotline.nn.hotline_store.HotlineStore`): learned by the device's AccessLearner over the first
+steps (``--hot-set learn``) and refreshed when popularity drifts (``--refresh
+auto|every:N|off``). Steps are global (over epochs); a window is ``--learn-window`` samples in
+whole batches (the store: ``learn_window`` batches).
 
 - ``learn``: the learner counts steps 0 .. W - 1 (trained with an empty hot set: every row
   comes through the DMA, so the trajectory is baseline's); its top-K loads before step W.

@@ -1,0 +1,542 @@
+"""The "hotline" placement (`HotlineStore`): hot rows on the torch device at their CAM slots,
+cold rows in `HostMemory` windows that the accelerator gathers and scatters (any Device URL:
+``model://``, ``sim://...``, ``serial://...``).
+
+A batch goes to the device when it is announced (`prefetch`, or `gather` for a batch that was
+not): the device fragments it and gathers its unique cold rows into a staging bank. `gather`
+pulls the result and returns the batch's rows (hot ones from the hot table, cold ones from
+staging); `scatter` writes the hot rows into the hot table and the cold ones into staging, and
+the device scatters them to host memory while the next batch trains.
+
+The store owns every rule of that pipeline, so `gather` and `scatter` give exactly
+`HostStore`'s rows for any sequence of batches:
+
+- a batch prefetched before the last batch's scatter gathered the rows cold in both batches
+  before their update: they are taken from the last batch's updated rows (`refresh_stale`);
+- when the device's cold-key set overflows, a key sits in several staging slots: every slot
+  gets its updated row;
+- a batch with more lookups than the staging slots is pushed as its unique keys; the cold keys
+  beyond the slots are read and written in host memory by the host (after the device's
+  scatters);
+- the hot set changes only with nothing in flight (`move_hot_rows` moves the rows): a scheduled
+  change is not prefetched across, and a prefetched batch is pulled back and pushed again
+  after a change the caller makes (`load`, `refresh`, `write_table`);
+- every device error, and every key outside the store's tables, raises `HotlineError`.
+
+The hot set is policy (`HotSetSchedule`): given keys, or the exact top-K of the first
+``profile_batches`` batches, or learned by the device's AccessLearner (``hot_set="learn"``),
+and refreshed ``off`` / ``auto`` / ``every:N`` batches. `counters` reads the hot and popular
+shares, the bytes moved and the device's overlap.
+"""
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from hotline.contract.config import PRODUCT, AcceleratorConfig
+from hotline.contract.errors import HotlineError
+from hotline.contract.keys import MAX_ROWS, ROW_BITS
+from hotline.host.device import open as open_device
+from hotline.host.host_memory import HostMemory, Window
+from hotline.model.device_model import HotIndex
+from hotline.model.planner import exact_hot_set
+
+from .hot_set import HotSetSchedule, parse_refresh
+from .stores import RowStore
+
+__all__ = ["HotlineStore", "refresh_stale", "move_hot_rows"]
+
+
+def refresh_stale(rows, keys, prev) -> None:
+    """A batch gathered before the batch before it was scattered (it was pushed while that one
+    trained) holds stale copies of the rows cold in both: ``rows`` (of ``keys``, uint32) take
+    the updated rows ``prev`` = (sorted keys, rows) of the batch before, in place. (The
+    hardware gathers ahead in the same way.)"""
+    if prev is None or not len(keys):
+        return
+    pk, prow = prev
+    if len(pk):
+        pos = np.minimum(np.searchsorted(pk, keys), len(pk) - 1)
+        m = pk[pos] == keys
+        if m.any():
+            rows[m] = prow[pos[m]]
+
+
+def move_hot_rows(hot_table, old, new, read, write, read_always=False) -> tuple[int, int]:
+    """The rows of a hot-set change from placement ``old`` to ``new`` (`HotPlacement`s), so
+    the trajectory is unchanged: rows that leave are written back (``write(keys, rows)``, rows
+    a numpy array), rows the CAM relocated move between slots of ``hot_table``, rows that enter
+    are read (``read(keys)``: a tensor); other slots are untouched. ``read_always``: call
+    ``read`` even when no key enters (a collective). Returns (rows left, rows entered)."""
+    dev = hot_table.device
+    index = lambda a: torch.from_numpy(np.asarray(a, np.int64)).to(dev)
+    leave = ~np.isin(old.keys, new.keys)
+    if leave.any():
+        write(old.keys[leave], hot_table[index(old.slots[leave])].cpu().numpy())
+    was = HotIndex(old.keys, old.slots).lookup(new.keys)   # each key's slot before; -1: it enters
+    held = was >= 0
+    src, dst = was[held].astype(np.int64), new.slots[held]
+    moved = src != dst
+    if moved.any():   # gathered first: a source slot may be another row's destination
+        hot_table[index(dst[moved])] = hot_table[index(src[moved])]
+    if (~held).any() or read_always:
+        hot_table[index(new.slots[~held])] = read(new.keys[~held])
+    return int(leave.sum()), int((~held).sum())
+
+
+@dataclass
+class _Batch:
+    """A batch announced to the store: its lookups (uint32, batch order), lookups per sample,
+    unique keys; what was pushed for it while it is in flight on the device."""
+    step: int
+    lookups: np.ndarray
+    lengths: np.ndarray
+    uniq: np.ndarray
+    in_flight: bool = False
+    pushed: np.ndarray | None = None      # the keys pushed (lookups, or unique keys)
+    extra: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint32))  # host's keys
+
+
+@dataclass
+class _Gathered:
+    """A gathered batch waiting for its scatter."""
+    keys: np.ndarray        # uint32, sorted unique
+    hot_pos: torch.Tensor   # positions of the hot keys in ``keys``
+    hot_slots: torch.Tensor
+    cold_pos: torch.Tensor
+    cold_keys: np.ndarray   # keys[cold_pos]
+    bank: int
+    slot_keys: np.ndarray   # the key of each staging slot used (the device's cold_keys)
+    extra: np.ndarray       # bool per cold key: read and written by the host
+    counts: tuple           # (hot lookups, lookups, popular samples, samples) on the device
+
+
+class HotlineStore(RowStore):
+    """Placement "hotline". ``table_rows``: rows per table; ``layout``: the `RowLayout`.
+
+    Hot set: ``hot_keys`` (rank order, hottest first) loaded at once; else with ``hot_set``
+    ``"exact"`` the exact top-``hot_rows`` of the first ``profile_batches`` batches (trained all
+    cold) loads before the next; with ``"learn"`` the device's AccessLearner counts the first
+    ``learn_window`` batches and its top-``hot_rows`` loads before the next. ``refresh``:
+    ``"off"``, ``"auto"`` or ``"every:N"`` (batches; learned over ``learn_window``).
+
+    Sizing: ``batch_lookups`` lookups per batch at most fit the staging slots (a larger batch
+    still works, see the module docstring); ``batch_size`` samples per batch at most count in
+    the popular share (`prefetch` ``lengths``). ``device_options``: passed to
+    `hotline.host.device.open`."""
+
+    def __init__(self, table_rows, layout, *, device_url="model://", torch_device="cpu",
+                 hot_rows=None, hot_keys=None, hot_set="exact", profile_batches=None,
+                 learn_window=None, refresh="off", batch_lookups=PRODUCT.cold_max_keys,
+                 batch_size=PRODUCT.max_batch_samples, banks=2, device_options=None):
+        self.width, self.device = layout.floats, torch.device(torch_device)
+        self.layout, self.url = layout, device_url
+        self.table_rows = np.asarray([int(r) for r in table_rows], np.int64)
+        if hot_set not in ("exact", "learn"):
+            raise HotlineError(f"hot_set {hot_set!r}: expected 'exact' or 'learn'")
+        kind, _ = parse_refresh(refresh)
+        given = None if hot_keys is None else self._keys(hot_keys, "hot_keys")
+        if given is not None and len(np.unique(given)) != len(given):
+            raise HotlineError("hot_keys: the keys must be distinct")
+        self.hot_rows = int(hot_rows if hot_rows is not None else
+                            len(given) if given is not None else 0)
+        if self.hot_rows < 0 or (self.hot_rows == 0 and (hot_set == "learn" or kind != "off")):
+            raise HotlineError(f"hot_rows {hot_rows}: a learned or refreshed hot set needs "
+                               f"hot_rows > 0")
+        self.profile_batches = None
+        if given is None and hot_set == "exact" and self.hot_rows:
+            if not profile_batches or profile_batches < 1:
+                raise HotlineError("hot_set 'exact' needs hot_keys or profile_batches >= 1 "
+                                   "(the batches whose exact top hot_rows keys become hot)")
+            self.profile_batches = int(profile_batches)
+        learns = hot_set == "learn" or kind != "off"
+        window = int(learn_window or profile_batches or 0)
+        if learns and window < 1:
+            raise HotlineError("a learned or refreshed hot set needs learn_window >= 1 batches")
+        self.config = AcceleratorConfig.for_workload(
+            max(self.hot_rows, len(given) if given is not None else 0), batch_size,
+            batch_lookups, learn=learns, distinct_keys=window * batch_lookups if learns else None)
+        self.slots, self.banks = self.config.cold_max_keys, int(banks)
+        self._host(layout)
+        self.dev = open_device(device_url, config=self.config, memory=self.memory,
+                               **(device_options or {}))
+        try:
+            for t, w in enumerate(self.windows):
+                self.dev.set_table(t, w, int(self.table_rows[t]), layout.nbytes)
+            self.dev.set_staging(self.staging_window, layout.nbytes, self.slots, self.banks)
+            first = given if given is not None else np.zeros(0, np.uint32)
+            self.placement = self.dev.load_hot_set(first)
+        except BaseException:
+            self.close()
+            raise
+        self.hot_table = torch.zeros(self.dev.info()["hot_slots"], self.width, device=self.device)
+        self.step = 0                  # batches scattered
+        self.prev = None               # (sorted cold keys, updated rows) of the last batch
+        self._next = None              # the announced batch not gathered yet (`_Batch`)
+        self._cur = None               # the gathered batch not scattered yet (`_Gathered`)
+        self._learning = False
+        self._index = None             # HotIndex of the placement (batches over the slots)
+        self._profile = [] if self.profile_batches else None
+        self.schedule = None
+        if hot_set == "learn":
+            self.schedule = HotSetSchedule(window, refresh, learn_first=True)
+        elif self._profile is None:
+            self.schedule = HotSetSchedule(window or 1, refresh)
+        self.refresh_text, self.window = refresh, window
+        self.loads = []                # one record per hot set loaded after the first
+        self.totals = dict.fromkeys(("lookups", "hot_lookups", "samples", "popular_samples",
+                                     "cold_rows", "host_rows", "bytes_h2d", "bytes_d2h"), 0)
+
+    # -- host memory --------------------------------------------------------------------
+    def _host(self, layout) -> None:
+        """One `HostMemory` for the tables and the staging banks, windows on row boundaries
+        of one [rows, width] view (a batch's host reads are one fancy index)."""
+        nb = layout.nbytes
+        align = math.lcm(4096, nb)
+        up = lambda n: -(-int(n) // align) * align
+        staging = self.banks * self.slots * nb
+        self.memory = HostMemory(sum(up(r * nb) for r in self.table_rows) + up(staging))
+        self.windows = [self.memory.alloc(int(r) * nb, align, name=f"table{t}")
+                        for t, r in enumerate(self.table_rows)]
+        self.staging_window = self.memory.alloc(staging, align, name="staging")
+        nrows = self.memory.size // nb
+        self.host_rows = self.memory.view(Window(0, nrows * nb, "rows"), np.float32,
+                                          (nrows, self.width))
+        self.row_base = np.array([w.base // nb for w in self.windows], np.int64)
+        self.staging_row0 = self.staging_window.base // nb
+
+    def _rows_of(self, keys) -> np.ndarray:
+        """The row of each key in the whole-memory view."""
+        keys = np.asarray(keys, np.uint32)
+        return (self.row_base[(keys >> np.uint32(ROW_BITS)).astype(np.int64)]
+                + (keys & np.uint32(MAX_ROWS - 1)).astype(np.int64))
+
+    def _read(self, keys) -> torch.Tensor:
+        self.totals["bytes_h2d"] += len(keys) * self.layout.nbytes
+        return torch.from_numpy(self.host_rows[self._rows_of(keys)]).to(self.device)
+
+    def _write(self, keys, rows) -> None:
+        self.totals["bytes_d2h"] += len(keys) * self.layout.nbytes
+        self.host_rows[self._rows_of(keys)] = rows
+
+    def _staging(self, bank) -> np.ndarray:
+        r0 = self.staging_row0 + bank * self.slots
+        return self.host_rows[r0:r0 + self.slots]
+
+    def _index_tensor(self, a) -> torch.Tensor:
+        return torch.from_numpy(np.asarray(a, np.int64)).to(self.device)
+
+    # -- keys ---------------------------------------------------------------------------
+    def _keys(self, keys, what, unique=False) -> np.ndarray:
+        """``keys`` (tensor or array) as uint32, checked against the tables; one line naming
+        the first bad key otherwise."""
+        k = keys.detach().cpu().numpy() if torch.is_tensor(keys) else np.asarray(keys)
+        if k.ndim != 1 or (k.size and k.dtype.kind not in "iu"):
+            raise HotlineError(f"{what}: keys must be a 1-D integer tensor, not {k.dtype} "
+                               f"{tuple(k.shape)}")
+        k = k.astype(np.int64)
+        if not k.size:
+            return k.astype(np.uint32)
+        if k.min() < 0 or k.max() >= 1 << 32:
+            bad = int(k[(k < 0) | (k >= 1 << 32)][0])
+            raise HotlineError(f"{what}: key {bad} is not a 32-bit key (table << {ROW_BITS} | row)")
+        t, r = k >> ROW_BITS, k & (MAX_ROWS - 1)
+        n = len(self.table_rows)
+        if t.max() >= n:
+            i = int(np.argmax(t >= n))
+            raise HotlineError(f"{what}: key {int(k[i]):#x} names table {int(t[i])}; the store "
+                               f"has tables 0..{n - 1}")
+        beyond = r >= self.table_rows[t]
+        if beyond.any():
+            i = int(np.argmax(beyond))
+            raise HotlineError(f"{what}: key {int(k[i]):#x}: row {int(r[i])} is beyond table "
+                               f"{int(t[i])}'s {int(self.table_rows[t[i]])} rows")
+        if unique and np.any(k[1:] <= k[:-1]):
+            raise HotlineError(f"{what}: keys must be unique and sorted ascending")
+        return k.astype(np.uint32)
+
+    # -- the hot-set policy -------------------------------------------------------------
+    def _loads(self, step) -> bool:
+        """Whether the hot set changes before batch ``step`` (nothing may be in flight)."""
+        if self._profile is not None:
+            return step == self.profile_batches
+        return self.schedule is not None and self.schedule.loads(step)
+
+    def plan(self, keys=None) -> np.ndarray:
+        """The exact top-``hot_rows`` keys (rank order) of ``keys`` (lookups), or of the
+        profiling window's batches so far."""
+        if keys is None:
+            if not self._profile:
+                raise HotlineError("plan: no keys given and no profiling window recorded")
+            keys = np.concatenate(self._profile)
+        keys = self._keys(keys, "plan")
+        return exact_hot_set(keys, self.hot_rows).keys if len(keys) else keys
+
+    def load(self, keys) -> None:
+        """Make ``keys`` (rank order) the hot set now, between batches (a prefetched batch is
+        pulled back and pushed again); rows move so the trajectory is unchanged. Ends a
+        profiling window; a refresh schedule counts from here."""
+        self._between("load")
+        keys = self._keys(keys, "load")
+        self._recall()
+        self._migrate(keys, "given")
+        self._profile = None
+        if self.schedule is None:
+            self.schedule = HotSetSchedule(self.window or 1, self.refresh_text)
+        self.schedule.loaded(self.step)
+
+    def refresh(self) -> None:
+        """Load the access learner's top-``hot_rows`` now (it counts since its window
+        started), between batches."""
+        self._between("refresh")
+        if not self._learning:
+            raise HotlineError("refresh: the access learner is not counting (a store with "
+                               "refresh 'auto' or 'every:N', or in its learning window, has it)")
+        self._recall()
+        self._load_learned(self.step)
+
+    def _between(self, what) -> None:
+        if self._cur is not None:
+            raise HotlineError(f"{what}: a batch is gathered and not scattered; change the hot "
+                               f"set between batches")
+
+    def _recall(self) -> None:
+        """Pull back the prefetched batch: it goes to the device again when it is gathered."""
+        b = self._next
+        if b is not None and b.in_flight:
+            self.dev.pull_batch()
+            b.in_flight = False
+
+    def _load_scheduled(self, step) -> None:
+        if self._profile is not None:
+            keys = self.plan()
+            self._profile = None
+            self._migrate(keys, "exact")
+            self.schedule = HotSetSchedule(self.window or 1, self.refresh_text)
+            self.schedule.loaded(step)
+        else:
+            self._load_learned(step)
+
+    def _load_learned(self, step) -> None:
+        readout = self.dev.learner_stop()
+        self._learning = False
+        self._migrate(readout.top(self.hot_rows), "learned")
+        self.schedule.loaded(step)
+
+    def _migrate(self, keys, source) -> None:
+        """Change the hot set to ``keys`` with nothing in flight."""
+        self.dev.drain()   # every scatter done: host memory holds every cold row
+        old = self.placement
+        new = self.dev.update_hot_set(keys)
+        left, entered = move_hot_rows(self.hot_table, old, new, self._read, self._write)
+        self.loads.append({"step": self.step, "source": source, "keys": int(len(keys)),
+                           "held": int(len(new.keys)), "left": left, "entered": entered})
+        self.placement, self.prev, self._index = new, None, None
+
+    # -- batches ------------------------------------------------------------------------
+    def prefetch(self, keys, lengths=None) -> None:
+        """Announce the next batch to be gathered: its lookups (batch order, duplicates kept)
+        and, optionally, ``lengths`` (lookups per sample, for the popular share). The device
+        fragments and gathers it now, while the current batch trains."""
+        if self._next is not None:
+            raise HotlineError("prefetch: the batch prefetched before was not gathered yet")
+        k = self._keys(keys, "prefetch")
+        self._next = b = self._batch(k, lengths, self.step + (self._cur is not None))
+        if not self._loads(b.step):
+            self._push(b)
+
+    def _batch(self, lookups, lengths, step, uniq=None) -> _Batch:
+        if lengths is None or len(lengths) > self.config.max_batch_samples:
+            lengths = [len(lookups)]   # counted as one sample
+        lengths = np.asarray(lengths.detach().cpu() if torch.is_tensor(lengths) else lengths,
+                             np.int64)
+        if lengths.ndim != 1 or lengths.sum() != len(lookups) or (lengths < 0).any():
+            raise HotlineError(f"prefetch: lengths sum to {int(lengths.sum())}, but there are "
+                               f"{len(lookups)} keys")
+        return _Batch(step, lookups, lengths, np.unique(lookups) if uniq is None else uniq)
+
+    def _push(self, b) -> None:
+        """Push batch ``b`` (the learner starts before it when the schedule says so)."""
+        if self.schedule is not None and self.schedule.learns(b.step):
+            self.dev.learner_start()
+            self._learning = True
+        if not len(b.lookups):
+            return
+        pushed, lengths = b.lookups, b.lengths
+        if len(pushed) > self.slots:
+            # more lookups than staging slots: the unique keys, and the host's beyond the slots
+            pushed, lengths = b.uniq, [len(b.uniq)]
+            if self._index is None:
+                self._index = HotIndex(self.placement.keys, self.placement.slots)
+            cold = pushed[self._index.lookup(pushed) < 0]
+            b.extra = cold[self.slots:]
+            if len(b.extra):
+                pushed = pushed[~np.isin(pushed, b.extra)]
+                lengths = [len(pushed)]
+        self.dev.push_batch(pushed, lengths)
+        b.pushed, b.in_flight = pushed, True
+
+    def gather(self, keys) -> torch.Tensor:
+        k = self._keys(keys, "gather", unique=True)
+        if self._cur is not None:
+            raise HotlineError("gather: the batch gathered before was not scattered")
+        b = self._next
+        if b is None:
+            b = self._batch(k, None, self.step, uniq=k)
+        elif not np.array_equal(b.uniq, k):
+            raise HotlineError("gather: the keys are not the prefetched batch's unique keys "
+                               "(prefetch the batch gathered next)")
+        self._next = None
+        if self._loads(b.step):
+            self._load_scheduled(b.step)
+        if self._profile is not None:
+            self._profile.append(b.lookups)
+        if not b.in_flight:
+            self._push(b)
+        return self._pull(b)
+
+    def _pull(self, b) -> torch.Tensor:
+        n = len(b.uniq)
+        hot, slot = np.zeros(n, bool), np.zeros(n, np.int64)
+        bank, slot_keys, counts = 0, np.zeros(0, np.uint32), (0, 0) + (len(b.lengths),) * 2
+        if b.in_flight:
+            r = self.dev.pull_batch()
+            b.in_flight = False
+            if r.gather["errors"]:
+                raise HotlineError(f"{self.url}: the gather of batch {b.step} reported "
+                                   f"{r.gather['errors']} DMA errors (rows outside their "
+                                   f"table's window)")
+            pu, first = np.unique(b.pushed, return_index=True)
+            at = np.searchsorted(b.uniq, pu)
+            hot[at], slot[at] = r.hot[first], r.slot[first]
+            bank, slot_keys = r.bank, r.cold_keys
+            counts = (int(np.count_nonzero(r.hot)), r.lookups, len(r.popular), r.samples)
+            if len(slot_keys) > self.slots:
+                raise HotlineError(f"{self.url}: batch {b.step} has {len(slot_keys)} cold slots, "
+                                   f"more than the {self.slots} staging slots")
+        for name, v in zip(("hot_lookups", "lookups", "popular_samples", "samples"), counts):
+            self.totals[name] += v
+        hp, cp = np.flatnonzero(hot), np.flatnonzero(~hot)
+        cold_keys = b.uniq[cp]
+        extra = np.isin(cold_keys, b.extra)
+        st = self._staging(bank)
+        refresh_stale(st[:len(slot_keys)], slot_keys, self.prev)
+        cold = np.empty((len(cp), self.width), np.float32)
+        cold[~extra] = st[slot[cp[~extra]]]
+        if extra.any():
+            rows = self.host_rows[self._rows_of(cold_keys[extra])]
+            refresh_stale(rows, cold_keys[extra], self.prev)
+            cold[extra] = rows
+        g = _Gathered(b.uniq, self._index_tensor(hp), self._index_tensor(slot[hp]),
+                      self._index_tensor(cp), cold_keys, bank, slot_keys, extra, counts)
+        out = torch.empty(n, self.width, device=self.device)
+        if len(hp):
+            out[g.hot_pos] = self.hot_table.index_select(0, g.hot_slots)
+        if len(cp):
+            out[g.cold_pos] = torch.from_numpy(cold).to(self.device)
+            self.totals["bytes_h2d"] += len(cp) * self.layout.nbytes
+        self._cur = g
+        return out
+
+    def scatter(self, keys, rows) -> None:
+        g = self._cur
+        if g is None:
+            raise HotlineError("scatter: no batch gathered")
+        k = keys.detach().cpu().numpy() if torch.is_tensor(keys) else np.asarray(keys)
+        if len(k) != len(g.keys) or not np.array_equal(k, g.keys):
+            raise HotlineError("scatter: the keys are not the last gather's")
+        if tuple(rows.shape) != (len(g.keys), self.width):
+            raise HotlineError(f"scatter: rows of shape {tuple(rows.shape)} for "
+                               f"{len(g.keys)} keys of width {self.width}")
+        rows = rows.detach().to(self.device)
+        if len(g.hot_pos):
+            self.hot_table.index_copy_(0, g.hot_slots, rows.index_select(0, g.hot_pos))
+        new = rows.index_select(0, g.cold_pos).cpu().numpy() if len(g.cold_keys) else \
+            np.zeros((0, self.width), np.float32)
+        if len(g.slot_keys):
+            # every slot of a key (several after a cold-key set overflow) gets its row
+            self._staging(g.bank)[:len(g.slot_keys)] = new[np.searchsorted(g.cold_keys,
+                                                                           g.slot_keys)]
+            # not waited for: the device scatters while the next batch trains; a DMA error is
+            # raised by a later pull or drain
+            self.dev.scatter(g.bank, g.slot_keys, wait=False)
+            self.totals["bytes_d2h"] += len(g.slot_keys) * self.layout.nbytes
+        if g.extra.any():
+            self.dev.drain()   # an earlier scatter may still write one of these rows
+            self._write(g.cold_keys[g.extra], new[g.extra])
+            self.totals["host_rows"] += int(g.extra.sum())
+        self.totals["cold_rows"] += len(g.cold_keys)
+        self.prev = (g.cold_keys, new)
+        self._cur = None
+        if self.schedule is not None:
+            self.schedule.observe(self.step, *g.counts)
+        self.step += 1
+
+    # -- tables -------------------------------------------------------------------------
+    def _table_view(self, table) -> np.ndarray:
+        r0 = self.row_base[table]
+        return self.host_rows[r0:r0 + self.table_rows[table]]
+
+    def _hot_of(self, table) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, hot slots) of table ``table``'s hot keys."""
+        p = self.placement
+        mine = (p.keys >> np.uint32(ROW_BITS)) == table
+        return (p.keys[mine] & np.uint32(MAX_ROWS - 1)).astype(np.int64), p.slots[mine]
+
+    def _table_index(self, table) -> int:
+        if not 0 <= int(table) < len(self.table_rows):
+            raise HotlineError(f"table {table}: the store has tables 0..{len(self.table_rows) - 1}")
+        return int(table)
+
+    def read_table(self, table) -> torch.Tensor:
+        t = self._table_index(table)
+        self.dev.drain()
+        out = torch.from_numpy(np.array(self._table_view(t)))
+        rows, slots = self._hot_of(t)
+        if len(rows):
+            out[torch.from_numpy(rows)] = self.hot_table[self._index_tensor(slots)].cpu()
+        return out
+
+    def write_table(self, table, rows) -> None:
+        t = self._table_index(table)
+        if tuple(rows.shape) != (int(self.table_rows[t]), self.width):
+            raise HotlineError(f"table {t}: rows of shape {tuple(rows.shape)} given, the table "
+                               f"holds ({int(self.table_rows[t])}, {self.width})")
+        self._between("write_table")
+        self._recall()   # the prefetched batch gathered the rows before
+        self.dev.drain()
+        rows = rows.detach().to("cpu", torch.float32)
+        self._table_view(t)[:] = rows.numpy()
+        r, slots = self._hot_of(t)
+        if len(r):
+            self.hot_table[self._index_tensor(slots)] = rows[torch.from_numpy(r)].to(self.device)
+        self.prev = None
+
+    # -- counters -----------------------------------------------------------------------
+    def counters(self) -> dict:
+        """What the store did: lookups and hot lookups (``hot_share``), samples and popular
+        samples (``popular_share``), cold rows (``host_rows``: beyond the staging slots), bytes
+        to and from the torch device, the hot keys held, the hot sets loaded (``loads``), the
+        device's time and ``overlap`` (its busy time the caller did not wait for)."""
+        t = dict(self.totals)
+        t["hot_share"] = t["hot_lookups"] / t["lookups"] if t["lookups"] else 0.0
+        t["popular_share"] = t["popular_samples"] / t["samples"] if t["samples"] else 0.0
+        t.update(steps=self.step, hot_keys=int(len(self.placement.keys)), loads=list(self.loads),
+                 **self.dev.time)
+        return t
+
+    def __enter__(self) -> "HotlineStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        dev, self.dev = getattr(self, "dev", None), None
+        if dev is not None:
+            dev.close()
+        memory, self.memory = getattr(self, "memory", None), None
+        if memory is not None:
+            self.host_rows = None
+            memory.close()

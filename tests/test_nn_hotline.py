@@ -1,0 +1,289 @@
+"""The "hotline" placement (`hotline.nn.hotline_store.HotlineStore`, model:// device) against
+the "host" placement (`HostStore`, one CPU tensor) as the oracle: for sequences of batches,
+each gather returns exactly HostStore's rows and after the scatters every table equals
+HostStore's, bit for bit. The updates touch every float of a row, optimizer state included,
+so a row that loses its state or a write-back anywhere shows."""
+import numpy as np
+import pytest
+import torch
+
+from helpers import real_file
+from hotline.contract.config import AcceleratorConfig
+from hotline.contract.errors import HotlineError
+from hotline.contract.keys import make_keys
+from hotline.data import load_dataset
+from hotline.data.generator import synth_criteo
+from hotline.model.cold_key_set import ColdKeySetModel
+from hotline.nn.hotline_store import HotlineStore
+from hotline.nn.layout import RowLayout
+from hotline.nn.stores import HostStore
+
+LAYOUT = RowLayout(4, 1)   # 4 weights, 1 state float, padded to 6
+
+
+def stores(sizes, seed=0, layout=LAYOUT, **options):
+    """(HostStore, HotlineStore) of tables ``sizes`` holding the same random rows."""
+    ref, store = HostStore(sizes, layout), HotlineStore(sizes, layout, **options)
+    rng = np.random.default_rng(seed)
+    for t, n in enumerate(sizes):
+        rows = torch.from_numpy(rng.standard_normal((n, layout.floats)).astype(np.float32))
+        ref.write_table(t, rows)
+        store.write_table(t, rows)
+    return ref, store
+
+
+def as_keys(a) -> torch.Tensor:
+    return torch.from_numpy(np.asarray(a, np.int64))
+
+
+def run(ref, store, batches, prefetch="none", events=None, seed=1):
+    """Train both stores on ``batches`` (each (lookups, lengths or None)) with the same row
+    updates; check every gather and, at the end, every table. ``prefetch``: "none", "early"
+    (the next batch announced before this one's scatter: its staging copy is stale), "late"
+    (after the scatter) or "mixed". ``events[i]``: called with the store before batch i."""
+    rng = np.random.default_rng(seed)
+    events = events or {}
+    for i, (lookups, lengths) in enumerate(batches):
+        if i in events:
+            events[i](store)
+        keys = torch.unique(lookups)
+        want = ref.gather(keys)
+        got = store.gather(keys)
+        assert torch.equal(got, want), f"batch {i}: gathered rows differ"
+        new = want + torch.from_numpy(rng.standard_normal(want.shape).astype(np.float32))
+        mode = prefetch if prefetch != "mixed" else ("early", "late", "none")[i % 3]
+        nxt = batches[i + 1] if i + 1 < len(batches) else None
+        if nxt is not None and mode == "early" and i + 1 not in events:
+            store.prefetch(*nxt)
+        ref.scatter(keys, new)
+        store.scatter(keys, new.clone())
+        if nxt is not None and mode == "late" and i + 1 not in events:
+            store.prefetch(*nxt)
+    for t in range(len(ref.table_rows)):
+        assert torch.equal(store.read_table(t), ref.read_table(t)), f"table {t} differs"
+    return store.counters()
+
+
+def dataset_batches(ds, batch):
+    """(lookups tensor, lookups per sample) of each batch of ``batch`` samples of ``ds``."""
+    out = []
+    for s0 in range(0, ds.num_samples, batch):
+        s1 = min(s0 + batch, ds.num_samples)
+        keys = ds.keys[ds.sample_offsets[s0]:ds.sample_offsets[s1]]
+        out.append((as_keys(keys), torch.from_numpy(ds.lengths[s0:s1].sum(1).astype(np.int64))))
+    return out
+
+
+def random_batches(sizes, n, lookups, seed=2, alpha=1.3):
+    """``n`` batches of zipf-distributed keys over tables ``sizes``, no sample lengths."""
+    rng = np.random.default_rng(seed)
+    sizes = np.asarray(sizes)
+    out = []
+    for _ in range(n):
+        t = rng.integers(0, len(sizes), lookups)
+        r = (rng.zipf(alpha, lookups) - 1) % sizes[t]
+        out.append((as_keys(make_keys(t, r)), None))
+    return out
+
+
+SYNTH = synth_criteo(1200, seed=3, drift=0.5).fold(500)
+POLICIES = {
+    "exact-profiled": dict(hot_rows=400, profile_batches=4),
+    "exact-profiled-every": dict(hot_rows=400, profile_batches=4, refresh="every:8",
+                                 learn_window=4),
+    "learn-auto": dict(hot_rows=400, hot_set="learn", learn_window=4, refresh="auto"),
+    "given-every": dict(hot_keys=make_keys(np.arange(26) % 26, np.arange(26) % 3),
+                        hot_rows=300, refresh="every:6", learn_window=3),
+}
+
+
+@pytest.mark.parametrize("prefetch", ["none", "early", "late", "mixed"])
+@pytest.mark.parametrize("policy", list(POLICIES))
+def test_synth_drift_equals_host(policy, prefetch):
+    """The generator's drifting stream, 38 batches of 32 samples x 26 tables, under each
+    hot-set policy (loads and refreshes in the middle) and prefetch pattern."""
+    ref, store = stores([int(n) for n in SYNTH.table_sizes], batch_lookups=32 * 26,
+                        batch_size=32, **POLICIES[policy])
+    with store:
+        c = run(ref, store, dataset_batches(SYNTH, 32), prefetch)
+    assert c["steps"] == 38 and c["loads"] and 0 < c["hot_share"] < 1
+    if prefetch != "none":
+        assert c["samples"] > 38   # the sample lengths reached the device
+
+
+@pytest.mark.realdata
+@pytest.mark.parametrize("rel, fold, batch", [
+    ("criteo_kaggle/train_head1999.csv.gz", 2000, 64),
+    ("movielens/ml-100k.inter.gz", None, 256),
+])
+def test_real_streams_equal_host(rel, fold, batch):
+    ds = load_dataset(real_file(rel), limit=24 * batch)
+    ds = ds.fold(fold) if fold else ds
+    batches = dataset_batches(ds, batch)[:24]
+    ref, store = stores([int(n) for n in ds.table_sizes], hot_rows=200, hot_set="learn",
+                        learn_window=4, refresh="every:8", batch_lookups=batch * len(ds.table_sizes),
+                        batch_size=batch)
+    with store:
+        c = run(ref, store, batches, "mixed")
+    assert len(c["loads"]) == 3
+
+
+def test_every_row_hot():
+    sizes = [20, 30]
+    every = np.concatenate([make_keys(t, np.arange(n)) for t, n in enumerate(sizes)])
+    ref, store = stores(sizes, hot_keys=every, batch_lookups=64)
+    with store:
+        c = run(ref, store, random_batches(sizes, 20, 40), "early")
+    assert c["hot_share"] == 1.0 and c["cold_rows"] == 0
+
+
+def test_every_row_cold():
+    sizes = [20, 30]
+    ref, store = stores(sizes, batch_lookups=64)
+    with store:
+        c = run(ref, store, random_batches(sizes, 20, 40), "mixed")
+    assert c["hot_share"] == 0.0 and c["hot_keys"] == 0 and c["cold_rows"] > 0
+
+
+@pytest.mark.parametrize("prefetch", ["none", "early", "late"])
+def test_batches_beyond_the_staging_slots(prefetch):
+    """16 staging slots, batches of 120 lookups over ~100 distinct cold keys: the device
+    stages 16 of them, the host reads and writes the rest."""
+    sizes = [300, 300]
+    ref, store = stores(sizes, hot_keys=make_keys([0] * 5, np.arange(5)), batch_lookups=16)
+    with store:
+        c = run(ref, store, random_batches(sizes, 12, 120, alpha=1.1), prefetch)
+    assert store.slots == 16 and c["host_rows"] > 0
+
+
+def overflowing_keys(table_rows, config, n):
+    """``n`` keys of table 0 whose two cold-key-set buckets are both bucket 0: beyond
+    2 x ways + stash of them, the set overflows."""
+    cold = ColdKeySetModel(**config.cold_kwargs())
+    keys = make_keys(0, np.arange(table_rows))
+    h0, h1 = cold.buckets_of(keys)
+    return keys[(h0 == 0) & (h1 == 0)][:n]
+
+
+@pytest.mark.parametrize("prefetch", ["early", "late"])
+def test_cold_key_set_overflow(prefetch):
+    """Keys that overflow the device's cold-key set take several staging slots each (a
+    prefetched batch is pushed with its repeats); every slot gets the key's updated row."""
+    sizes = [40000]
+    config = AcceleratorConfig.for_workload(0, 1, 64)
+    keys = overflowing_keys(sizes[0], config, 16)
+    assert len(keys) == 16
+    lookups = as_keys(np.r_[keys, keys[::-1], keys])   # repeats of the overflowed keys
+    ref, store = stores(sizes, batch_lookups=64)
+    with store:
+        run(ref, store, [(lookups, None)] * 4, prefetch)
+        assert store.dev.counters()["overflows"] > 0
+
+
+@pytest.mark.parametrize("prefetch", ["none", "early", "late"])
+def test_small_and_empty_batches(prefetch):
+    sizes = [10, 10]
+    k = lambda *rows: as_keys(make_keys([0] * len(rows), rows))
+    batches = [(k(3), None), (k(), None), (k(3), None), (k(3, 3, 3), None), (k(), None),
+               (k(), None), (k(1, 4), None), (k(4), None)]
+    ref, store = stores(sizes, hot_keys=make_keys(0, [1]), batch_lookups=16)
+    with store:
+        run(ref, store, batches, prefetch)
+
+
+@pytest.mark.parametrize("prefetch", ["none", "early", "late"])
+def test_keys_repeated_in_consecutive_batches(prefetch):
+    """The same cold and hot keys batch after batch: with the next batch prefetched before
+    the scatter, its staged copies are stale and must come from the scattered rows."""
+    sizes = [50]
+    batch = (as_keys(make_keys(0, [1, 2, 3, 4, 5, 1, 2])), None)
+    ref, store = stores(sizes, hot_keys=make_keys(0, [1, 2]), batch_lookups=16)
+    with store:
+        run(ref, store, [batch] * 6, prefetch)
+
+
+@pytest.mark.parametrize("prefetch", ["none", "early", "late"])
+def test_load_and_refresh_mid_stream(prefetch):
+    """The caller loads a new hot set and refreshes from the learner between batches, with a
+    batch prefetched (pulled back and pushed again): leaving rows go back to host memory,
+    entering rows come from it."""
+    sizes = [60, 40]
+    batches = random_batches(sizes, 24, 30, alpha=1.2)
+    swap = make_keys([1] * 10, np.arange(10, 20))
+    events = {5: lambda s: s.load(s.plan(torch.cat([b[0] for b in batches[5:10]]))),
+              9: lambda s: s.load(swap),
+              14: lambda s: s.refresh()}
+    ref, store = stores(sizes, hot_keys=make_keys(0, np.arange(10)), hot_rows=10,
+                        refresh="auto", learn_window=3, batch_lookups=32)
+    with store:
+        c = run(ref, store, batches, prefetch, events)
+    mine = [r for r in c["loads"] if r["step"] in events]
+    assert [r["source"] for r in mine] == ["given", "given", "learned"]
+    assert all(r["left"] > 0 for r in mine)
+
+
+def test_prefetch_is_not_sent_across_a_scheduled_load():
+    """A batch whose step loads a new hot set is pushed after the load, not before."""
+    sizes = [40]
+    ref, store = stores(sizes, hot_rows=8, profile_batches=2, batch_lookups=32)
+    with store:
+        batches = random_batches(sizes, 6, 20)
+        store.gather(torch.unique(batches[0][0]))
+        store.prefetch(*batches[1])
+        assert store.dev.in_flight == 1
+        store.scatter(torch.unique(batches[0][0]), ref.gather(torch.unique(batches[0][0])))
+        store.gather(torch.unique(batches[1][0]))
+        store.prefetch(*batches[2])    # step 2 loads the profiled set: not pushed yet
+        assert store.dev.in_flight == 0
+
+
+def test_bad_keys_and_misuse_raise():
+    sizes = [10, 20]
+    _, store = stores(sizes, batch_lookups=16)
+    with store:
+        for bad, what in ((make_keys(0, [10]), "row 10 is beyond table 0's 10 rows"),
+                          (make_keys(2, [0]), "names table 2; the store has tables 0..1"),
+                          ([-1], "not a 32-bit key")):
+            with pytest.raises(HotlineError, match=what):
+                store.gather(as_keys(bad))
+            with pytest.raises(HotlineError, match=what):
+                store.prefetch(as_keys(bad))
+        with pytest.raises(HotlineError, match="unique and sorted"):
+            store.gather(as_keys([3, 1]))
+        with pytest.raises(HotlineError, match="no batch gathered"):
+            store.scatter(as_keys([1]), torch.zeros(1, LAYOUT.floats))
+        store.prefetch(as_keys([1, 2, 2]))
+        with pytest.raises(HotlineError, match="prefetched before was not gathered"):
+            store.prefetch(as_keys([1]))
+        with pytest.raises(HotlineError, match="not the prefetched batch's unique keys"):
+            store.gather(as_keys([1]))
+        rows = store.gather(as_keys([1, 2]))
+        with pytest.raises(HotlineError, match="not scattered"):
+            store.gather(as_keys([1, 2]))
+        with pytest.raises(HotlineError, match="between batches"):
+            store.load(make_keys(0, [1]))
+        with pytest.raises(HotlineError, match="not the last gather's"):
+            store.scatter(as_keys([1, 3]), rows)
+        store.scatter(as_keys([1, 2]), rows)
+        with pytest.raises(HotlineError, match="learner is not counting"):
+            store.refresh()
+
+
+def test_a_dma_error_raises():
+    """The device's table descriptor shrunk behind the store's back: the gather's DMA refuses
+    the row, and the store raises instead of training on a stale staging slot."""
+    sizes = [10]
+    _, store = stores(sizes, batch_lookups=16)
+    with store:
+        store.dev.set_table(0, store.windows[0], 5, LAYOUT.nbytes)
+        with pytest.raises(HotlineError, match="gather of batch 0 reported 1 DMA errors"):
+            store.gather(as_keys(make_keys(0, [2, 7])))
+
+
+def test_configuration_errors():
+    with pytest.raises(HotlineError, match="needs hot_keys or profile_batches"):
+        HotlineStore([10], LAYOUT, hot_rows=4)
+    with pytest.raises(HotlineError, match="learn_window"):
+        HotlineStore([10], LAYOUT, hot_rows=4, hot_set="learn")
+    with pytest.raises(HotlineError, match="refresh"):
+        HotlineStore([10], LAYOUT, hot_rows=4, hot_set="learn", learn_window=2, refresh="x")
