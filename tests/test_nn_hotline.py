@@ -278,6 +278,14 @@ def test_a_dma_error_raises():
         store.dev.set_table(0, store.windows[0], 5, LAYOUT.nbytes)
         with pytest.raises(HotlineError, match="gather of batch 0 reported 1 DMA errors"):
             store.gather(as_keys(make_keys(0, [2, 7])))
+    _, store = stores(sizes, batch_lookups=16)
+    with store:
+        keys = as_keys(make_keys(0, [2, 7]))
+        rows = store.gather(keys)
+        store.dev.set_table(0, store.windows[0], 5, LAYOUT.nbytes)
+        store.scatter(keys, rows)   # the DMA runs behind; its error comes with the next wait
+        with pytest.raises(HotlineError, match="scatter of staging bank 0 reported 1 DMA errors"):
+            store.read_table(0)
 
 
 def test_configuration_errors():
@@ -287,3 +295,17 @@ def test_configuration_errors():
         HotlineStore([10], LAYOUT, hot_rows=4, hot_set="learn")
     with pytest.raises(HotlineError, match="refresh"):
         HotlineStore([10], LAYOUT, hot_rows=4, hot_set="learn", learn_window=2, refresh="x")
+
+
+@pytest.mark.slow
+def test_sim_device_equals_host(tmp_path, simulator_or_skip):
+    """The same store over the accelerator RTL (sim://verilator): prefetched batches, a
+    cold-only learning window, the learned set loaded and refreshed in place."""
+    simulator_or_skip("verilator")
+    sizes = [50, 30]
+    ref, store = stores(sizes, device_url="sim://verilator", hot_rows=12, hot_set="learn",
+                        learn_window=3, refresh="every:4", batch_lookups=32, batch_size=8,
+                        device_options=dict(build_dir=tmp_path / "build"))
+    with store:
+        c = run(ref, store, random_batches(sizes, 12, 24), "mixed")
+    assert [r["source"] for r in c["loads"]] == ["learned"] * 3 and c["hot_share"] > 0

@@ -93,6 +93,7 @@ class _Batch:
     lookups: np.ndarray
     lengths: np.ndarray
     uniq: np.ndarray
+    first: np.ndarray       # the first lookup of each unique key
     in_flight: bool = False
     pushed: np.ndarray | None = None      # the keys pushed (lookups, or unique keys)
     extra: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint32))  # host's keys
@@ -354,7 +355,11 @@ class HotlineStore(RowStore):
         if lengths.ndim != 1 or lengths.sum() != len(lookups) or (lengths < 0).any():
             raise HotlineError(f"prefetch: lengths sum to {int(lengths.sum())}, but there are "
                                f"{len(lookups)} keys")
-        return _Batch(step, lookups, lengths, np.unique(lookups) if uniq is None else uniq)
+        if uniq is None:
+            uniq, first = np.unique(lookups, return_index=True)
+        else:
+            first = np.arange(len(uniq))
+        return _Batch(step, lookups, lengths, uniq, first)
 
     def _push(self, b) -> None:
         """Push batch ``b`` (the learner starts before it when the schedule says so)."""
@@ -407,9 +412,11 @@ class HotlineStore(RowStore):
                 raise HotlineError(f"{self.url}: the gather of batch {b.step} reported "
                                    f"{r.gather['errors']} DMA errors (rows outside their "
                                    f"table's window)")
-            pu, first = np.unique(b.pushed, return_index=True)
-            at = np.searchsorted(b.uniq, pu)
-            hot[at], slot[at] = r.hot[first], r.slot[first]
+            if b.pushed is b.lookups:
+                hot, slot = r.hot[b.first], r.slot[b.first].astype(np.int64)
+            else:   # a subset of the unique keys, in order
+                at = np.searchsorted(b.uniq, b.pushed)
+                hot[at], slot[at] = r.hot, r.slot
             bank, slot_keys = r.bank, r.cold_keys
             counts = (int(np.count_nonzero(r.hot)), r.lookups, len(r.popular), r.samples)
             if len(slot_keys) > self.slots:
@@ -533,10 +540,15 @@ class HotlineStore(RowStore):
         self.close()
 
     def close(self) -> None:
+        """Close the device (after its last scatters: their errors raise) and host memory."""
         dev, self.dev = getattr(self, "dev", None), None
-        if dev is not None:
-            dev.close()
         memory, self.memory = getattr(self, "memory", None), None
-        if memory is not None:
-            self.host_rows = None
-            memory.close()
+        try:
+            if dev is not None:
+                dev.drain()
+        finally:
+            if dev is not None:
+                dev.close()
+            if memory is not None:
+                self.host_rows = None
+                memory.close()
