@@ -255,8 +255,9 @@ def test_bad_keys_and_misuse_raise():
         store.prefetch(as_keys([1, 2, 2]))
         with pytest.raises(HotlineError, match="prefetched before was not gathered"):
             store.prefetch(as_keys([1]))
-        with pytest.raises(HotlineError, match="not the prefetched batch's unique keys"):
-            store.gather(as_keys([1]))
+        for other in ([1], [], [1, 2, 3]):
+            with pytest.raises(HotlineError, match="not the prefetched batch's unique keys"):
+                store.gather(as_keys(other))
         rows = store.gather(as_keys([1, 2]))
         with pytest.raises(HotlineError, match="not scattered"):
             store.gather(as_keys([1, 2]))

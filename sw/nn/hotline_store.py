@@ -87,13 +87,11 @@ def move_hot_rows(hot_table, old, new, read, write, read_always=False) -> tuple[
 
 @dataclass
 class _Batch:
-    """A batch announced to the store: its lookups (uint32, batch order), lookups per sample,
-    unique keys; what was pushed for it while it is in flight on the device."""
+    """A batch announced to the store: its lookups (uint32, batch order), lookups per sample;
+    what was pushed for it while it is in flight on the device."""
     step: int
     lookups: np.ndarray
     lengths: np.ndarray
-    uniq: np.ndarray
-    first: np.ndarray       # the first lookup of each unique key
     in_flight: bool = False
     pushed: np.ndarray | None = None      # the keys pushed (lookups, or unique keys)
     extra: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint32))  # host's keys
@@ -347,7 +345,7 @@ class HotlineStore(RowStore):
         if not self._loads(b.step):
             self._push(b)
 
-    def _batch(self, lookups, lengths, step, uniq=None) -> _Batch:
+    def _batch(self, lookups, lengths, step) -> _Batch:
         if lengths is None or len(lengths) > self.config.max_batch_samples:
             lengths = [len(lookups)]   # counted as one sample
         lengths = np.asarray(lengths.detach().cpu() if torch.is_tensor(lengths) else lengths,
@@ -355,11 +353,7 @@ class HotlineStore(RowStore):
         if lengths.ndim != 1 or lengths.sum() != len(lookups) or (lengths < 0).any():
             raise HotlineError(f"prefetch: lengths sum to {int(lengths.sum())}, but there are "
                                f"{len(lookups)} keys")
-        if uniq is None:
-            uniq, first = np.unique(lookups, return_index=True)
-        else:
-            first = np.arange(len(uniq))
-        return _Batch(step, lookups, lengths, uniq, first)
+        return _Batch(step, lookups, lengths)
 
     def _push(self, b) -> None:
         """Push batch ``b`` (the learner starts before it when the schedule says so)."""
@@ -371,7 +365,8 @@ class HotlineStore(RowStore):
         pushed, lengths = b.lookups, b.lengths
         if len(pushed) > self.slots:
             # more lookups than staging slots: the unique keys, and the host's beyond the slots
-            pushed, lengths = b.uniq, [len(b.uniq)]
+            pushed = np.unique(pushed)
+            lengths = [len(pushed)]
             if self._index is None:
                 self._index = HotIndex(self.placement.keys, self.placement.slots)
             cold = pushed[self._index.lookup(pushed) < 0]
@@ -388,10 +383,10 @@ class HotlineStore(RowStore):
             raise HotlineError("gather: the batch gathered before was not scattered")
         b = self._next
         if b is None:
-            b = self._batch(k, None, self.step, uniq=k)
-        elif not np.array_equal(b.uniq, k):
-            raise HotlineError("gather: the keys are not the prefetched batch's unique keys "
-                               "(prefetch the batch gathered next)")
+            b = self._batch(k, None, self.step)
+            at = np.arange(len(k))
+        else:
+            at = self._position(k, b.lookups)
         self._next = None
         if self._loads(b.step):
             self._load_scheduled(b.step)
@@ -399,10 +394,23 @@ class HotlineStore(RowStore):
             self._profile.append(b.lookups)
         if not b.in_flight:
             self._push(b)
-        return self._pull(b)
+        return self._pull(b, k, at)
 
-    def _pull(self, b) -> torch.Tensor:
-        n = len(b.uniq)
+    @staticmethod
+    def _position(keys, lookups) -> np.ndarray:
+        """Each lookup's position in ``keys``, which must be the lookups' unique keys."""
+        at = np.minimum(np.searchsorted(keys, lookups), len(keys) - 1)
+        seen = np.zeros(len(keys), bool)
+        seen[at[at >= 0]] = True
+        if not seen.all() or (len(lookups) and (not len(keys)
+                                                or not np.array_equal(keys[at], lookups))):
+            raise HotlineError("gather: the keys are not the prefetched batch's unique keys "
+                               "(prefetch the batch gathered next)")
+        return at
+
+    def _pull(self, b, keys, at) -> torch.Tensor:
+        """Batch ``b``'s rows for its unique ``keys`` (``at``: each lookup's position in them)."""
+        n = len(keys)
         hot, slot = np.zeros(n, bool), np.zeros(n, np.int64)
         bank, slot_keys, counts = 0, np.zeros(0, np.uint32), (0, 0) + (len(b.lengths),) * 2
         if b.in_flight:
@@ -412,11 +420,10 @@ class HotlineStore(RowStore):
                 raise HotlineError(f"{self.url}: the gather of batch {b.step} reported "
                                    f"{r.gather['errors']} DMA errors (rows outside their "
                                    f"table's window)")
-            if b.pushed is b.lookups:
-                hot, slot = r.hot[b.first], r.slot[b.first].astype(np.int64)
-            else:   # a subset of the unique keys, in order
-                at = np.searchsorted(b.uniq, b.pushed)
-                hot[at], slot[at] = r.hot, r.slot
+            if b.pushed is not b.lookups:   # a subset of the unique keys, in order
+                at = np.searchsorted(keys, b.pushed)
+            # a key in several cold slots (an overflow) reads any: each holds its row
+            hot[at], slot[at] = r.hot, r.slot
             bank, slot_keys = r.bank, r.cold_keys
             counts = (int(np.count_nonzero(r.hot)), r.lookups, len(r.popular), r.samples)
             if len(slot_keys) > self.slots:
@@ -425,7 +432,7 @@ class HotlineStore(RowStore):
         for name, v in zip(("hot_lookups", "lookups", "popular_samples", "samples"), counts):
             self.totals[name] += v
         hp, cp = np.flatnonzero(hot), np.flatnonzero(~hot)
-        cold_keys = b.uniq[cp]
+        cold_keys = keys[cp]
         extra = np.isin(cold_keys, b.extra)
         st = self._staging(bank)
         refresh_stale(st[:len(slot_keys)], slot_keys, self.prev)
@@ -435,7 +442,7 @@ class HotlineStore(RowStore):
             rows = self.host_rows[self._rows_of(cold_keys[extra])]
             refresh_stale(rows, cold_keys[extra], self.prev)
             cold[extra] = rows
-        g = _Gathered(b.uniq, self._index_tensor(hp), self._index_tensor(slot[hp]),
+        g = _Gathered(keys, self._index_tensor(hp), self._index_tensor(slot[hp]),
                       self._index_tensor(cp), cold_keys, bank, slot_keys, extra, counts)
         out = torch.empty(n, self.width, device=self.device)
         if len(hp):
