@@ -3,8 +3,8 @@
 import types
 from typing import NamedTuple
 
-from . import (cold_key_set, csr, frame_parser, popularity_cam, row_chunker, row_window_check,
-               streams)
+from . import (cold_key_set, csr, frame_parser, popularity_cam, row_chunker, row_command_front,
+               row_window_check, streams, write_engine)
 
 __all__ = ["Spec", "PROPERTIES"]
 
@@ -30,6 +30,9 @@ PROPERTIES = {
     # take 12 steps; the mutants fail by step 12
     "row_window_check": Spec(row_window_check.RowWindowProperty, row_window_check.block,
                              18, 15, 15, 14, row_window_check.MUTATIONS),
+    # property 1's latch: a command, the setup (5 cycles) and a two-key batch end by step 10
+    "row_command_front": Spec(row_command_front.FrontProperty, row_command_front.block,
+                              12, 12, 12, 12, row_command_front.MUTATIONS, induction=True),
     # a write, its B, a read of the same word and its R take 7 steps
     "csr": Spec(csr.CSRProperty, csr.block, 11, 10, 8, 8, csr.MUTATIONS),
     # property 5: the slice and the fork close by induction (the cover needs 4 beats out);
@@ -51,6 +54,10 @@ PROPERTIES = {
     # further chunk of its row 3 later; a page-cut burst (the cover) by step 10
     "row_chunker": Spec(row_chunker.ChunkerProperty, row_chunker.block, 13, 10, 10, 10,
                         row_chunker.MUTATIONS),
+    # property 2's W channel: a read beat is on W 5 steps after it came; a 2-beat burst
+    # ends by step 7
+    "write_engine": Spec(write_engine.WriteEngineProperty, write_engine.block, 13, 10, 10, 10,
+                         write_engine.MUTATIONS),
     # property 3: the reset's clear takes 2 steps, an insert 12, a delete behind it 12 more
     # and its check one (the delete cover: step 25); a lookup's result 7 after it
     "popularity_cam": Spec(popularity_cam.CAMProperty, popularity_cam.block, 34, 28, 26, 27,

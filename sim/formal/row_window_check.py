@@ -25,9 +25,10 @@ Assumptions (``Assume``), and why:
   bit-vector solvers give no result (issue 43: nothing in 300 s); the products' arithmetic
   (`_mul`) is checked in simulation against Python's ``*`` (tests/test_row_dma_stages.py),
   not here;
-- a key is taken only when the staging inputs have held for ``SETUP_CYCLES`` cycles: the
-  block's documented contract, which `RowCommandFront` meets by latching the host's staging
-  registers once per batch. Changes while keys are in flight are free.
+- a key (not a null beat) is taken only when the staging inputs have held for
+  ``SETUP_CYCLES`` cycles: the block's documented contract, which `RowCommandFront` meets
+  by latching the host's staging registers once per batch (proved: sim/formal/
+  row_command_front.py). Changes while keys are in flight are free.
 """
 from amaranth import *
 from amaranth.hdl import Assert, Assume, Cover
@@ -85,7 +86,8 @@ class RowWindowProperty(Elaboratable):
             m.d.sync += held.eq(0)
         with m.Elif(held < dut.SETUP_CYCLES):
             m.d.sync += held.eq(held + 1)
-        taken = dut.keys.valid & dut.keys.ready
+        # a null beat (a batch end) copies no row: free at any time
+        taken = dut.keys.valid & dut.keys.ready & ~dut.keys.payload.null
         m.d.comb += Assume(~taken | ((window == prev) & (held == dut.SETUP_CYCLES)))
 
         # ---- shadow descriptors ---------------------------------------------------------
