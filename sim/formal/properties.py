@@ -3,8 +3,8 @@
 import types
 from typing import NamedTuple
 
-from . import (cold_key_set, csr, frame_parser, popularity_cam, row_chunker, row_command_front,
-               row_window_check, streams, write_engine)
+from . import (cold_key_set, csr, frame_parser, multiplier, popularity_cam, row_chunker,
+               row_command_front, row_window_check, streams, write_engine)
 
 __all__ = ["Spec", "PROPERTIES"]
 
@@ -33,6 +33,10 @@ PROPERTIES = {
     # property 1's latch: a command, the setup (5 cycles) and a two-key batch end by step 10
     "row_command_front": Spec(row_command_front.FrontProperty, row_command_front.block,
                               12, 12, 12, 12, row_command_front.MUTATIONS, induction=True),
+    # the multiplier lemma: a product two enabled cycles after its inputs (a state of
+    # the two register stages is flushed by two enables)
+    "multiplier": Spec(multiplier.MultiplierProperty, multiplier.block, 6, 4, 4, 4,
+                       multiplier.MUTATIONS),
     # a write, its B, a read of the same word and its R take 7 steps
     "csr": Spec(csr.CSRProperty, csr.block, 11, 10, 8, 8, csr.MUTATIONS),
     # property 5: the slice and the fork close by induction (the cover needs 4 beats out);

@@ -6,6 +6,9 @@
 - no beat lost, duplicated or reordered: W carries the read-data beats in the order they
   came (each read beat is tagged with its sequence number in its data);
 - a read beat with an error is written with ``wstrb`` = 0, the others with every strobe;
+- a refused row (a row beyond its table, a slot beyond staging: the window check's verdict)
+  raises the ``refused`` strobe with its cause exactly once, when its event completes (the
+  error counters count these strobes); a copied row raises ``row_done`` once;
 - the AXI master rules: AWVALID and WVALID held until ready with AWADDR / AWLEN and WDATA /
   WSTRB / WLAST stable; AW carries the ``aw`` stream's bursts unchanged; BREADY only while a
   write response is awaited.
@@ -115,6 +118,12 @@ class WriteEngineProperty(Elaboratable):
                 m.d.comb += [Assert(beat <= length), Assert(bus.wlast == (beat == length))]
         # not vacuous: the watched burst of 2 beats or more ends
         m.d.comb += Cover(w_fire & bus.wlast & (burst == self.watch) & (beat != 0))
+
+        # ---- the counters' strobes: one per completed event of that kind ---------------
+        ev, done_ev = dut.events.payload, dut.events.valid & dut.events.ready
+        m.d.comb += [Assert(dut.refused == (done_ev & ev.refused)),
+                     Assert(dut.row_done == (done_ev & ev.row_end)),
+                     Assert(~dut.refused | (dut.cause == ev.cause))]
 
         # ---- strobes: none for an errored read beat --------------------------------------
         errs = Signal(1 << TAG)   # which read beats (by sequence number) had an error
