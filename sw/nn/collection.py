@@ -1,0 +1,365 @@
+"""`EmbeddingBagCollection`: TorchRec's embedding-bag collection with placed storage and an
+FBGEMM-style optimizer fused into backward (docs/nn.md)."""
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from hotline.contract.errors import HotlineError
+from hotline.contract.keys import MAX_ROWS, MAX_TABLES, ROW_BITS
+
+from .layout import RowLayout
+from .optim import make_optimizer
+from .stores import DeviceStore, HostStore, RowStore
+
+PLACEMENTS = ("host", "device", "hotline")
+POOLINGS = ("SUM", "MEAN")
+
+
+@dataclass
+class _Batch:
+    """One forward's rows, kept until its backward updates them."""
+    keys: torch.Tensor      # unique, ascending
+    rows: torch.Tensor      # [n, width] on the store's device
+    inverse: torch.Tensor   # lookup -> row of ``rows``
+    offsets: torch.Tensor   # [F * B + 1]
+    weights: torch.Tensor | None
+    scale: torch.Tensor | None   # per bag: 1 / length for mean pooling
+
+
+class _Lookup(torch.autograd.Function):
+    """Pooled bags of a batch; backward updates the batch's rows (fused, no ``step()``). The
+    ``anchor`` (an empty tensor that requires grad) makes autograd call backward, as FBGEMM's
+    placeholder tensor does."""
+
+    @staticmethod
+    def forward(ctx, anchor, ebc, batch):
+        ctx.ebc, ctx.batch = ebc, batch
+        return ebc._pool(batch)
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.ebc._update(ctx.batch, grad)
+        return None, None, None
+
+
+class EmbeddingBagCollection(nn.Module):
+    """Pooled embeddings of several tables, each row updated in backward by a fused optimizer;
+    the rows live where ``placement`` puts them.
+
+    Args:
+        tables: TorchRec ``EmbeddingBagConfig``s (or objects with its ``name``,
+            ``num_embeddings``, ``embedding_dim``, ``feature_names``, ``pooling`` SUM/MEAN and
+            optional ``init_fn``); one ``embedding_dim`` for all.
+        placement: "host" (rows in host memory), "device" (rows on ``device``) or "hotline"
+            (hot rows on ``device``, cold rows in host memory through ``device_url``).
+        optimizer: "sgd", "rowwise_adagrad" or "adam" (FBGEMM's math), learning rate ``lr``.
+        is_weighted: use a KeyedJaggedTensor's weights as per-sample weights (TorchRec's flag).
+        device: the torch device of the outputs (and of the rows, placement "device").
+        optimizer_options: e.g. ``eps``, ``betas``; store_options: the "hotline" placement's.
+
+    ``forward(kjt) -> KeyedTensor`` (TorchRec) or ``forward(indices, offsets,
+    per_sample_weights=None) -> Tensor[B, F * dim]`` (FBGEMM's layout: features in table order,
+    bags feature-major, ``offsets`` of length F * B + 1). One forward per backward: a forward
+    whose backward has not run when the next forward starts leaves its rows unchanged.
+
+    Example::
+
+        >>> import torch
+        >>> from torchrec import EmbeddingBagConfig, KeyedJaggedTensor
+        >>> from hotline.nn import EmbeddingBagCollection
+        >>> ebc = EmbeddingBagCollection(tables=[
+        ...     EmbeddingBagConfig(name="t1", embedding_dim=4, num_embeddings=10, feature_names=["f1"]),
+        ...     EmbeddingBagConfig(name="t2", embedding_dim=4, num_embeddings=10, feature_names=["f2"])],
+        ...     placement="host", optimizer="rowwise_adagrad", lr=0.05)
+        >>> kjt = KeyedJaggedTensor(keys=["f1", "f2"], values=torch.tensor([0, 1, 2, 3, 4, 5, 6, 7]),
+        ...                         offsets=torch.tensor([0, 2, 2, 3, 4, 5, 8]))
+        >>> pooled = ebc(kjt)                  # KeyedTensor: B = 3, keys f1, f2
+        >>> pooled.values().shape
+        torch.Size([3, 8])
+        >>> before = ebc.state_dict()["embedding_bags.t1.weight"][0].clone()
+        >>> pooled.values().sum().backward()   # rows 0-7 updated here
+        >>> bool((ebc.state_dict()["embedding_bags.t1.weight"][0] < before).all())
+        True
+    """
+
+    def __init__(self, tables, placement: str = "host", device_url: str = "model://",
+                 optimizer: str = "sgd", lr: float = 0.01, *, is_weighted: bool = False,
+                 device=None, optimizer_options: dict | None = None, **store_options):
+        super().__init__()
+        self._configs = list(tables)
+        self._check_tables()
+        self.dim = self._configs[0].embedding_dim
+        self._is_weighted = is_weighted
+        self._device = torch.device(device if device is not None
+                                    else "cuda" if torch.cuda.is_available() else "cpu")
+        self.optimizer = make_optimizer(optimizer, lr, **(optimizer_options or {}))
+        self.layout = RowLayout(self.dim, self.optimizer.state_floats(self.dim))
+        self.features = [f for c in self._configs for f in c.feature_names]
+        feature_table = [t for t, c in enumerate(self._configs) for _ in c.feature_names]
+        self._feature_table = torch.tensor(feature_table, dtype=torch.int64)
+        self._feature_rows = torch.tensor([self._configs[t].num_embeddings for t in feature_table])
+        self._feature_mean = torch.tensor([self._pooling(self._configs[t]) == "MEAN"
+                                           for t in feature_table])
+        self._any_mean = bool(self._feature_mean.any())
+        self.store = self._make_store(placement, device_url, store_options)
+        self._anchor = torch.zeros(0, requires_grad=True)
+        self._pending: _Batch | None = None
+        self._init_tables()
+
+    # -- construction ---------------------------------------------------------------------
+    @staticmethod
+    def _pooling(config) -> str:
+        pooling = getattr(config, "pooling", "SUM")
+        return str(getattr(pooling, "value", pooling)).upper()
+
+    def _check_tables(self) -> None:
+        if not self._configs:
+            raise HotlineError("tables: at least one EmbeddingBagConfig is needed")
+        if len(self._configs) > MAX_TABLES:
+            raise HotlineError(f"tables: {len(self._configs)} given, at most {MAX_TABLES}")
+        names, features = set(), set()
+        for c in self._configs:
+            if c.name in names:
+                raise HotlineError(f"table {c.name!r} is configured twice")
+            names.add(c.name)
+            if self._pooling(c) not in POOLINGS:
+                raise HotlineError(f"table {c.name!r}: pooling {self._pooling(c)}, expected SUM or MEAN")
+            if not 0 < c.num_embeddings <= MAX_ROWS:
+                raise HotlineError(f"table {c.name!r}: {c.num_embeddings} rows, expected 1 to {MAX_ROWS}")
+            if c.embedding_dim != self._configs[0].embedding_dim:
+                raise HotlineError(f"table {c.name!r}: embedding_dim {c.embedding_dim}, but table "
+                                   f"{self._configs[0].name!r} has {self._configs[0].embedding_dim} "
+                                   f"(one dim for all tables)")
+            for f in c.feature_names:
+                if f in features:
+                    raise HotlineError(f"feature {f!r} is configured in two tables")
+                features.add(f)
+
+    def _make_store(self, placement, device_url, options) -> RowStore:
+        rows = [c.num_embeddings for c in self._configs]
+        if placement == "hotline":
+            from .hotline_store import HotlineStore  # lazy: the Device API, only for this placement
+            return HotlineStore(rows, self.layout, device_url=device_url,
+                                torch_device=self._device, **options)
+        if placement not in PLACEMENTS:
+            raise HotlineError(f"placement {placement!r}: expected one of {', '.join(PLACEMENTS)}")
+        if options:
+            raise HotlineError(f"placement {placement!r} takes no option {', '.join(options)}")
+        if placement == "host":
+            return HostStore(rows, self.layout)
+        return DeviceStore(rows, self.layout, self._device)
+
+    def _init_tables(self) -> None:
+        """Each table's weights by its config's ``init_fn`` (TorchRec's default:
+        uniform(-sqrt(1 / rows), sqrt(1 / rows))), state zero."""
+        for t, c in enumerate(self._configs):
+            w = torch.empty(c.num_embeddings, self.dim)
+            init = getattr(c, "init_fn", None)
+            if init is None:
+                a = math.sqrt(1 / c.num_embeddings)
+                nn.init.uniform_(w, -a, a)
+            else:
+                init(w)
+            self._write(t, w, {})
+
+    # -- TorchRec's interface -------------------------------------------------------------
+    def embedding_bag_configs(self) -> list:
+        return self._configs
+
+    def is_weighted(self) -> bool:
+        return self._is_weighted
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    def forward(self, features, offsets=None, per_sample_weights=None):
+        """A KeyedJaggedTensor -> KeyedTensor; or FBGEMM's (indices, offsets[,
+        per_sample_weights]) -> Tensor[B, F * dim]."""
+        if isinstance(features, torch.Tensor):
+            return self._lookup(features, offsets, per_sample_weights)
+        from torchrec.sparse.jagged_tensor import KeyedTensor  # lazy: TorchRec only for its own types
+        values = self._lookup(*self._unpack(features))
+        return KeyedTensor(keys=list(self.features), length_per_key=[self.dim] * len(self.features),
+                           values=values)
+
+    def prefetch(self, features, offsets=None) -> None:
+        """Tell the store the next batch (a KeyedJaggedTensor or indices and offsets)."""
+        if not isinstance(features, torch.Tensor):
+            features, offsets, _ = self._unpack(features)
+        keys, _, _ = self._keys(features, offsets)
+        self.store.prefetch(keys)
+
+    def close(self) -> None:
+        self.store.close()
+
+    # -- the lookup -----------------------------------------------------------------------
+    def _unpack(self, kjt):
+        """A KeyedJaggedTensor's (values, offsets, weights) in the collection's feature order."""
+        if not (hasattr(kjt, "keys") and hasattr(kjt, "offsets")):
+            raise HotlineError(f"input: a KeyedJaggedTensor or (indices, offsets) expected, "
+                               f"got {type(kjt).__name__}")
+        keys = list(kjt.keys())
+        for k in keys:
+            if k not in self.features:
+                raise HotlineError(f"unknown feature {k!r} (the collection's: {', '.join(self.features)})")
+        for f in self.features:
+            if f not in keys:
+                raise HotlineError(f"feature {f!r} is missing from the input")
+        if keys != self.features:
+            kjt = kjt.permute([keys.index(f) for f in self.features])
+        weights = kjt.weights_or_none() if self._is_weighted else None
+        if self._is_weighted and weights is None:
+            raise HotlineError("input: the collection is weighted, the KeyedJaggedTensor has no weights")
+        return kjt.values(), kjt.offsets(), weights
+
+    def _keys(self, indices, offsets):
+        """Checked lookups -> (keys, offsets as int64, batch size)."""
+        for what, t in (("indices", indices), ("offsets", offsets)):
+            if not isinstance(t, torch.Tensor) or t.dtype not in (torch.int32, torch.int64) or t.dim() != 1:
+                raise HotlineError(f"{what}: a 1-D int32 or int64 tensor expected, got "
+                                   f"{getattr(t, 'dtype', type(t).__name__)} "
+                                   f"{tuple(getattr(t, 'shape', ()))}")
+        n_features = len(self.features)
+        bags = offsets.numel() - 1
+        if bags < 0 or bags % n_features:
+            raise HotlineError(f"offsets: {offsets.numel()} entries, expected F * B + 1 with F = "
+                               f"{n_features} features")
+        batch = bags // n_features
+        indices, offsets = indices.long(), offsets.long()
+        if offsets[0] != 0 or offsets[-1] != indices.numel() or (offsets.diff() < 0).any():
+            raise HotlineError(f"offsets: must rise from 0 to len(indices) = {indices.numel()}")
+        dev = indices.device
+        counts = offsets[torch.arange(n_features + 1, device=dev) * batch].diff()
+        feature = torch.arange(n_features, device=dev).repeat_interleave(counts, output_size=indices.numel())
+        bad = (indices < 0) | (indices >= self._feature_rows.to(dev)[feature])
+        if bad.any():
+            i = int(bad.nonzero()[0])
+            f = int(feature[i])
+            c = self._configs[int(self._feature_table[f])]
+            raise HotlineError(f"feature {self.features[f]!r}: id {int(indices[i])} is beyond table "
+                               f"{c.name!r} ({c.num_embeddings} rows)")
+        return (self._feature_table.to(dev)[feature] << ROW_BITS) | indices, offsets, batch
+
+    def _lookup(self, indices, offsets, weights):
+        if offsets is None:
+            raise HotlineError("forward(indices): offsets are needed too (FBGEMM's layout)")
+        keys, offsets, batch = self._keys(indices, offsets)
+        if weights is not None and (not isinstance(weights, torch.Tensor) or weights.dtype != torch.float32
+                                    or tuple(weights.shape) != tuple(keys.shape)):
+            raise HotlineError(f"per_sample_weights: float32 [{keys.numel()}] expected, got "
+                               f"{getattr(weights, 'dtype', type(weights).__name__)} "
+                               f"{tuple(getattr(weights, 'shape', ()))}")
+        if weights is not None and self._any_mean:
+            raise HotlineError("per_sample_weights need sum pooling (a table pools by mean)")
+        self._flush()
+        unique, inverse = torch.unique(keys, sorted=True, return_inverse=True)
+        rows = self.store.gather(unique)
+        dev = rows.device
+        scale = None
+        if self._any_mean:
+            mean = self._feature_mean.to(dev).repeat_interleave(batch)
+            scale = torch.where(mean, 1 / offsets.diff().to(dev).clamp(min=1), 1.0)
+        batch_rows = _Batch(unique, rows, inverse.to(dev), offsets.to(dev),
+                            None if weights is None else weights.to(dev), scale)
+        if torch.is_grad_enabled():
+            self._pending = batch_rows
+            bags = _Lookup.apply(self._anchor, self, batch_rows)
+        else:
+            bags = self._pool(batch_rows)
+            self.store.scatter(unique, rows)
+        n = len(self.features)
+        return bags.view(n, batch, self.dim).transpose(0, 1).reshape(batch, n * self.dim).to(self._device)
+
+    def _pool(self, b: _Batch) -> torch.Tensor:
+        """[F * B, dim] bags of ``b``."""
+        bags = nn.functional.embedding_bag(b.inverse, b.rows[:, :self.dim], b.offsets, mode="sum",
+                                           per_sample_weights=b.weights, include_last_offset=True)
+        return bags if b.scale is None else bags * b.scale.unsqueeze(1)
+
+    def _update(self, b: _Batch, grad: torch.Tensor) -> None:
+        """Backward: the unique rows' gradients, the fused optimizer, the rows written back."""
+        if self._pending is not b:
+            raise HotlineError("backward of a batch whose rows are gone: a later forward ran "
+                               "first, or backward ran twice (one forward per backward)")
+        self._pending = None
+        if b.scale is not None:
+            grad = grad * b.scale.unsqueeze(1)
+        bag = torch.arange(grad.shape[0], device=grad.device).repeat_interleave(
+            b.offsets.diff(), output_size=b.inverse.numel())
+        g = grad.index_select(0, bag)
+        if b.weights is not None:
+            g = g * b.weights.unsqueeze(1)
+        row_grad = torch.zeros(b.rows.shape[0], self.dim, device=grad.device).index_add_(0, b.inverse, g)
+        self.optimizer.apply(b.rows, row_grad)
+        self.store.scatter(b.keys, b.rows)
+
+    def _flush(self) -> None:
+        """A batch whose backward never ran: its rows go back unchanged."""
+        if self._pending is not None:
+            self.store.scatter(self._pending.keys, self._pending.rows)
+            self._pending = None
+
+    # -- state_dict -----------------------------------------------------------------------
+    def _state_slices(self):
+        """(name, first float, end float) of the optimizer state in a row."""
+        lo, out = self.dim, []
+        for name, n in self.optimizer.state_parts(self.dim):
+            out.append((name, lo, lo + n))
+            lo += n
+        return out
+
+    def _write(self, t: int, weight: torch.Tensor, state: dict) -> None:
+        """Table ``t`` from its weights and its named state (absent state: zero)."""
+        rows = torch.zeros(self._configs[t].num_embeddings, self.layout.floats)
+        rows[:, :self.dim] = weight
+        for name, lo, hi in self._state_slices():
+            if name in state:
+                rows[:, lo:hi] = state[name]
+        self.store.write_table(t, rows)
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        """Each table's weights as TorchRec's "embedding_bags.<name>.weight" and its optimizer
+        state as "embedding_bags.<name>.<state>"; "optimizer_step" with a stateful optimizer."""
+        for t, c in enumerate(self._configs):
+            rows = self.store.read_table(t)
+            destination[f"{prefix}embedding_bags.{c.name}.weight"] = rows[:, :self.dim].clone()
+            for name, lo, hi in self._state_slices():
+                destination[f"{prefix}embedding_bags.{c.name}.{name}"] = rows[:, lo:hi].clone()
+        if self._state_slices():
+            destination[f"{prefix}optimizer_step"] = torch.tensor(self.optimizer.step)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs):
+        """Loads its own state, a TorchRec EBC's (weights; state zero) or, for one table, an
+        ``nn.EmbeddingBag``'s ("weight")."""
+        self._flush()
+        used = set()
+        for t, c in enumerate(self._configs):
+            key = f"{prefix}embedding_bags.{c.name}.weight"
+            if key not in state_dict and len(self._configs) == 1 and f"{prefix}weight" in state_dict:
+                key = f"{prefix}weight"
+            if key not in state_dict:
+                missing_keys.append(key)
+                continue
+            shapes = {key: (c.num_embeddings, self.dim)}
+            state = {}
+            for name, lo, hi in self._state_slices():
+                skey = f"{prefix}embedding_bags.{c.name}.{name}"
+                if skey in state_dict:
+                    shapes[skey] = (c.num_embeddings, hi - lo)
+                    state[name] = state_dict[skey]
+            for k, shape in shapes.items():
+                if tuple(state_dict[k].shape) != shape:
+                    raise HotlineError(f"{k}: shape {tuple(state_dict[k].shape)} given, table "
+                                       f"{c.name!r} holds {shape}")
+            used.update(shapes)
+            self._write(t, state_dict[key].detach(), state)
+        step_key = f"{prefix}optimizer_step"
+        if self._state_slices():
+            self.optimizer.step = int(state_dict.get(step_key, 0))
+            used.add(step_key)
+        if strict:
+            unexpected_keys.extend(k for k in state_dict if k.startswith(prefix) and k not in used)
