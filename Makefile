@@ -13,7 +13,7 @@ SAMPLES    ?= 100000
 WAVES      ?= 0
 LANES      ?= 1
 
-.PHONY: all setup icarus test test-fast test-full test-ci test-readme formal sim bench bench-quick train fpga clean
+.PHONY: all setup icarus test test-fast test-full test-ci test-readme formal sim bench bench-quick gpu-check train fpga clean
 
 all: test
 
@@ -69,6 +69,12 @@ bench: $(STAMP)
 
 bench-quick: $(STAMP)
 	$(BIN)/python -m hotline.bench --quick --out build/bench-quick.json
+
+# issue 45's checks on a CUDA GPU (under 8 minutes): module equivalence, the placements'
+# embedding-path throughput, the TorchRec peer; without CUDA it says so and exits 0
+# (python -m hotline.bench.gpu_check --cpu runs it on the CPU in reduced sizes)
+gpu-check: $(STAMP)
+	$(BIN)/python -m hotline.bench.gpu_check --out build/gpu-check.json
 
 # make train options (see `hotline train --help`): a short DLRM run on the generator, baseline
 # first, then hotline mode with the model:// accelerator, compared with it (--compare: its plot

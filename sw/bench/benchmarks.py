@@ -73,7 +73,16 @@ Sections:
   hotline mode on `make train`'s data: samples/s against one rank, the share
   of the steps in collectives, payload bytes per step per rank (``--quick``: 20k samples);
 - formal: each formal property's proof (docs/verification.md): verdict, depth and seconds at
-  `make formal`'s depth (``--quick``: the reduced depth of `make test`).
+  `make formal`'s depth (``--quick``: the reduced depth of `make test`);
+- embedding: the embedding path alone (forward, backward, fused SGD) at 1 torch thread, per
+  batch, split into host / device / accelerator time: FBGEMM's TBE on the CPU, nn.EmbeddingBag,
+  and hotline.nn's placements, on Criteo's 26 tables at dim 16 and 128 and the MLPerf
+  DLRM-DCNv2 multi-hot sizes, B = 1024 and 8192; the accelerator's RTL cycles at its Fmax and
+  a labelled projection of a GPU node's step (`hotline.bench.embedding`; ``--quick``: tiny
+  tables, B = 256 / 128);
+- peer: TorchRec's DLRM under DistributedModelParallel (fused TBE, gloo, one rank) beside
+  `hotline train --mode baseline / device-only / hotline` on `make train`'s data, samples/s
+  interleaved in one run (`hotline.bench.peer`; ``--quick``: 20k samples, one round).
 """
 import argparse
 import csv
@@ -109,14 +118,16 @@ from hotline.model.device_model import DeviceModel, place_hot_set
 from hotline.model.planner import exact_hot_set
 from hotline.train import TrainConfig, prepare_data, train
 
+from .embedding import bench_embedding
 from .hash_quality import GEOMETRIES, cam_first_refusal, cold_first_overflow, file_families, \
     key_families
-
+from .peer import bench_peer
 
 
 SECTIONS = ("fragment_model", "criteo_parse", "convert", "hashing", "fragment_rtl", "cam", "learner",
             "synthesis",
-            "dma", "gather", "link", "boards", "board_link", "train", "drift", "dist", "formal")
+            "dma", "gather", "link", "boards", "board_link", "train", "drift", "dist", "formal",
+            "embedding", "peer")
 SLOW_SECTIONS = ("boards", "board_link")  # not in --quick runs unless named with --only
 
 
@@ -803,7 +814,8 @@ def main(argv=None):
                      ("dma", None), ("gather", bench_gather), ("link", bench_link),
                      ("boards", bench_boards), ("board_link", bench_board_link),
                      ("train", bench_train), ("drift", bench_drift), ("dist", bench_dist),
-                     ("formal", bench_formal)):
+                     ("formal", bench_formal), ("embedding", bench_embedding),
+                     ("peer", lambda quick: bench_peer(quick, _train_config))):
         if name in want:
             print(f"bench: {name} ...", file=sys.stderr, flush=True)
             if name == "dma":
