@@ -298,6 +298,60 @@ def test_configuration_errors():
         HotlineStore([10], LAYOUT, hot_rows=4, hot_set="learn", learn_window=2, refresh="x")
 
 
+def fbgemm_batches(sizes, steps, batch, seed=5):
+    """(indices, offsets) in FBGEMM's layout (feature-major bags of 0-3 ids) over tables
+    ``sizes``, their popular ids drifting by a few rows a step."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for s in range(steps):
+        lengths = rng.integers(0, 4, (len(sizes), batch))
+        ids = [(rng.zipf(1.3, int(n.sum())) - 1 + s // 4) % rows for n, rows in zip(lengths, sizes)]
+        offsets = np.r_[0, np.cumsum(lengths.ravel())]
+        out.append((torch.from_numpy(np.concatenate(ids).astype(np.int64)),
+                    torch.from_numpy(offsets.astype(np.int64))))
+    return out
+
+
+@pytest.mark.parametrize("prefetch", [False, True])
+@pytest.mark.parametrize("optimizer", ["sgd", "rowwise_adagrad"])
+def test_collection_hotline_equals_host(optimizer, prefetch):
+    """EmbeddingBagCollection(placement="hotline") trains exactly as placement="host": the
+    same losses and final tables (weights and optimizer state), over 100 steps with the hot
+    set learned, then refreshed every 20 steps, with and without prefetch."""
+    from hotline.nn import EmbeddingBagCollection  # lazy: skips cleanly if the module moves
+    sizes = [300, 120, 40]
+    tables = [type("Config", (), dict(name=f"t{t}", num_embeddings=n, embedding_dim=8,
+                                      feature_names=[f"f{t}"], pooling="SUM"))()
+              for t, n in enumerate(sizes)]
+    host = EmbeddingBagCollection(tables, placement="host", optimizer=optimizer, lr=0.1,
+                                  device="cpu")
+    hot = EmbeddingBagCollection(tables, placement="hotline", optimizer=optimizer, lr=0.1,
+                                 device="cpu", hot_rows=60, hot_set="learn", learn_window=5,
+                                 refresh="every:20", batch_lookups=3 * 3 * 16, batch_size=16)
+    hot.load_state_dict(host.state_dict())
+    head = torch.from_numpy(np.random.default_rng(9).standard_normal(3 * 8).astype(np.float32))
+    batches = fbgemm_batches(sizes, 100, 16)
+    try:
+        for i, (indices, offsets) in enumerate(batches):
+            losses = []
+            for ebc in (host, hot):
+                pooled = ebc(indices, offsets)
+                if prefetch and i + 1 < len(batches) and ebc is hot:
+                    ebc.prefetch(*batches[i + 1])
+                loss = torch.tanh(pooled @ head).square().mean()
+                loss.backward()
+                losses.append(float(loss.detach()))
+            assert losses[0] == losses[1], f"step {i}: losses differ"
+        a, b = host.state_dict(), hot.state_dict()
+        assert a.keys() == b.keys()
+        for k in a:
+            assert torch.equal(a[k], b[k]), k
+        c = hot.store.counters()
+        assert [r["source"] for r in c["loads"]] == ["learned"] * 5 and c["hot_share"] > 0.3
+    finally:
+        hot.close()
+
+
 @pytest.mark.slow
 def test_sim_device_equals_host(tmp_path, simulator_or_skip):
     """The same store over the accelerator RTL (sim://verilator): prefetched batches, a
