@@ -1,8 +1,17 @@
-"""hotline.nn: an embedding-bag collection whose storage is placed (docs/nn.md)."""
-from .collection import EmbeddingBagCollection
-from .layout import RowLayout
-from .optim import OPTIMIZERS, RowOptimizer
-from .stores import DeviceStore, HostStore, RowStore
+"""hotline.nn: an embedding-bag collection whose storage is placed (docs/nn.md).
 
-__all__ = ["EmbeddingBagCollection", "RowLayout", "OPTIMIZERS", "RowOptimizer", "RowStore",
-           "HostStore", "DeviceStore"]
+The names below load on first use, so that importing a torch-free submodule
+(``hotline.nn.hot_set``, ``hotline.nn.layout``) keeps ``hotline train --help`` free of torch.
+"""
+import importlib
+
+_HOME = {"EmbeddingBagCollection": "collection", "RowLayout": "layout", "OPTIMIZERS": "optim",
+         "RowOptimizer": "optim", "RowStore": "stores", "HostStore": "stores",
+         "DeviceStore": "stores"}
+__all__ = list(_HOME)
+
+
+def __getattr__(name):
+    if name not in _HOME:
+        raise AttributeError(f"module 'hotline.nn' has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_HOME[name]}", __name__), name)
