@@ -116,6 +116,12 @@ def test_embedding_section_on_tiny_tables():
         assert rtl["fragmenter_cycles"] >= res["lookups_per_batch"]
         assert rtl["dma_cycles"] == 2 * rtl["cold_unique_rows"] * (4 * cfg.dim // 8)
     assert any(r[0] == "accelerator RTL estimate" for r in rows)
+    # without the projection (what the GPU check runs): neither the estimate nor projections
+    out, rows = embedding.bench_embedding(False, [TINY], projection=False)
+    res = out["configs"]["tiny"]
+    assert res["accelerator_rtl"] is None
+    assert not any("gpu_node_projection" in e for e in res["paths"].values())
+    assert not any(r[0].startswith(("accelerator", "PROJECTION")) for r in rows)
 
 
 def test_torchrec_peer_runs_fused_and_cleans_up(tiny_data):

@@ -374,7 +374,7 @@ def rtl_estimate(batch, hot_keys, table_sizes, dim) -> dict:
     bs = batch.batch_size
     tables = len(table_sizes)
     # sample-major keys of the batch, as the accelerator sees them
-    bag = np.repeat(np.arange(tables * bs), np.diff(batch.offsets.numpy()))
+    bag = np.repeat(np.arange(tables * bs), np.diff(batch.offsets.cpu().numpy()))
     order = np.argsort((bag % bs) * tables + bag // bs, kind="stable")
     keys = batch.keys[order].astype(np.uint32)
     counts = np.bincount(bag % bs, minlength=bs)
@@ -427,19 +427,21 @@ def paths_for(sizes, dim, hot_keys, placements, torch_device="cpu", batch_size=N
     return out
 
 
-def bench_embedding(quick, configs=None, torch_device="cpu"):
+def bench_embedding(quick, configs=None, torch_device="cpu", projection=None):
     """The section: per configuration, each path's `TimeSplit` (ms per batch), the ratios the
-    issue asks for, the RTL estimate and the GPU-node projection. (JSON, table rows)."""
+    issue asks for and, with ``projection`` (default: on the CPU), the RTL estimate and the
+    GPU-node projection. (JSON, table rows)."""
     import torch  # lazy: (see make_batches)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _bench_embedding(quick, configs, torch_device)
+        return _bench_embedding(quick, configs, torch_device,
+                                torch_device == "cpu" if projection is None else projection)
     finally:
         torch.set_num_threads(threads)
 
 
-def _bench_embedding(quick, configs, torch_device):
+def _bench_embedding(quick, configs, torch_device, projection):
     import torch  # lazy: (see make_batches)
     configs = configs or (QUICK_CONFIGS if quick else CONFIGS)
     placements, left_out = nn_placements()
@@ -467,8 +469,9 @@ def _bench_embedding(quick, configs, torch_device):
                "lookups_per_batch": float(np.mean([b.lookups for b in timed])),
                "unique_rows_per_batch": float(np.mean([len(np.unique(b.keys)) for b in timed])),
                "hot_rows": len(hot.keys), "warmup": cfg.warmup, "timed": cfg.timed, "paths": {}}
-        rtl = rtl_estimate(batches[cfg.warmup], hot.keys, data.table_sizes, cfg.dim)
-        res["accelerator_rtl"] = rtl
+        rtl = res["accelerator_rtl"] = (
+            rtl_estimate(batches[cfg.warmup], hot.keys, data.table_sizes, cfg.dim)
+            if projection else None)
         for name, make in paths_for(sizes, cfg.dim, hot.keys, placements, torch_device,
                                     cfg.batch_size, max(b.lookups for b in batches)):
             print(f"bench: embedding {cfg.name} {name} ...", file=sys.stderr, flush=True)
@@ -481,7 +484,7 @@ def _bench_embedding(quick, configs, torch_device):
             del path
             ms = split.as_ms()
             entry = {**ms, "samples_per_s": cfg.batch_size / split.total, **info}
-            if name.startswith("hotline.nn "):
+            if projection and name.startswith("hotline.nn "):
                 p = name.split()[1]
                 entry["gpu_node_projection"] = project_gpu_step(
                     p, ms, batches[cfg.warmup], cfg.dim, rtl["cold_unique_rows"], rtl["ms"])
@@ -524,9 +527,10 @@ def table_rows(name, res) -> list[list]:
         rows.append([f"embedding path ({p})", name, split,
                      f"{ref['total_ms']:.2f} ms {ref_name}", ref["total_ms"] / e["total_ms"]])
     rtl = res["accelerator_rtl"]
-    rows.append([f"accelerator RTL estimate", name,
-                 f"{rtl['cycles']:,} cycles = {rtl['ms']:.2f} ms at {rtl['fmax_mhz']} MHz",
-                 f"{rtl['cold_unique_rows']:,} cold rows", "-"])
+    if rtl is not None:
+        rows.append(["accelerator RTL estimate", name,
+                     f"{rtl['cycles']:,} cycles = {rtl['ms']:.2f} ms at {rtl['fmax_mhz']} MHz",
+                     f"{rtl['cold_unique_rows']:,} cold rows", "-"])
     for p, e in paths.items():
         if "gpu_node_projection" in e:
             g = e["gpu_node_projection"]

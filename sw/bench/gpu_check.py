@@ -37,7 +37,7 @@ from .peer import MODES, train_torchrec
 GPU_CONFIGS = [
     Config("criteo-d16-b8192", 16, 8192, 500_000, 1_000_000, warmup=2, timed=10),
     Config("criteo-d128-b8192", 128, 8192, 500_000, 1_000_000, warmup=2, timed=10),
-    Config("multihot-d128-b8192", 128, 8192, 500_000, 1_000_000, MULTI_HOT_SIZES, 2, 5),
+    Config("multihot-d128-b8192", 128, 8192, 500_000, 1_000_000, MULTI_HOT_SIZES, 1, 3),
 ]
 CPU_CONFIGS = [Config("criteo-d16-b128", 16, 128, 3_000, 5_000, warmup=1, timed=2)]
 EQUIV_STEPS = {"cuda": 50, "cpu": 6}

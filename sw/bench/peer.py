@@ -28,8 +28,8 @@ MODES = ("baseline", "device-only", "hotline")
 
 
 @contextlib.contextmanager
-def process_group():
-    """A one-rank gloo process group on a free local port (DMP needs one), destroyed after."""
+def process_group(backend="gloo"):
+    """A one-rank process group on a free local port (DMP needs one), destroyed after."""
     import torch.distributed as dist  # lazy: torch takes seconds to import
     if dist.is_initialized():
         yield
@@ -40,7 +40,7 @@ def process_group():
     saved = {k: os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT")}
     saved["LOCAL_WORLD_SIZE"] = os.environ.get("LOCAL_WORLD_SIZE")
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_WORLD_SIZE="1")
-    dist.init_process_group("gloo", rank=0, world_size=1)
+    dist.init_process_group(backend, rank=0, world_size=1)
     try:
         yield
     finally:
@@ -140,7 +140,7 @@ def train_torchrec(data, batch_size=1024, lr=0.1, device="cpu", max_steps=None) 
     include theirs), mean training logloss, setup seconds."""
     import torch  # lazy: (see process_group)
     t0 = time.perf_counter()
-    with process_group():
+    with process_group("nccl" if device != "cpu" else "gloo"):
         peer = TorchRecDLRM(data, lr=lr, device=device)
         setup = time.perf_counter() - t0
         steps = -(-data.n_train // batch_size)
