@@ -230,15 +230,16 @@ def test_adam_matches_sparse_adam(placement, data):
 
 
 # -- TorchRec's interface -------------------------------------------------------------------
-@pytest.mark.parametrize("placement", ["host", "device"])
-def test_kjt_matches_torchrec_ebc_with_sgd(placement):
-    """Mixed sum and mean tables, multi-hot, a feature order of the input unlike the tables':
-    TorchRec's own EBC (dense SGD equals exact SGD) as the reference."""
+@pytest.mark.parametrize("placement,weighted", [("host", False), ("device", False), ("host", True)])
+def test_kjt_matches_torchrec_ebc_with_sgd(placement, weighted):
+    """Mixed sum and mean tables (sum only with the KJT's weights), multi-hot, a feature order
+    of the input unlike the tables': TorchRec's own EBC (dense SGD equals exact SGD) as the
+    reference."""
     ds = multi_hot(synth(samples=6400, features=4))
-    pooling = ["SUM", "MEAN", "SUM", "MEAN"]
-    ref = torchrec.EmbeddingBagCollection(tables=configs(ds.table_sizes, pooling))
+    pooling = "SUM" if weighted else ["SUM", "MEAN", "SUM", "MEAN"]
+    ref = torchrec.EmbeddingBagCollection(tables=configs(ds.table_sizes, pooling), is_weighted=weighted)
     ebc = EmbeddingBagCollection(configs(ds.table_sizes, pooling), placement=placement,
-                                 optimizer="sgd", lr=0.05, device="cpu")
+                                 optimizer="sgd", lr=0.05, device="cpu", is_weighted=weighted)
     ebc.load_state_dict(ref.state_dict())
     opt = torch.optim.SGD(ref.parameters(), lr=0.05)
     keys = [f"f{t}" for t in (2, 0, 3, 1)]
@@ -249,7 +250,9 @@ def test_kjt_matches_torchrec_ebc_with_sgd(placement):
         n, batch = len(keys), (off.numel() - 1) // len(keys)
         lengths = off.diff().view(n, batch)[perm]
         values = torch.cat([idx[off[t * batch]:off[(t + 1) * batch]] for t in perm])
-        kjt = KeyedJaggedTensor(keys=keys, values=values, lengths=lengths.reshape(-1))
+        weights = torch.rand(values.numel(), generator=torch.Generator().manual_seed(step))
+        kjt = KeyedJaggedTensor(keys=keys, values=values, lengths=lengths.reshape(-1),
+                                weights=weights if weighted else None)
         ours_kt, ref_kt = ebc(kjt), ref(kjt)
         assert ours_kt.keys() == ref_kt.keys() and ours_kt.length_per_key() == ref_kt.length_per_key()
         losses = []
