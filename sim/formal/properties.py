@@ -58,6 +58,10 @@ PROPERTIES = {
     # further chunk of its row 3 later; a page-cut burst (the cover) by step 10
     "row_chunker": Spec(row_chunker.ChunkerProperty, row_chunker.block, 13, 10, 10, 10,
                         row_chunker.MUTATIONS),
+    # property 1 on the AXI addresses, property 2's beat count: a row's second burst is on
+    # aw 8 steps after the row is taken (the cover: step 8); depth 10 takes 5 min under load
+    "row_chunker_tiling": Spec(row_chunker.ChunkerTilingProperty, row_chunker.block, 9, 9,
+                               9, 9, row_chunker.TILING_MUTATIONS),
     # property 2's W channel: a read beat is on W 5 steps after it came; a 2-beat burst
     # ends by step 7
     "write_engine": Spec(write_engine.WriteEngineProperty, write_engine.block, 13, 10, 10, 10,
