@@ -388,3 +388,28 @@ def test_class_example_runs():
     for test in finder.find(collection.EmbeddingBagCollection, "EmbeddingBagCollection"):
         runner.run(test)
     assert runner.failures == 0 and runner.tries >= 5
+
+
+
+def test_readme_python_blocks_run():
+    """README.md's ```python blocks of hotline.nn ("Start here"), exactly as written, in a
+    fresh interpreter from the repo root: they must run, and backward must move the rows."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", (root / "README.md").read_text(),
+                                    re.S) if "from hotline.nn import" in b]
+    assert blocks, "README.md has no python block with hotline.nn"
+    weight = "ebc.state_dict()['embedding_bags.t0.weight']"
+    for code in blocks:
+        step = "pooled.values().sum().backward()"
+        assert step in code
+        # the block's own lines, with the rows read before and after its backward
+        script = (code.replace(step, f"w0 = {weight}.clone()\n{step}", 1)
+                  + f"assert pooled.values().shape == (3, 16)\n"
+                    f"assert not torch.equal({weight}, w0), 'backward left the rows as they were'\n")
+        p = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 0, p.stderr[-2000:]
