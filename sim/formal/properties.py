@@ -3,8 +3,8 @@
 import types
 from typing import NamedTuple
 
-from . import (cold_key_set, csr, frame_parser, multiplier, popularity_cam, row_chunker,
-               row_command_front, row_window_check, streams, write_engine)
+from . import (cold_key_set, csr, fragmenter, frame_parser, multiplier, popularity_cam,
+               row_chunker, row_command_front, row_window_check, streams, write_engine)
 
 __all__ = ["Spec", "PROPERTIES"]
 
@@ -58,6 +58,10 @@ PROPERTIES = {
     # further chunk of its row 3 later; a page-cut burst (the cover) by step 10
     "row_chunker": Spec(row_chunker.ChunkerProperty, row_chunker.block, 13, 10, 10, 10,
                         row_chunker.MUTATIONS),
+    # property 5's fragmenter counts: a batch's summary leaves 23 steps after its first
+    # lookup at the earliest (the cover: step 23); depth 30 took 5.5 min under load
+    "fragmenter": Spec(fragmenter.FragmenterProperty, fragmenter.block, 26, 24, 24, 24,
+                       fragmenter.MUTATIONS),
     # property 1 on the AXI addresses, property 2's beat count: a row's second burst is on
     # aw 8 steps after the row is taken (the cover: step 8); depth 10 takes 5 min under load
     "row_chunker_tiling": Spec(row_chunker.ChunkerTilingProperty, row_chunker.block, 9, 9,
