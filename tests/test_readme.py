@@ -1,6 +1,6 @@
 """The README's commands, run exactly as written (issue 16).
 
-Every ``hotline ...`` and ``make ...`` line of README.md's ```sh blocks (``\\`` continuations
+Every ``hotline ...``, ``make ...``, ``torchrun ...`` and ``python ...`` line of README.md's ```sh blocks (``\\`` continuations
 joined, comments stripped) runs from the root of a clean copy of the repository: the tracked
 files of the working tree (``HOTLINE_README_SOURCE=HEAD``: the last commit instead), with a
 ``shared`` symlink beside it pointing at the real ``../shared``, so that ``../shared/data/...``
@@ -80,7 +80,7 @@ def readme_commands(text):
         for line in re.sub(r"\\\n\s*", " ", block).splitlines():
             line = re.sub(r"(^|\s)#.*$", "", line).strip()
             line = re.sub(r"\s+", " ", line)
-            if line.split(" ")[0] in ("hotline", "make", "torchrun"):
+            if line.split(" ")[0] in ("hotline", "make", "torchrun", "python"):
                 commands.append(line)
     return commands
 
