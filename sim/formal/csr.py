@@ -22,7 +22,7 @@ from amaranth.hdl import Assert, Assume, Cover
 import hotline.hw.csr as block
 from hotline.contract.regmap import HOTLINE_REGISTERS
 
-from .runner import free_inputs
+from .runner import free_inputs, held_choice
 
 __all__ = ["CSRProperty", "ADDR_WIDTH", "MUTATIONS"]
 
@@ -52,11 +52,7 @@ class CSRProperty(Elaboratable):
         bus, regs = dut.axil, HOTLINE_REGISTERS
         m.d.comb += Assume(~ResetSignal())
 
-        started = Signal()
-        watch_q = Signal.like(self.watch)
-        m.d.sync += [started.eq(1), watch_q.eq(self.watch)]
-        with m.If(started):
-            m.d.comb += Assume(self.watch == watch_q)
+        held_choice(m, self.watch)
         watch = self.watch
 
         # ---- the host's discipline ----------------------------------------------------

@@ -24,7 +24,7 @@ from amaranth.hdl import Assert, Assume, Cover
 
 import hotline.hw.fragmenter as block
 
-from .runner import free_inputs
+from .runner import free_inputs, held_choice
 from .streams import stream_rules
 
 __all__ = ["FragmenterProperty", "MUTATIONS"]
@@ -57,10 +57,7 @@ class FragmenterProperty(Elaboratable):
         m = Module()
         m.submodules.dut = dut = self.dut
         m.d.comb += Assume(~ResetSignal())
-        started, watch_q = Signal(), Signal.like(self.watch)
-        m.d.sync += [started.eq(1), watch_q.eq(self.watch)]
-        with m.If(started):
-            m.d.comb += Assume(self.watch == watch_q)
+        held_choice(m, self.watch)
         m.d.comb += [Assume(~dut.cmd.valid), Assume(~dut.clear_counters)]
         for name in ("remap", "popular", "non_popular", "cold_keys", "batches"):
             m.d.comb += Assume(getattr(dut, name).ready)

@@ -30,7 +30,7 @@ from amaranth.utils import exact_log2
 import hotline.hw.row_chunker as block
 from hotline.contract.dma import PAGE
 
-from .runner import free_inputs
+from .runner import free_inputs, held_choice
 from .streams import stream_rules
 
 __all__ = ["ChunkerProperty", "ChunkerTilingProperty", "GEOMETRY", "MUTATIONS", "TILING_MUTATIONS"]
@@ -103,10 +103,7 @@ class ChunkerProperty(Elaboratable):
         the watched one in some trace)."""
         dut, aw = self.dut, GEOMETRY["addr_width"]
         watch = self.watch
-        started, watch_q = Signal(), Signal.like(watch)
-        m.d.sync += [started.eq(1), watch_q.eq(watch)]
-        with m.If(started):
-            m.d.comb += Assume(watch == watch_q)
+        held_choice(m, watch)
         # the outputs never stall here (the stall paths are `ChunkerProperty`'s: the tiling
         # is the chunk arithmetic, which a stall only delays)
         m.d.comb += Assume(dut.ar.ready & dut.aw.ready & dut.wlen.ready & dut.events.ready)

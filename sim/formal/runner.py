@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from amaranth.back import rtlil
-from amaranth.hdl import Assume, Const, Fragment, ResetSignal, Value
+from amaranth.hdl import Assume, Const, Fragment, ResetSignal, Signal, Value
 from amaranth.lib import wiring
 
 __all__ = ["Result", "FormalToolError", "prove", "free_inputs", "internal", "tool_path",
@@ -55,6 +55,15 @@ class Result:
     @property
     def holds(self):
         return self.status in ("proved", "bounded")
+
+
+def held_choice(m, signal):
+    """Assumes the free input ``signal`` keeps its step-0 value: a choice made once per trace
+    (a watched row, burst, batch or word), so that every value is the choice in some trace."""
+    started, last = Signal(name=f"{signal.name}_started"), Signal.like(signal)
+    m.d.sync += [started.eq(1), last.eq(signal)]
+    with m.If(started):
+        m.d.comb += Assume(signal == last)
 
 
 def free_inputs(component):

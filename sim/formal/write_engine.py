@@ -24,7 +24,7 @@ from amaranth.hdl import Assert, Assume, Cover
 
 import hotline.hw.write_engine as block
 
-from .runner import free_inputs
+from .runner import free_inputs, held_choice
 from .streams import stream_rules
 
 __all__ = ["WriteEngineProperty", "MUTATIONS"]
@@ -55,10 +55,7 @@ class WriteEngineProperty(Elaboratable):
         m.submodules.dut = dut = self.dut
         bus = dut.bus
         m.d.comb += Assume(~ResetSignal())
-        started, watch_q = Signal(), Signal.like(self.watch)
-        m.d.sync += [started.eq(1), watch_q.eq(self.watch)]
-        with m.If(started):
-            m.d.comb += Assume(self.watch == watch_q)
+        held_choice(m, self.watch)
         for name in ("aw", "wlen", "events"):
             stream_rules(m, getattr(dut, name), name, assume=True)
 
