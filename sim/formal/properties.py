@@ -29,7 +29,7 @@ PROPERTIES = {
     # a descriptor write, the staging window settling and a key through the five stages
     # take 12 steps; the mutants fail by step 12
     "row_window_check": Spec(row_window_check.RowWindowProperty, row_window_check.block,
-                             18, 15, 15, 14, row_window_check.MUTATIONS),
+                             16, 15, 15, 14, row_window_check.MUTATIONS),
     # property 1's latch: a command, the setup (5 cycles) and a two-key batch end by step 10
     "row_command_front": Spec(row_command_front.FrontProperty, row_command_front.block,
                               12, 12, 12, 12, row_command_front.MUTATIONS, induction=True),
