@@ -23,6 +23,7 @@ RTL's cycles at its Fmax for the same batch (`rtl_estimate`) stand beside it. `p
 turns the split into a labelled *projection* of a GPU node's step (`PROJECTION`: its
 assumptions).
 """
+import abc
 import dataclasses
 import math
 import sys
@@ -208,14 +209,16 @@ class StoreClock:
 
 # -- the paths ------------------------------------------------------------------------------
 
-class Path:
+class Path(abc.ABC):
     """One embedding implementation: `step` runs forward, backward with ``grad`` and the
     update of one batch; `clocks` gives (host, accelerator wait, accelerator busy) seconds so
     far, the rest of a step being device compute."""
     name = "?"
 
+    @abc.abstractmethod
     def step(self, batch, grad, next_batch) -> None:
-        raise NotImplementedError
+        """Forward, backward with ``grad`` and the update of ``batch``; ``next_batch`` may be
+        prefetched."""
 
     def clocks(self) -> tuple[float, float, float]:
         return 0.0, 0.0, 0.0
