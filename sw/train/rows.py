@@ -1,5 +1,5 @@
-"""Embedding rows and memory budgets: DLRM's table initialisation (in `hotline.nn.layout.RowLayout`),
-and the checks that the tables fit."""
+"""Embedding rows and memory budgets: DLRM's table initialisation (rows laid out as
+`hotline.nn.layout.RowLayout` says), and the checks that the tables fit."""
 import math
 import os
 
