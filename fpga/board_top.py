@@ -28,7 +28,7 @@ from amaranth.lib.wiring import In, Out
 from hotline.contract.streams import RESULT_STREAMS
 from hotline.hw.accelerator import HotlineAccelerator
 from hotline.hw.host_link import HostLinkBridge
-from hotline.hw.register_slice import RegisterSlice
+from hotline.hw.lib.register_slice import RegisterSlice
 from hotline.hw.uart_link import UARTLink, min_sync_hz
 from hotline.hw.window_ram import WindowRAM
 

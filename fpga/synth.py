@@ -21,7 +21,7 @@ from amaranth.back import rtlil
 from amaranth.hdl import Elaboratable, Fragment
 from amaranth.lib import wiring
 
-from hotline.hw.replica import KEEP_REPLICAS
+from hotline.hw.lib.replica import KEEP_REPLICAS
 
 __all__ = ["DEVICES", "ECP5_PNR_ARGS", "PinTop", "PlaceRouteError", "PlaceRouteTimeout",
            "SCRIPT_AFTER_READ", "apply_floorplan", "congestion_by_block", "plot_congestion",

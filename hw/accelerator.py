@@ -58,18 +58,18 @@ from .access_learner import READ_LATENCY, AccessLearner
 from .axi import AXI4LiteSignature, AXI4Signature
 from .axi_quiesce import AXI4Quiesce
 from .batch_key_merge import BatchKeyMerge
-from .buffered_fifo import BufferedFIFO
 from .csr import CSRBank
-from .fifo_room import fifo_room
 from .fragmenter import Fragmenter
-from .funnel_fifo import FunnelFIFO
-from .onehot import lowest_one_hot, one_hot_select
-from .lagged_counter import lagged_count
-from .register_slice import RegisterSlice
-from .replica import replica
+from .lib.buffered_fifo import BufferedFIFO
+from .lib.fifo_room import fifo_room
+from .lib.funnel_fifo import FunnelFIFO
+from .lib.lagged_counter import lagged_count
+from .lib.onehot import lowest_one_hot, one_hot_select
+from .lib.register_slice import RegisterSlice
+from .lib.replica import replica
+from .lib.stream_fork import StreamFork
+from .lib.up_down import up_down
 from .row_dma import RowDMA
-from .stream_fork import StreamFork
-from .up_down import up_down
 
 __all__ = ["HotlineAccelerator"]
 

@@ -36,8 +36,8 @@ from hotline.contract.config import LEARNER_WINDOW as WINDOW
 from hotline.contract.hashing import bucket_hash
 
 from .bram import BucketTable
-from .onehot import one_hot_select
-from .replica import replica
+from .lib.onehot import one_hot_select
+from .lib.replica import replica
 
 __all__ = ["AccessLearner", "READ_LATENCY", "WINDOW", "entry_layout", "readout_layout"]
 

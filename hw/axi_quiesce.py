@@ -38,7 +38,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .axi import AXI4Signature
-from .up_down import up_down
+from .lib.up_down import up_down
 
 __all__ = ["AXI4Quiesce"]
 

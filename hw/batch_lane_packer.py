@@ -3,9 +3,9 @@ from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .banked_ring import BankedRing
-from .buffered_fifo import BufferedFIFO
-from .fifo_room import fifo_has_room
+from .lib.banked_ring import BankedRing
+from .lib.buffered_fifo import BufferedFIFO
+from .lib.fifo_room import fifo_has_room
 
 __all__ = ["BatchLanePacker"]
 

@@ -31,8 +31,8 @@ from hotline.contract.streams import cam_cmd_layout
 
 from .bram import BucketTable
 from .cam_lookup_pipeline import CAMEngineSignature, CAMLookupPipeline
-from .onehot import one_hot_select
-from .replica import replica
+from .lib.onehot import one_hot_select
+from .lib.replica import replica
 
 __all__ = ["CAMCommandEngine"]
 

@@ -27,8 +27,8 @@ from amaranth import *
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .output_queue import OutputQueue
-from .replica import replica
+from .lib.output_queue import OutputQueue
+from .lib.replica import replica
 
 __all__ = ["CAMEngineSignature", "CAMLookupPipeline"]
 

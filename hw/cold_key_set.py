@@ -53,9 +53,9 @@ from hotline.contract.config import COLD_PARTITION_SEED, COLD_SEEDS, PRODUCT, co
 from hotline.contract.hashing import bucket_hash
 
 from .bram import BucketTable
-from .onehot import one_hot_select
-from .output_queue import OutputQueue
-from .replica import replica
+from .lib.onehot import one_hot_select
+from .lib.output_queue import OutputQueue
+from .lib.replica import replica
 
 __all__ = ["ColdKeySet"]
 

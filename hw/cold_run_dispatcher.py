@@ -4,8 +4,8 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import bits_for
 
-from .banked_ring import BankedRing
-from .onehot import compact, popcount, shift_in
+from .lib.banked_ring import BankedRing
+from .lib.onehot import compact, popcount, shift_in
 
 __all__ = ["ColdRunDispatcher", "answer_layout"]
 

@@ -46,7 +46,7 @@ from amaranth.lib.wiring import In, Out
 from hotline.contract.regmap import RegisterMap
 
 from .axi import AXI4LiteSignature, AXIResp
-from .onehot import one_hot_select
+from .lib.onehot import one_hot_select
 
 __all__ = ["CSRBank", "OKAY", "SLVERR"]
 

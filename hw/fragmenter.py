@@ -57,16 +57,16 @@ from hotline.contract.keys import KEY_BITS
 from hotline.contract.regmap import FRAGMENTER_COUNTERS
 from hotline.contract.streams import fragmenter_layouts, lookup_layout
 
-from .banked_ring import BankedRing
 from .batch_lane_packer import BatchLanePacker
-from .buffered_fifo import BufferedFIFO
 from .cold_key_set import ColdKeySet
 from .cold_run_dispatcher import ColdRunDispatcher, answer_layout
-from .fifo_room import fifo_has_room, fifo_room
-from .lagged_counter import lagged_count
-from .onehot import compact, popcount, shift_in
+from .lib.banked_ring import BankedRing
+from .lib.buffered_fifo import BufferedFIFO
+from .lib.fifo_room import fifo_has_room, fifo_room
+from .lib.lagged_counter import lagged_count
+from .lib.onehot import compact, popcount, shift_in
+from .lib.register_slice import RegisterSlice
 from .popularity_cam import PopularityCAM
-from .register_slice import RegisterSlice
 
 __all__ = ["Fragmenter", "COUNTERS"]
 

@@ -28,8 +28,8 @@ from amaranth.utils import exact_log2
 
 from hotline.contract.dma import PAGE
 
-from .buffered_fifo import BufferedFIFO
-from .fifo_room import fifo_room
+from .lib.buffered_fifo import BufferedFIFO
+from .lib.fifo_room import fifo_room
 from .row_dma_layouts import RowEvent, burst_layout, row_op_layout
 
 __all__ = ["RowChunker"]

@@ -23,7 +23,7 @@ from amaranth.lib.wiring import In, Out
 
 from hotline.contract.dma import CAUSES
 
-from .lagged_counter import lagged_count
+from .lib.lagged_counter import lagged_count
 from .row_dma_layouts import RowEvent
 
 __all__ = ["RowDMACounters"]

@@ -43,8 +43,8 @@ from amaranth.utils import exact_log2
 from hotline.contract.streams import dma_done_layout
 
 from .axi import AXIBurst, AXIResp
-from .buffered_fifo import BufferedFIFO
-from .fifo_room import fifo_room
+from .lib.buffered_fifo import BufferedFIFO
+from .lib.fifo_room import fifo_room
 from .row_dma_layouts import RowEvent, axi_write_signature, burst_layout, read_beat_layout
 
 __all__ = ["WriteEngine"]

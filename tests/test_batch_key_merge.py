@@ -8,7 +8,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from hotline.hw.batch_key_merge import BatchKeyMerge
-from hotline.hw.stream_fork import StreamFork
+from hotline.hw.lib.stream_fork import StreamFork
 from hotline.sim import streams
 
 KEY = data.StructLayout({"key": 32})

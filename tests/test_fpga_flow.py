@@ -3,7 +3,7 @@ an error naming nextpnr and its log, not a hang."""
 import pytest
 
 from hotline.fpga.synth import synth_report
-from hotline.hw.stream_fork import StreamFork
+from hotline.hw.lib.stream_fork import StreamFork
 
 
 @pytest.mark.rtl
@@ -61,7 +61,7 @@ def test_no_rw_check_memories_map_without_a_collision_bypass(tmp_path, width):
     from amaranth.back import rtlil
 
     from hotline.fpga.synth import NO_RW_CHECK, _run, _tool
-    from hotline.hw.buffered_fifo import BufferedFIFO
+    from hotline.hw.lib.buffered_fifo import BufferedFIFO
 
     fifo = BufferedFIFO(width=width, depth=128)
     (tmp_path / "f.il").write_text(rtlil.convert(fifo, name="f", ports=[

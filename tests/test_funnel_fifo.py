@@ -6,8 +6,8 @@ from collections import deque
 import pytest
 from amaranth.sim import Simulator
 
-from hotline.hw.banked_ring import BankedRing
-from hotline.hw.funnel_fifo import FunnelFIFO
+from hotline.hw.lib.banked_ring import BankedRing
+from hotline.hw.lib.funnel_fifo import FunnelFIFO
 
 
 @pytest.mark.parametrize("lanes", [1, 2, 4])

@@ -15,7 +15,7 @@ from hotline.hw.bram import BucketTable
 from hotline.contract import shapes
 from hotline.contract.cam import CAMOp, CAMStatus
 from hotline.contract.regmap import HOTLINE_REGISTERS
-from hotline.hw.output_queue import OutputQueue
+from hotline.hw.lib.output_queue import OutputQueue
 from hotline.hw.popularity_cam import PopularityCAM
 from hotline.model.popularity_cam import PopularityCAMModel
 from hotline.sim import tb_popularity_cam as tb

@@ -4,7 +4,7 @@ import random
 import pytest
 from amaranth.sim import Simulator
 
-from hotline.hw.register_slice import RegisterSlice
+from hotline.hw.lib.register_slice import RegisterSlice
 from hotline.sim import streams
 
 

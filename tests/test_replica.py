@@ -1,4 +1,4 @@
-"""Register replicas (`hotline.hw.replica`) stay separate flip-flops through the project's
+"""Register replicas (`hotline.hw.lib.replica`) stay separate flip-flops through the project's
 synthesis flow; plain copies of a register are merged into one."""
 import pytest
 from amaranth import *
@@ -6,7 +6,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from hotline.fpga.synth import synth_report
-from hotline.hw.replica import replica
+from hotline.hw.lib.replica import replica
 
 pytestmark = pytest.mark.rtl  # synthesis with Yosys
 

@@ -27,9 +27,9 @@ exceed every occupancy.
 from amaranth import *
 from amaranth.hdl import Assert, Assume, Cover
 
-import hotline.hw.funnel_fifo as fifo_block
-import hotline.hw.register_slice as slice_block
-import hotline.hw.stream_fork as fork_block
+import hotline.hw.lib.funnel_fifo as fifo_block
+import hotline.hw.lib.register_slice as slice_block
+import hotline.hw.lib.stream_fork as fork_block
 
 from .runner import free_inputs, internal
 
@@ -104,7 +104,7 @@ class _Wrapper(Elaboratable):
 
 
 class SliceProperty(_Wrapper):
-    """`RegisterSlice` (4-bit beats); ``module`` is `hotline.hw.register_slice` or a mutant."""
+    """`RegisterSlice` (4-bit beats); ``module`` is `hotline.hw.lib.register_slice` or a mutant."""
 
     def __init__(self, module=slice_block):
         super().__init__(module.RegisterSlice(TAG_BITS))
@@ -123,7 +123,7 @@ class SliceProperty(_Wrapper):
 
 
 class ForkProperty(_Wrapper):
-    """`StreamFork` with 2 outputs; ``module`` is `hotline.hw.stream_fork` or a mutant."""
+    """`StreamFork` with 2 outputs; ``module`` is `hotline.hw.lib.stream_fork` or a mutant."""
 
     def __init__(self, module=fork_block):
         super().__init__(module.StreamFork(TAG_BITS, 2))
@@ -156,7 +156,7 @@ class ForkProperty(_Wrapper):
 
 
 class FifoProperty(_Wrapper):
-    """`FunnelFIFO` (depth 4, 2 lanes); ``module`` is `hotline.hw.funnel_fifo` or a mutant.
+    """`FunnelFIFO` (depth 4, 2 lanes); ``module`` is `hotline.hw.lib.funnel_fifo` or a mutant.
     The input is ``w_count`` beats per cycle (taken while ``w_room``), lane k tagged
     count_in + k."""
 
