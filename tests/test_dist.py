@@ -18,7 +18,7 @@ import torch
 from helpers import real_file
 from hotline.data.spec import open_data
 from hotline.train import TrainConfig, prepare_data
-from hotline.train.baseline import BaselineTrainer
+from hotline.train import trainer as trainer_module
 from test_train import assert_same_run, reference_train, tables_of
 
 HOTLINE = [sys.executable, "-m", "hotline"]
@@ -169,8 +169,9 @@ def emulated_ranks(data, cfg, world):
     (dense gradients accumulate in rank order, as the all-reduce sums them), each touched
     row's gradients summed in rank order and applied once. Same summation order as the
     ranks, so the same bits (one process sums in another order, and drifts from it)."""
-    class Emulated(BaselineTrainer):
+    class Emulated(trainer_module.Trainer):
         def train_batch(self, j, prefetch):
+            store = self.embedding.store   # the host tables
             s0, s1 = self.batch_range(j)
             n, total, ids, grads = s1 - s0, 0.0, [], []
             self.opt.zero_grad(set_to_none=True)
@@ -178,8 +179,8 @@ def emulated_ranks(data, cfg, world):
                 a = s0 + r * (n // world) + min(r, n % world)
                 b = a + n // world + (r < n % world)
                 keys, lengths = self.batch_arrays(a, b)
-                uniq, inv = np.unique(self.global_rows(keys), return_inverse=True)
-                rows = self.leaf(self.gather(uniq))
+                uniq, inv = np.unique(store.global_rows(keys), return_inverse=True)
+                rows = store.gather(uniq).requires_grad_(True)
                 dense, label = self.tensors(a, b)
                 bags = None if self.data.single_hot else self.select(lengths, np.arange(b - a))[1]
                 loss = self.loss_sum(rows, inv, bags, dense, label)
@@ -191,18 +192,18 @@ def emulated_ranks(data, cfg, world):
             u, inv = np.unique(np.concatenate(ids), return_inverse=True)
             g = torch.zeros(len(u), grads[0].shape[1]).index_add_(
                 0, torch.from_numpy(inv), torch.cat(grads))
-            rows = torch.from_numpy(np.asarray(self.host_rows[u]))
+            rows = torch.from_numpy(np.asarray(store.host_rows[u]))
             self.update_rows(rows, g)
-            self.put(u, rows)
+            store.put(u, rows)
             return total / n
 
     from hotline.train import run as run_module
-    real = run_module.trainer_class
-    run_module.trainer_class = lambda mode: Emulated
+    real = trainer_module.Trainer
+    trainer_module.Trainer = Emulated
     try:
         rep, trainer = run_module.train(data, cfg, keep=True)
     finally:
-        run_module.trainer_class = real
+        trainer_module.Trainer = real
     try:
         return rep, trainer.tables()
     finally:

@@ -301,11 +301,12 @@ def test_hot_keys_in_the_cam_stash_are_trained_in_range(monkeypatch):
     cfg = TrainConfig(mode="hotline", **{**SMALL, **kw})
     rep, trainer = train(data, cfg, keep=True)
     try:
-        p, geometry = trainer.placement, trainer.acc_config
+        emb = trainer.embedding
+        p, geometry = emb.placement, emb.acc_config
         stashed = p.slots >= geometry.cam_entries
         assert stashed.sum() == 4 and not p.failed.size
         slots = geometry.cam_entries + geometry.cam_stash
-        assert trainer.device.info()["hot_slots"] == slots == len(trainer.hot_table)
+        assert emb.device.info()["hot_slots"] == slots == len(emb.hot_table)
         assert p.slots.max() < slots
         tables = trainer.tables()
     finally:

@@ -3,9 +3,10 @@
 - `config`: `TrainConfig`, the modes and optimizers;
 - `split`: `prepare_data`, a `Dataset` made ready for training (`TrainData`, the held-out split);
 - `run`: `train`, the epochs, checkpoints and the report of one run;
-- `trainer`: what every mode shares (`Trainer`: DLRM, the sparse row update, evaluation);
-  `baseline`, `device_only`, `hotline`: the modes' trainers (they import torch, so `run`
-  imports them when a run starts);
+- `trainer`: a run's step (`Trainer`: DLRM, dense optimizer, evaluation; it imports torch, so
+  `run` imports it when a run starts); `placement`: where the rows live, one `Placement` per
+  mode, held by the trainer: `UniqueRows` over `host_tables.HostTables` (baseline) or
+  `device_only.DeviceTables`, and `hotline.HotlinePlacement`;
 - `rows`: the row layout, table initialisation, memory budgets;
 - `checkpoint`: atomic save, resume and its checks, partial-file cleanup;
 - `metrics`: AUC and the planned hot fractions; `report`: the JSON report and its summary;

@@ -36,9 +36,9 @@ def save_checkpoint(path, trainer, state, totals, tables) -> None:
     obj["model"] = trainer.model.state_dict()
     obj["optimizer"] = trainer.opt.state_dict()
     obj["tables"] = [torch.from_numpy(t) for t in tables]
-    obj["hot_keys"] = (None if getattr(trainer, "hot_keys", None) is None
-                       else torch.from_numpy(trainer.hot_keys.astype(np.int64)))
-    schedule = getattr(trainer, "schedule", None)
+    hot_keys = getattr(trainer.embedding, "hot_keys", None)
+    obj["hot_keys"] = None if hot_keys is None else torch.from_numpy(hot_keys.astype(np.int64))
+    schedule = getattr(trainer.embedding, "schedule", None)
     obj["hot_schedule"] = schedule.state() if schedule is not None else None
     obj["counters"] = totals["counters"]
     obj["bytes"] = [totals["bytes_h2d"], totals["bytes_d2h"]]

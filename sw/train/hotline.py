@@ -5,8 +5,9 @@ computed separately and their gradients summed, so one optimizer step covers the
 mini-batch; updated cold rows are written into staging and scattered back by the device.
 The next batch is pushed (fragmented and gathered) before the current one trains.
 
-The host tables are `BaselineTrainer`'s; the hot rows are written back to them at the end
-(and for evaluation and checkpoints), so every mode ends with the same tables.
+The host tables are `host_tables.HostTables` (baseline's storage); the hot rows are written
+back to them at the end (and for evaluation and checkpoints), so every mode ends with the same
+tables.
 """
 import numpy as np
 import torch
@@ -19,21 +20,25 @@ from hotline.model.planner import exact_hot_set, profile_samples
 from hotline.nn.hot_set import HotSetSchedule
 from hotline.nn.hotline_store import move_hot_rows, refresh_stale
 
-from .baseline import BaselineTrainer
+from .host_tables import HostTables
+from .placement import Placement, StepRows
 from .rows import check_fits
 
 
-class HotlineTrainer(BaselineTrainer):
-    """Hot rows on the torch device at their CAM slots; cold rows through the accelerator."""
+class HotlinePlacement(Placement):
+    """Hot rows on the torch device at their CAM slots; cold rows through the accelerator;
+    every row's master copy in `HostTables`, for the run ``run`` (the `Trainer`)."""
 
     hot_keys = None  # rank-order hot keys; set from a checkpoint on resume
     schedule = None  # HotSetSchedule; set from a checkpoint on resume
     slot_mark = slot_pos = None  # `unique_slots`' scratch, one entry per hot slot
     copy_stream = None           # CUDA: the stream of the cold rows' copies
+    host = device = None         # the `HostTables` and the accelerator, from `setup`
 
     def setup(self) -> None:
-        d, cfg, lay = self.data, self.cfg, self.lay
-        budget = self.hot_budget()
+        run = self.run
+        d, cfg, lay = run.data, run.cfg, run.lay
+        budget = run.hot_budget()
         self.hot_target = budget["rows"]
         learns = cfg.hot_set == "learn" or cfg.refresh != "off"
         window = self.learn_window() if learns else 0
@@ -46,10 +51,10 @@ class HotlineTrainer(BaselineTrainer):
         if self.hot_keys is None and cfg.hot_set == "learn":
             self.hot_keys = np.zeros(0, np.uint32)  # the first window trains with every row cold
         elif self.hot_keys is None:
-            self.phase("planning the hot set")
+            run.phase("planning the hot set")
             hot = exact_hot_set(d.keys[:d.offsets[profiled]], budget["rows"])
             if hot.clamped:
-                self.notes.append(f"the hot set ({budget['source']}: {budget['rows']:,} rows) "
+                run.notes.append(f"the hot set ({budget['source']}: {budget['rows']:,} rows) "
                                   f"exceeds the {hot.distinct:,} distinct keys in the profiling "
                                   f"window; using {hot.size:,}")
             self.hot_keys = hot.keys
@@ -66,34 +71,36 @@ class HotlineTrainer(BaselineTrainer):
                                f"bank; use a smaller --batch-size")
         staging_bytes = self.banks * self.slots * lay.nbytes
         hot_bytes = self.acc_config.hot_slots * lay.nbytes
-        check_fits(f"{self.dev.type} device memory (hot table + staging copies)",
-                   hot_bytes + staging_bytes, self.device_limit(), d)
-        super().setup(-(-staging_bytes // self.align) * self.align * self.world)
+        check_fits(f"{run.dev.type} device memory (hot table + staging copies)",
+                   hot_bytes + staging_bytes, run.device_limit(), d)
+        self.host = host = HostTables(run)
+        host.staging_bytes = -(-staging_bytes // host.align) * host.align * run.world
+        host.setup()
         # data-parallel: a staging window per rank in the shared memory, each rank's device
         # gathers into its own
-        w = [self.memory.alloc(staging_bytes, self.align, name=f"staging{r}")
-             for r in range(self.world)][self.ranks.rank if self.ranks else 0]
+        w = [host.memory.alloc(staging_bytes, host.align, name=f"staging{r}")
+             for r in range(run.world)][run.ranks.rank if run.ranks else 0]
         self.staging_row0 = w.base // lay.nbytes
         self.device_url = self.my_device_url()
-        self.phase(f"opening the device ({self.device_url})")
-        self.device = open_device(self.device_url, config=self.acc_config, memory=self.memory)
-        for t, tw in enumerate(self.windows):
+        run.phase(f"opening the device ({self.device_url})")
+        self.device = open_device(self.device_url, config=self.acc_config, memory=host.memory)
+        for t, tw in enumerate(host.windows):
             self.device.set_table(t, tw, int(d.table_sizes[t]), lay.nbytes)
         self.device.set_staging(w, lay.nbytes, self.slots, self.banks)
-        self.phase(f"loading {len(self.hot_keys):,} hot keys into the CAM")
+        run.phase(f"loading {len(self.hot_keys):,} hot keys into the CAM")
         self.placement = self.device.load_hot_set(self.hot_keys)
         if self.placement.failed.size:
-            self.notes.append(f"the CAM refused {self.placement.failed.size} of "
+            run.notes.append(f"the CAM refused {self.placement.failed.size} of "
                               f"{len(self.hot_keys)} hot keys; they are trained as cold rows")
         # One row per hot slot: the CAM's entries, then its stash (a stashed key has slot
         # cam_entries + i).
-        self.hot_table = torch.zeros(self.device.info()["hot_slots"], lay.floats, device=self.dev)
-        self.phase("copying the hot rows to the torch device")
+        self.hot_table = torch.zeros(self.device.info()["hot_slots"], lay.floats, device=run.dev)
+        run.phase("copying the hot rows to the torch device")
         self.load_hot_rows()
         # popular and non-popular micro-batches as two passes (on a GPU the first hides the
         # cold rows' copy), or one pass over the batch (--micro-batches)
         self.split = cfg.micro_batches == "split" or (cfg.micro_batches == "auto"
-                                                      and self.dev.type == "cuda")
+                                                      and run.dev.type == "cuda")
         self.queue = []       # batch indices pushed and not yet pulled, oldest first
         self.next_push = 0
         self.prev = None      # (sorted cold keys, their updated rows) of the last trained batch
@@ -101,12 +108,12 @@ class HotlineTrainer(BaselineTrainer):
     def my_device_url(self) -> str:
         """This rank's accelerator: --device-url is one URL for every rank (``{rank}`` and
         ``{local_rank}`` in it are replaced), or a comma-separated list, one per rank."""
-        url, r = self.cfg.device_url, self.ranks
+        url, r = self.run.cfg.device_url, self.run.ranks
         rank, local = (0, 0) if r is None else (r.rank, r.local_rank)
         urls = url.split(",")
         if len(urls) > 1:
-            if len(urls) != self.world:
-                raise HotlineError(f"--device-url lists {len(urls)} URLs for {self.world} "
+            if len(urls) != self.run.world:
+                raise HotlineError(f"--device-url lists {len(urls)} URLs for {self.run.world} "
                                    f"ranks (give one per rank, or one for all)")
             url = urls[rank]
         return url.replace("{rank}", str(rank)).replace("{local_rank}", str(local))
@@ -114,29 +121,29 @@ class HotlineTrainer(BaselineTrainer):
     def learn_window(self) -> int:
         """The learner window in steps: --learn-window samples, or the profiling window, in
         whole batches; at least one."""
-        cfg = self.cfg
-        samples = cfg.learn_window or profile_samples(self.data.n_train, cfg.profile_fraction)
+        cfg, n_train = self.run.cfg, self.run.data.n_train
+        samples = cfg.learn_window or profile_samples(n_train, cfg.profile_fraction)
         if samples < cfg.batch_size:
             what = (f"--learn-window {cfg.learn_window}" if cfg.learn_window else
-                    f"--profile-fraction {cfg.profile_fraction:g} of {self.data.n_train:,} "
+                    f"--profile-fraction {cfg.profile_fraction:g} of {n_train:,} "
                     f"train samples")
             raise HotlineError(f"the learner window ({what}: {samples:,} samples) is shorter "
                                f"than one batch (--batch-size {cfg.batch_size})")
-        return min(samples, self.data.n_train) // cfg.batch_size
+        return min(samples, n_train) // cfg.batch_size
 
     def index(self, a) -> torch.Tensor:
         """``a`` as an int64 index tensor on the torch device."""
-        return torch.from_numpy(np.asarray(a, np.int64)).to(self.dev)
+        return torch.from_numpy(np.asarray(a, np.int64)).to(self.run.dev)
 
     def load_hot_rows(self) -> None:
-        p = self.placement
-        self.hot_table[self.index(p.slots)] = self.gather(self.global_rows(p.keys), count=False)
-        self.bytes_h2d += len(p.keys) * self.lay.nbytes
+        p, h = self.placement, self.host
+        self.hot_table[self.index(p.slots)] = h.gather(h.global_rows(p.keys), count=False)
+        self.run.bytes_h2d += len(p.keys) * self.run.lay.nbytes
 
     def load_tables(self, tables) -> None:
         self.device.drain()
-        super().load_tables(tables)
-        self.bytes_h2d -= len(self.placement.keys) * self.lay.nbytes  # a reload, not traffic
+        self.host.load_tables(tables)
+        self.run.bytes_h2d -= len(self.placement.keys) * self.run.lay.nbytes  # a reload
         self.load_hot_rows()
 
     def sync(self, count=False) -> None:
@@ -147,13 +154,21 @@ class HotlineTrainer(BaselineTrainer):
         if not len(p.keys):
             return
         rows = self.hot_table[self.index(p.slots)]
-        self.write_replicated(self.global_rows(p.keys), rows.cpu().numpy())
-        if count and self.lead:
-            self.bytes_d2h += len(p.keys) * self.lay.nbytes
+        self.host.write_replicated(self.host.global_rows(p.keys), rows.cpu().numpy())
+        if count and self.run.lead:
+            self.run.bytes_d2h += len(p.keys) * self.run.lay.nbytes
 
     def tables(self) -> list[np.ndarray]:
         self.sync()
-        return super().tables()
+        return self.host.tables()
+
+    def eval_rows(self, keys) -> tuple[torch.Tensor, np.ndarray]:
+        uniq, inv = np.unique(self.host.global_rows(keys), return_inverse=True)
+        return self.host.gather(uniq, count=False), inv
+
+    @property
+    def collective_reads(self) -> bool:
+        return self.host.collective_reads
 
     def quiesce(self) -> None:
         self.device.drain()
@@ -164,101 +179,86 @@ class HotlineTrainer(BaselineTrainer):
 
     def staging(self, bank) -> np.ndarray:
         r0 = self.staging_row0 + bank * self.slots
-        return self.host_rows[r0:r0 + self.slots]
+        return self.host.host_rows[r0:r0 + self.slots]
 
     def push(self, j, step) -> None:
         """Push batch ``j`` (global step ``step``); the learner starts counting before it when
         the schedule says so."""
         if self.schedule.learns(step):
             self.device.learner_start()
-        keys, lengths = self.batch_arrays(*self.my_range(*self.batch_range(j)))
+        run = self.run
+        keys, lengths = run.batch_arrays(*run.my_range(*run.batch_range(j)))
         self.device.push_batch(keys, lengths)
         self.queue.append(j)
         self.next_push = j + 1
 
-    def train_batch(self, j, prefetch) -> float:
-        step = self.step
+    def rows(self, j, a, b, prefetch) -> StepRows:
+        run = self.run
+        step = run.step
         if self.schedule.loads(step):
             self.load_learned(step)
         if self.next_push == j:
             self.push(j, step)
         # Double buffering: the device fragments and gathers batch j + 1 before batch j trains
         # (not when the hot set changes before it: nothing may be in flight then).
-        if (prefetch and j + 1 < self.num_batches() and self.next_push == j + 1
+        if (prefetch and j + 1 < run.num_batches() and self.next_push == j + 1
                 and not self.schedule.loads(step + 1)):
             self.push(j + 1, step + 1)
-        loss = self.train_pulled(j)
-        self.step += 1
-        return loss
+        return self.pulled(j)
 
-    def train_pulled(self, j) -> float:
-        """Pull batch ``j`` (this rank's shard of it) from the device and train on it."""
+    def pulled(self, j) -> StepRows:
+        """Pull batch ``j`` (this rank's shard of it) from the device: its rows are [H | C],
+        the hot rows it uses, then its cold rows (in flight to the torch device)."""
         r = self.device.pull_batch()
         if self.queue.pop(0) != j:
             raise AssertionError("device batch order")
         if r.gather["errors"]:
             raise HotlineError(f"{self.device_url}: gather of batch {j} reported "
                                f"{r.gather['errors']} DMA errors")
-        s0, s1 = self.batch_range(j)
-        a, b = self.my_range(s0, s1)
-        n = b - a
-        _, lengths = self.batch_arrays(a, b)
         st = self.staging(r.bank)
         ck = r.cold_keys
         U = len(ck)
-        if self.split_rows:
+        if self.host.split_rows:
             self.fetch_far_rows(st[:U], ck)
         refresh_stale(st[:U], ck, self.prev)
         hu, lookup_row, src, cmap = self.lookup_rows(r)
         hot_idx = self.index(hu)
-        H = self.leaf(self.hot_table.index_select(0, hot_idx))
-        self.opt.zero_grad(set_to_none=True)
-        total = 0.0
+        H = self.hot_table.index_select(0, hot_idx).detach().requires_grad_(True)
         cold = st[:U] if src is None else st[src]
         # The cold rows' copy starts first (on a GPU: pinned, on a side stream), so that the
         # popular micro-batch, which needs hot rows only, runs while it is in flight.
         C = self.copy_to_device(cold)
-        self.bytes_h2d += len(C) * self.lay.nbytes
-        part = dict(lengths=lengths, a=a, b=b, lookup_row=lookup_row, scale=s1 - s0)
-        if not self.split:
-            # One pass over the whole batch reading [H | C]: on a CPU no copy is in flight to
-            # hide, and a second pass through the MLPs costs more than it could hide.
-            C = self.leaf(self.copied(C))
-            total += self.train_part(np.arange(n), torch.cat([H, C]), **part)
-        else:
-            if len(r.popular):
-                total += self.train_part(r.popular, H, **part)
-            C = self.leaf(self.copied(C))
-            if len(r.non_popular):
-                total += self.train_part(r.non_popular, torch.cat([H, C]), **part)
-        self.dense_step()
+        self.run.bytes_h2d += len(C) * self.run.lay.nbytes
+        step = StepRows(H, lookup_row, rest=lambda: self.copied(C).detach().requires_grad_(True),
+                        state=(j, r, hu, hot_idx, st[:U], cmap))
+        # On a CPU one pass over the whole batch: no copy is in flight to hide, and a second
+        # pass through the MLPs costs more than it could hide.
+        if self.split:
+            step.early, step.late = r.popular, r.non_popular
+        return step
+
+    def finish(self, step, loss_sum) -> float:
+        run = self.run
+        j, r, hu, hot_idx, staged, cmap = step.state
+        H, C, ck = step.first, step.second, r.cold_keys
         hits, lookups, popular = int(np.count_nonzero(r.hot)), len(r.hot), len(r.popular)
-        if self.ranks is not None:
+        if run.ranks is not None:
             self.update_shared(r.bank, hu, H, ck, C, cmap)
-            total, hits, lookups, popular = (float(v) for v in self.ranks.sum(
-                [total, hits, lookups, popular]))
+            loss_sum, hits, lookups, popular = (float(v) for v in run.ranks.sum(
+                [loss_sum, hits, lookups, popular]))
         else:
             if len(hu) and H.grad is not None:
-                self.update_rows(H.data, H.grad)
+                run.update_rows(H.data, H.grad)
                 self.hot_table.index_copy_(0, hot_idx, H.data)
             if len(C):
                 if C.grad is not None:
-                    self.update_rows(C.data, C.grad)
-                self.write_back_cold(r.bank, st[:U], ck, C.data.cpu().numpy(), cmap)
+                    run.update_rows(C.data, C.grad)
+                self.write_back_cold(r.bank, staged, ck, C.data.cpu().numpy(), cmap)
             else:
                 self.prev = None
-        self.schedule.observe(self.step, int(hits), int(lookups), int(popular), s1 - s0)
-        return total / (s1 - s0)
-
-    def train_part(self, sel, rows, lengths, a, b, lookup_row, scale) -> float:
-        """Forward and backward of the batch-local samples ``sel`` of this rank's samples
-        [a, b) over ``rows``; the gradient is scaled by the global batch (``scale`` samples).
-        Their summed loss."""
-        idx, bags = self.select(lengths, sel)
-        dense, label = self.tensors(a, b, None if len(sel) == b - a else sel)
-        loss = self.loss_sum(rows, lookup_row[idx], bags, dense, label)
-        (loss / scale).backward()
-        return float(loss.detach())
+        s0, s1 = run.batch_range(j)
+        self.schedule.observe(run.step, int(hits), int(lookups), int(popular), s1 - s0)
+        return loss_sum
 
     def update_shared(self, bank, hu, H, ck, C, cmap) -> None:
         """Data-parallel: the hot replicas get the gradient of every slot any rank touched,
@@ -268,43 +268,43 @@ class HotlineTrainer(BaselineTrainer):
         bank of this batch, done before the step ends, so no rank reads an older row after);
         every rank keeps the step's updated cold rows for `refresh_stale`."""
         zero = lambda t: t.grad if t.grad is not None else torch.zeros_like(t)
-        slots, g = self.ranks.all_sum(hu.astype(np.int64), zero(H).cpu(),
+        slots, g = self.run.ranks.all_sum(hu.astype(np.int64), zero(H).cpu(),
                                       universe=len(self.hot_table))
         idx = self.index(slots)
         rows = self.hot_table.index_select(0, idx)
-        self.update_rows(rows, g.to(self.dev))
+        self.run.update_rows(rows, g.to(self.run.dev))
         self.hot_table.index_copy_(0, idx, rows)
         keys = (ck if cmap is None else np.unique(ck)).astype(np.int64)
-        w = self.lay.floats
+        w = self.run.lay.floats
         # the rows travel with their gradients: the owner may not have gathered them
-        mine, both = self.ranks.owner_sum(keys, torch.cat([zero(C), C.data], 1).cpu(),
-                                          first=slice(w, 2 * w), where=self.global_rows(keys))
+        mine, both = self.run.ranks.owner_sum(keys, torch.cat([zero(C), C.data], 1).cpu(),
+                                          first=slice(w, 2 * w), where=self.host.global_rows(keys))
         new = both[:, w:]
-        self.update_rows(new, both[:, :w])
+        self.run.update_rows(new, both[:, :w])
         if len(mine):
             self.staging(bank)[:len(mine)] = new.numpy()
             self.device.scatter(bank, mine.astype(np.uint32), wait=True)
-            self.bytes_d2h += len(mine) * self.lay.nbytes
-        k, rows = self.ranks.all_sum(mine, new, kind="cold")
+            self.run.bytes_d2h += len(mine) * self.run.lay.nbytes
+        k, rows = self.run.ranks.all_sum(mine, new, kind="cold")
         self.prev = (k.astype(np.uint32), rows.numpy())
 
     def copy_to_device(self, rows) -> torch.Tensor:
         """Start copying staging ``rows`` to the torch device: on CUDA from pinned memory,
         non-blocking, on the copy stream (`copied` waits for it); elsewhere a plain copy."""
         t = torch.from_numpy(np.array(rows))
-        if self.dev.type != "cuda":
-            return t.to(self.dev)
+        if self.run.dev.type != "cuda":
+            return t.to(self.run.dev)
         if self.copy_stream is None:
-            self.copy_stream = torch.cuda.Stream(self.dev)
+            self.copy_stream = torch.cuda.Stream(self.run.dev)
         t = t.pin_memory()
         with torch.cuda.stream(self.copy_stream):
-            return t.to(self.dev, non_blocking=True)
+            return t.to(self.run.dev, non_blocking=True)
 
     def copied(self, c) -> torch.Tensor:
         """``c`` from `copy_to_device`, once its copy is complete for the compute stream."""
-        if self.dev.type == "cuda":
-            torch.cuda.current_stream(self.dev).wait_stream(self.copy_stream)
-            c.record_stream(torch.cuda.current_stream(self.dev))
+        if self.run.dev.type == "cuda":
+            torch.cuda.current_stream(self.run.dev).wait_stream(self.copy_stream)
+            c.record_stream(torch.cuda.current_stream(self.run.dev))
         return c
 
     def load_learned(self, step) -> None:
@@ -313,10 +313,10 @@ class HotlineTrainer(BaselineTrainer):
         window beside the exact top-K's."""
         start = self.schedule.start
         readout = self.device.learner_stop()
-        if self.ranks is not None:
+        if self.run.ranks is not None:
             readout = self.merged(readout)
         new = readout.top(self.hot_target)
-        window = np.concatenate([self.batch_arrays(*self.batch_range(g % self.num_batches()))[0]
+        window = np.concatenate([self.run.batch_arrays(*self.run.batch_range(g % self.run.num_batches()))[0]
                                  for g in range(start, step)])
         exact = exact_hot_set(window, self.hot_target).keys
         learned, best = np.isin(window, new).mean(), np.isin(window, exact).mean()
@@ -332,10 +332,10 @@ class HotlineTrainer(BaselineTrainer):
         """Data-parallel: the learners of every rank (each counted its shards) as one: counts
         summed per key, on every rank, so every rank loads the same set."""
         valid = readout.counts > 0
-        keys, counts = self.ranks.all_sum(
+        keys, counts = self.run.ranks.all_sum(
             readout.keys[valid].astype(np.int64),
             torch.from_numpy(readout.counts[valid].astype(np.float64)[:, None]))
-        counted, dropped = self.ranks.sum([readout.counted, readout.dropped])
+        counted, dropped = self.run.ranks.sum([readout.counted, readout.dropped])
         return LearnerReadout(keys.astype(np.uint32), counts[:, 0].numpy().astype(np.uint64),
                               int(counted), int(dropped))
 
@@ -349,24 +349,24 @@ class HotlineTrainer(BaselineTrainer):
         # (split tables: every rank takes part in the reads)
         left, entered = move_hot_rows(
             self.hot_table, old, new,
-            read=lambda k: self.gather(self.global_rows(k), count=False),
-            write=lambda k, rows: self.write_replicated(self.global_rows(k), rows),
+            read=lambda k: self.host.gather(self.host.global_rows(k), count=False),
+            write=lambda k, rows: self.host.write_replicated(self.host.global_rows(k), rows),
             read_always=self.collective_reads)
-        if self.lead:
-            self.bytes_d2h += left * self.lay.nbytes
-        self.bytes_h2d += entered * self.lay.nbytes
+        if self.run.lead:
+            self.run.bytes_d2h += left * self.run.lay.nbytes
+        self.run.bytes_h2d += entered * self.run.lay.nbytes
         self.placement, self.hot_keys, self.prev = new, np.asarray(keys, np.uint32), None
-        if self.ranks is not None:
-            self.ranks.barrier()   # the rows that left are in host memory before any gather
+        if self.run.ranks is not None:
+            self.run.ranks.barrier()   # the rows that left are in host memory before any gather
 
     def fetch_far_rows(self, rows, ck) -> None:
         """Tables split over nodes: this rank's device gathered from its node's memory only;
         the cold rows other nodes hold come from their owners (`Ranks.fetch`, a collective),
         as they stand after the last step."""
-        g = self.global_rows(ck)
-        lo, hi = self.ranks.node_rows()
+        g = self.host.global_rows(ck)
+        lo, hi = self.run.ranks.node_rows()
         far = np.flatnonzero((g < lo) | (g >= hi))
-        rows[far] = self.ranks.fetch(g[far], self.read_rows).numpy()
+        rows[far] = self.run.ranks.fetch(g[far], self.host.read_rows).numpy()
 
     def lookup_rows(self, r) -> tuple:
         """(unique hot slots used ``hu``, each lookup's row, ``src``, ``cmap``) of a pulled
@@ -402,7 +402,7 @@ class HotlineTrainer(BaselineTrainer):
         """The updated cold rows ``new`` into the staging ``rows`` of ``bank`` and scattered
         to the host tables by the device; kept (``prev``) for `refresh_stale` of the next
         batch."""
-        self.bytes_d2h += len(new) * self.lay.nbytes
+        self.run.bytes_d2h += len(new) * self.run.lay.nbytes
         rows[:] = new if cmap is None else new[cmap]
         # Not waited for: the device scatters while the next batch trains (a DMA error is
         # raised by a later pull_batch or drain); the batch that reuses the bank is pushed
@@ -416,18 +416,17 @@ class HotlineTrainer(BaselineTrainer):
 
     def device_time(self) -> tuple[float, float]:
         live = self.device.time
-        base = super().device_time()
-        return base[0] + live["busy_seconds"], base[1] + live["wait_seconds"]
+        return live["busy_seconds"], live["wait_seconds"]
 
     def device_counters(self) -> dict:
         """The device's counters (data-parallel: summed over the ranks' devices)."""
         c = self.device.counters()
-        if self.ranks is not None:
-            c = dict(zip(c, (int(v) for v in self.ranks.sum(list(c.values())))))
-        base = self.counters_base if self.lead else {}
-        return {k: v + base.get(k, 0) for k, v in c.items()}
+        if self.run.ranks is not None:
+            c = dict(zip(c, (int(v) for v in self.run.ranks.sum(list(c.values())))))
+        return c
 
     def close(self) -> None:
-        if getattr(self, "device", None) is not None:
+        if self.device is not None:
             self.device.close()
-        super().close()
+        if self.host is not None:
+            self.host.close()

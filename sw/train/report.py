@@ -95,11 +95,12 @@ def build_report(trainer, data, cfg, run, notes, clock) -> dict:
     }
     if cfg.mode == "hotline":
         c = counters
-        out.update(hot_rows=int(len(trainer.placement.keys)),
+        emb = trainer.embedding
+        out.update(hot_rows=int(len(emb.placement.keys)),
                    hot_lookup_fraction=c["hits"] / c["lookups"] if c["lookups"] else 0.0,
                    popular_fraction=(c["popular_samples"] / c["samples"] if c["samples"] else 0.0),
-                   device=trainer.device.info())
-        sched = trainer.schedule
+                   device=emb.device.info())
+        sched = emb.schedule
         loads = sched.records
         out.update(hot_set=cfg.hot_set, refresh=cfg.refresh,
                    learn_window_steps=(sched.window if cfg.hot_set == "learn"

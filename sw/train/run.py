@@ -16,16 +16,6 @@ from .report import build_report
 TRAINING = "training"  # `train`'s last phase: the steps start
 
 
-def trainer_class(mode) -> type:
-    """The `Trainer` of a mode."""
-    # lazy: the trainers import torch (seconds); `hotline --help` and the CLI's checks need none
-    from .baseline import BaselineTrainer
-    from .device_only import DeviceOnlyTrainer
-    from .hotline import HotlineTrainer
-    return {"baseline": BaselineTrainer, "hotline": HotlineTrainer,
-            "device-only": DeviceOnlyTrainer}[mode]
-
-
 def train(data, cfg, progress=None, keep=False, phase=None, started=None) -> dict | tuple:
     """Train ``data`` (a `TrainData`) as ``cfg`` (a `TrainConfig`) says. Returns the JSON
     report; with ``keep``, (report, trainer) and the caller closes the trainer (tests read its
@@ -41,12 +31,14 @@ def train(data, cfg, progress=None, keep=False, phase=None, started=None) -> dic
         phase("loading the checkpoint")
     ckpt = load_checkpoint(cfg.resume, cfg, data) if cfg.resume else None
     phase("building the model")
-    trainer = trainer_class(cfg.mode)(data, cfg, notes)
+    # lazy: the trainer imports torch (seconds); `hotline --help` and the CLI's checks need none
+    from .trainer import Trainer
+    trainer = Trainer(data, cfg, notes)
     trainer.phase = phase
     if ckpt is not None and ckpt["hot_keys"] is not None:
-        trainer.hot_keys = ckpt["hot_keys"].numpy().astype(np.uint32)
+        trainer.embedding.hot_keys = ckpt["hot_keys"].numpy().astype(np.uint32)
     if ckpt is not None and ckpt.get("hot_schedule") is not None:
-        trainer.schedule = HotSetSchedule.from_state(ckpt["hot_schedule"])
+        trainer.embedding.schedule = HotSetSchedule.from_state(ckpt["hot_schedule"])
     try:
         trainer.setup()
         report = _run(trainer, data, cfg, ckpt, progress, notes, phase, started)
@@ -71,8 +63,9 @@ def _run(trainer, data, cfg, ckpt, progress, notes, phase, started):
     cfg_saved = {k: getattr(cfg, k) for k in RESUME_FIELDS}
     step = run.epoch * nb + run.batch
     trainer.step = step
-    if getattr(trainer, "schedule", None) is not None:
-        trainer.schedule.resume_at(step)
+    schedule = getattr(trainer.embedding, "schedule", None)
+    if schedule is not None:
+        schedule.resume_at(step)
     stop = cfg.max_steps
 
     def save(position):

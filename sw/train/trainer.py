@@ -1,31 +1,41 @@
-"""What every training mode shares (`Trainer`): the DLRM and its dense optimizer, batches and
-their lookups, the sparse row update, evaluation. A mode (`baseline`, `device_only`, `hotline`)
-supplies where the rows live and `train_batch`.
+"""One training run's step (`Trainer`): the DLRM and its dense optimizer, batches and their
+lookups, evaluation; the embedding rows live in the mode's placement (`placement.Placement`,
+one per mode) and are updated by `hotline.nn`'s fused row optimizers (FBGEMM's math).
 
 Rows carry their optimizer state (`RowLayout`): ``dim`` floats, plus one row-wise Adagrad
 accumulator with ``--optimizer adagrad``, padded to a multiple of 8 bytes (the DMA bus word),
 so moving a row between host memory, staging and the hot table moves its state with it.
 """
-import abc
-
 import numpy as np
 import torch
 
 from hotline.contract.errors import HotlineError
 from hotline.data.report import fmt_bytes
 from hotline.nn.layout import RowLayout
+from hotline.nn.optim import make_optimizer
 
 from .config import ADAGRAD_EPS, HOT_MEMORY_SHARE, torch_device
+from .device_only import DeviceTables
 from .dist import Ranks
 from .dlrm import DLRM, pool
+from .host_tables import HostTables
 from .metrics import auc
+from .placement import Placement, UniqueRows
 from .rows import available_ram
 
 
-class Trainer(abc.ABC):
-    """What every mode shares: the DLRM, its dense optimizer, batches and their lookups, the
-    sparse row update, evaluation. Subclasses supply where rows live and `train_batch`; the
-    run over epochs is `hotline.train.run`'s."""
+def placement_of(run) -> Placement:
+    """The placement of ``run``'s mode (`TrainConfig.mode`)."""
+    if run.cfg.mode == "hotline":
+        from .hotline import HotlinePlacement  # lazy: the Device API, for this mode only
+        return HotlinePlacement(run)
+    return UniqueRows(run, (DeviceTables if run.cfg.mode == "device-only" else HostTables)(run))
+
+
+class Trainer:
+    """A run's step: the DLRM, its dense optimizer, batches and their lookups, evaluation;
+    the rows in ``embedding`` (the mode's `Placement`), updated by ``sparse`` (a fused row
+    optimizer of `hotline.nn.optim`). The run over epochs is `hotline.train.run`'s."""
 
     # told each setup phase as it starts (the CLI's progress label; `hotline.train.train`)
     phase = staticmethod(lambda text: None)
@@ -43,6 +53,9 @@ class Trainer(abc.ABC):
             self.opt = torch.optim.SGD(params, lr=cfg.lr)
         else:
             self.opt = torch.optim.Adagrad(params, lr=cfg.lr, eps=ADAGRAD_EPS)
+        self.sparse = make_optimizer("sgd" if cfg.optimizer == "sgd" else "rowwise_adagrad",
+                                     cfg.lr, **({} if cfg.optimizer == "sgd"
+                                                else {"eps": ADAGRAD_EPS}))
         self.F = data.num_tables
         # data-parallel: this process's place among the ranks (None: one process)
         self.ranks = Ranks.current()
@@ -56,6 +69,7 @@ class Trainer(abc.ABC):
         self.step = 0   # the global step (over epochs) train_batch trains next
         # the device's busy and waited-for seconds before a resume (hotline mode)
         self.device_time_base = (0.0, 0.0)
+        self.embedding = placement_of(self)
 
     def collective_seconds(self) -> float:
         """Seconds this rank has spent in collectives (0 in one process)."""
@@ -73,7 +87,8 @@ class Trainer(abc.ABC):
     def device_time(self) -> tuple[float, float]:
         """(busy, waited-for) seconds of the accelerator over the run, resumes included: the
         time its agent worked, and the time the trainer waited for it (`Device.time`)."""
-        return self.device_time_base
+        busy, wait = self.embedding.device_time()
+        return self.device_time_base[0] + busy, self.device_time_base[1] + wait
 
     # -- sizes --------------------------------------------------------------------------
     def num_batches(self) -> int:
@@ -197,56 +212,68 @@ class Trainer(abc.ABC):
             self.ranks.all_reduce_grads(self.model.parameters())
         self.opt.step()
 
-    def global_loss(self, loss_sum, n) -> float:
-        """The mean loss of a global batch of ``n`` samples from this rank's summed loss."""
-        total = float(loss_sum) if self.ranks is None else float(self.ranks.sum([loss_sum])[0])
-        return total / n
+    def sum_over_ranks(self, loss_sum) -> float:
+        """A loss summed over this rank's samples, summed over the ranks."""
+        return float(loss_sum) if self.ranks is None else float(self.ranks.sum([loss_sum])[0])
 
     def update_rows(self, rows, grad) -> None:
-        """The sparse optimizer step on gathered rows (in place): SGD, or row-wise Adagrad
-        with the accumulator in the row's state float."""
-        d = self.cfg.dim
-        with torch.no_grad():
-            g = grad[:, :d]
-            if self.cfg.optimizer == "sgd":
-                rows[:, :d].sub_(self.cfg.lr * g)
-            else:
-                s = rows[:, d] + (g * g).mean(dim=1)
-                rows[:, d] = s
-                rows[:, :d].sub_(self.cfg.lr * g / (s.sqrt() + ADAGRAD_EPS).unsqueeze(1))
+        """The sparse optimizer step on rows [n, layout floats] (weights and state, in place)
+        from their gradients (the weights' columns of ``grad`` are read)."""
+        self.sparse.apply(rows, grad[:, :self.cfg.dim])
 
-    def leaf(self, t) -> torch.Tensor:
-        return t.detach().requires_grad_(True)
-
-    # -- what a mode provides ---------------------------------------------------------
-    @abc.abstractmethod
+    # -- a step -------------------------------------------------------------------------
     def setup(self) -> None:
         """Allocate and initialise the tables (and open the device)."""
+        self.embedding.setup()
 
-    @abc.abstractmethod
     def train_batch(self, j, prefetch) -> float:
         """One optimizer step on batch ``j``; its mean loss. ``prefetch``: the next batch may
         be started now."""
+        s0, s1 = self.batch_range(j)
+        a, b = self.my_range(s0, s1)
+        step = self.embedding.rows(j, a, b, prefetch)
+        _, lengths = self.batch_arrays(a, b)
+        self.opt.zero_grad(set_to_none=True)
 
-    @abc.abstractmethod
+        def part(sel, rows):
+            """Forward and backward of the batch-local samples ``sel`` over ``rows``, the
+            gradient scaled by the global batch; their summed loss."""
+            idx, bags = self.select(lengths, sel)
+            dense, label = self.tensors(a, b, None if len(sel) == b - a else sel)
+            loss = self.loss_sum(rows, step.lookup_row[idx], bags, dense, label)
+            (loss / (s1 - s0)).backward()
+            return float(loss.detach())
+
+        if step.early is None:
+            total = part(np.arange(b - a), step.whole())
+        else:   # split micro-batches: the early samples while the other rows are in flight
+            total = part(step.early, step.first) if len(step.early) else 0.0
+            rows = step.whole()
+            if len(step.late):
+                total += part(step.late, rows)
+        self.dense_step()
+        total = self.embedding.finish(step, total)
+        self.step += 1
+        return total / (s1 - s0)
+
     def eval_rows(self, keys) -> tuple[torch.Tensor, np.ndarray]:
-        """(rows tensor, lookup -> row index) for evaluation, from wherever rows live now."""
+        return self.embedding.eval_rows(keys)
 
-    @abc.abstractmethod
     def tables(self) -> list[np.ndarray]:
         """The current tables, one float32 array [rows, layout floats] per table (copies)."""
+        return self.embedding.tables()
 
-    @abc.abstractmethod
     def load_tables(self, tables) -> None:
         """Replace the tables (a checkpoint's)."""
+        self.embedding.load_tables(tables)
 
     def begin_epoch(self, first_batch) -> None:
-        pass
+        self.embedding.begin_epoch(first_batch)
 
     @property
     def collective_reads(self) -> bool:
         """Whether reading rows takes every rank (host tables split over nodes)."""
-        return False
+        return self.embedding.collective_reads
 
     def checkpoint_tables(self) -> list[np.ndarray] | None:
         """`tables` for rank 0's checkpoint (None on the other ranks, which take part when
@@ -256,17 +283,19 @@ class Trainer(abc.ABC):
 
     def quiesce(self) -> None:
         """Every rank's writes to host memory done (data-parallel: a collective)."""
-        if self.ranks is not None:
-            self.ranks.barrier()
+        self.embedding.quiesce()
 
     def sync(self, count=False) -> None:
         """Make `tables` / `eval_rows` see the latest rows (hotline: hot rows back to host)."""
+        self.embedding.sync(count)
 
     def device_counters(self) -> dict:
-        return {}
+        """The accelerator's counters over the run (resumes included; rank 0's report)."""
+        base = self.counters_base if self.lead else {}
+        return {k: v + base.get(k, 0) for k, v in self.embedding.device_counters().items()}
 
     def close(self) -> None:
-        pass
+        self.embedding.close()
 
     # -- evaluation -----------------------------------------------------------------------
     def evaluate(self) -> tuple[float | None, float | None]:
