@@ -36,7 +36,7 @@ from hotline.contract.config import LEARNER_WINDOW as WINDOW
 from hotline.contract.hashing import bucket_hash
 
 from .bram import BucketTable
-from .lib.onehot import one_hot_select
+from .lib.onehot import lowest_one_hot, one_hot_select
 from .lib.replica import replica
 
 __all__ = ["AccessLearner", "READ_LATENCY", "WINDOW", "entry_layout", "readout_layout"]
@@ -55,11 +55,6 @@ def entry_layout(key_bits, count_bits):
 
 def readout_layout(key_bits, count_bits):
     return data.StructLayout({"valid": 1, "key": key_bits, "count": count_bits})
-
-
-def _first(bits):
-    """One-hot of the lowest set bit of ``bits`` (0 when none is)."""
-    return Cat(bits[i] & ~bits[:i].any() if i else bits[0] for i in range(len(bits)))
 
 
 class AccessLearner(wiring.Component):
@@ -318,7 +313,7 @@ class AccessLearner(wiring.Component):
         # Back in t+3: the key d places ahead of the one in stage 3 is in stage 3 + d, and
         # will hold its result in results[d - 1] when this key reaches stage 7.
         ahead = [s4, s5, s6, s7, results[0], results[1]]
-        m.d.comb += in_flight.eq(_first(Cat(a.valid & (a.bucket == s3.bucket) for a in ahead)))
+        m.d.comb += in_flight.eq(lowest_one_hot([a.valid & (a.bucket == s3.bucket) for a in ahead]))
 
         # t+8: write-back. A clear cancels every key in flight, so the wipe owns the port. The
         # write address, enables and data are chosen a cycle ahead and the wipe's zero entry

@@ -31,19 +31,10 @@ from hotline.contract.streams import cam_cmd_layout
 
 from .bram import BucketTable
 from .cam_lookup_pipeline import CAMEngineSignature, CAMLookupPipeline
-from .lib.onehot import one_hot_select
+from .lib.onehot import lowest_index, one_hot_select
 from .lib.replica import replica
 
 __all__ = ["CAMCommandEngine"]
-
-
-def _first(bits):
-    """(any, index) of the lowest set bit of a list of 1-bit values, as a priority chain."""
-    width = ceil_log2(len(bits))
-    found, index = C(0), C(0, width)
-    for i in reversed(range(len(bits))):
-        found, index = bits[i] | found, Mux(bits[i], C(i, width), index)
-    return found, index
 
 
 class CAMCommandEngine(wiring.Component):
@@ -309,7 +300,8 @@ class CAMCommandEngine(wiring.Component):
                 in_stash_any.eq(in_stash_r.any()),
             ]
             for t in tables:
-                free, free_way = _first([~bucket_data[t][w].valid for w in range(ways)])
+                free, free_way = lowest_index([~bucket_data[t][w].valid for w in range(ways)])
+                free_way = free_way[:way_bits]   # (lowest_index is 1 bit wide at 1 way)
                 m.d.sync += [free_r[t].eq(free),
                              free_slot_r[t].eq(Cat(free_way, home[t], C(t, 1)))]
             goto("HOME_SLOT")
@@ -319,8 +311,8 @@ class CAMCommandEngine(wiring.Component):
         with state("HOME_SLOT"):
             found = list(found_r[0]) + list(found_r[1])
             hit_table = found_r[1].any()
-            hit_way = _first(found)[1][:way_bits]
-            stash_index = _first(list(in_stash_r))[1]
+            hit_way = lowest_index(found)[1][:way_bits]
+            stash_index = lowest_index(list(in_stash_r))[1]
             m.d.sync += hit_slot_r.eq(Mux(in_table_r, g.slot(hit_table, home[hit_table], hit_way),
                                           g.stash_slot(0) + stash_index))
             goto("HOME_EVAL")
@@ -372,8 +364,8 @@ class CAMCommandEngine(wiring.Component):
         m.d.sync += from_kicks.eq(Cat(C(w, way_bits + 1) >= kicks for w in range(ways)))
         with state("CHOOSE"):
             candidate = [~on_path_r[w] for w in range(ways)]
-            late, late_way = _first([c & from_kicks[w] for w, c in enumerate(candidate)])
-            avail, first_way = _first(candidate)
+            late, late_way = lowest_index([c & from_kicks[w] for w, c in enumerate(candidate)])
+            avail, first_way = lowest_index(candidate)
             with m.If(path_valid[-1] | ~avail):
                 goto("STASH")
             with m.Else():
@@ -417,17 +409,17 @@ class CAMCommandEngine(wiring.Component):
 
         with state("WALK_EVAL"):
             bucket = current(cur.table)
-            free, free_way = _first([~bucket[w].valid for w in range(ways)])
+            free, free_way = lowest_index([~bucket[w].valid for w in range(ways)])
             # Only the state and the load depend on ``free`` (timing); target is unused
             # until set again if the walk goes on.
-            m.d.sync += target.eq(Cat(free_way, cur.bucket, cur.table))
+            m.d.sync += target.eq(Cat(free_way[:way_bits], cur.bucket, cur.table))
             read_next(path[0].bucket, when=free)
             with m.If(free):
                 goto("MOVE_READ")
             with m.Else():
                 goto("MASK")
 
-        free, free_index = _first([~stash_valid[i] for i in range(g.stash)])
+        free, free_index = lowest_index([~stash_valid[i] for i in range(g.stash)])
         m.d.sync += [stash_free.eq(free), stash_free_index.eq(free_index),
                      stash_free_slot.eq(g.stash_slot(0) + free_index)]
         with state("STASH"):

@@ -53,26 +53,11 @@ from hotline.contract.config import COLD_PARTITION_SEED, COLD_SEEDS, PRODUCT, co
 from hotline.contract.hashing import bucket_hash
 
 from .bram import BucketTable
-from .lib.onehot import one_hot_select
+from .lib.onehot import lowest_index, one_hot_select, popcount
 from .lib.output_queue import OutputQueue
 from .lib.replica import replica
 
 __all__ = ["ColdKeySet"]
-
-
-def _first_set(bits):
-    """(any, index of the lowest set bit) of a list of 1-bit values."""
-    index = C(0, max(1, ceil_log2(len(bits))))
-    for i in reversed(range(len(bits))):
-        index = Mux(bits[i], i, index)
-    return Cat(*bits).any(), index
-
-
-def _popcount(bits):
-    total = C(0, bits_for(len(bits)))
-    for b in bits:
-        total = total + b
-    return total
 
 
 def _lanes_layout(fields, lanes):
@@ -276,7 +261,7 @@ class ColdKeySet(wiring.Component):
             else:
                 sel = [in_insert[j] & (in_part[j] == p) for j in range(L)]
                 first, key = s0[p], one_hot_select(sel, in_key)
-                insert, at = Cat(*sel).any(), _first_set(sel)[1][:ceil_log2(L)]
+                insert, at = Cat(*sel).any(), lowest_index(sel)[1][:ceil_log2(L)]
             m.d.sync += [
                 first.key.eq(key), first.insert.eq(insert), first.lane.eq(at),
                 first.eob.eq(ip.eob), first.user.eq(ip.user), first.epoch.eq(in_epoch),
@@ -316,8 +301,8 @@ class ColdKeySet(wiring.Component):
             base = [count]
             room_keys = [count < self.max_keys]
         else:
-            before = [_popcount([decided[q]["new"] & (sd[q].lane < sd[p].lane)
-                                 for q in parts if q != p]) for p in parts]
+            before = [popcount([decided[q]["new"] & (sd[q].lane < sd[p].lane)
+                                for q in parts if q != p]) for p in parts]
             base = [count + k for k in before]
             # The room for the keys before it, from registers: below[k] = count + k <
             # max_keys (timing: the decisions through base's adder and its compare into the
@@ -325,7 +310,7 @@ class ColdKeySet(wiring.Component):
             # too (a select by the keys before it) made the set slower: 97.27 against 99.99 MHz.
             below = Signal(P, init=sum(1 << k for k in range(P) if k < self.max_keys))
             room_keys = [below.bit_select(k, 1) for k in before]
-        n_new = _popcount([decided[p]["new"] & room_keys[p] for p in parts])
+        n_new = popcount([decided[p]["new"] & room_keys[p] for p in parts])
         placed = []
         for p in parts:
             d, b = decided[p], base[p]
@@ -448,12 +433,12 @@ class ColdKeySet(wiring.Component):
                 hit_any.append(cr[t].hit[w])
                 hit_slot |= Mux(cr[t].hit[w], cr[t].slot[w], 0)
             free = [~cr[t].live[w] for w in range(ways)]
-            free_count = _popcount(free)
+            free_count = popcount(free)
             # Ways of this bucket taken by the beats 2 .. window ahead: those 3 .. window
             # ahead counted a cycle early (timing), the one 2 ahead decided in the last cycle.
             early = Signal(range(window), name=f"taken_early{t}{sfx}", reset_less=True)
-            m.d.sync += early.eq(_popcount([s[-3].same_bucket[2 + j][t] & hist[j].wrote[t]
-                                            for j in range(window - 2)]))
+            m.d.sync += early.eq(popcount([s[-3].same_bucket[2 + j][t] & hist[j].wrote[t]
+                                           for j in range(window - 2)]))
             n = early + (sm.same_bucket[1][t] & hist[0].wrote[t])
             avail_t = []
             for e in (0, 1):
@@ -461,7 +446,7 @@ class ColdKeySet(wiring.Component):
                 # the way taken next: the lowest free way with ``used`` free ways below it
                 index = C(0, way_bits)
                 for w in reversed(range(ways)):
-                    below = _popcount(free[:w]) if w else C(0, 1)
+                    below = popcount(free[:w]) if w else C(0, 1)
                     index = Mux(free[w] & (below == used), w, index)
                 a_e = Signal(bits_for(ways), name=f"avail{t}_{e}{sfx}")
                 m.d.comb += a_e.eq(Mux(free_count > used, free_count - used, 0))
@@ -492,7 +477,7 @@ class ColdKeySet(wiring.Component):
         last_hit = sd.same_key[0] & hist[0].stored
         found = mr.hit | last_hit
         took = [sd.same_bucket[0][t] & hist[0].wrote[t] for t in tables]  # never both
-        stash_free, stash_index = _first_set([~stash_valid[i] for i in range(self.stash)])
+        stash_free, stash_index = lowest_index([~stash_valid[i] for i in range(self.stash)])
         return dict(
             new=vd & sd.insert & ~found, found=found,
             found_slot=Mux(last_hit, hist[0].slot, mr.slot),

@@ -1,8 +1,10 @@
-"""One-hot selects built as AND-OR trees (no binary decode in front of the data)."""
-from amaranth.hdl import C, Const, Mux, Signal
-from amaranth.utils import bits_for
+"""One-hot selects built as AND-OR trees (no binary decode in front of the data), the
+lowest-set-bit (priority) encoders, popcount, and the lane compaction built on them."""
+from amaranth.hdl import C, Cat, Const, Mux, Signal, Value
+from amaranth.utils import bits_for, ceil_log2
 
-__all__ = ["one_hot_select", "lowest_one_hot", "popcount", "compact", "shift_in"]
+__all__ = ["one_hot_select", "lowest_one_hot", "lowest_index", "popcount", "compact",
+           "shift_in"]
 
 
 def one_hot_select(select, values):
@@ -13,9 +15,27 @@ def one_hot_select(select, values):
     return out
 
 
-def lowest_one_hot(mask):
-    """One-hot of the lowest set bit of ``mask`` (0 when none is)."""
-    return (mask & (~mask + 1))[:len(mask)]
+def _bits(bits):
+    """``bits`` (a value, or a list of 1-bit values) as one value."""
+    return Cat(*bits) if isinstance(bits, (list, tuple)) else Value.cast(bits)
+
+
+def lowest_one_hot(bits):
+    """One-hot of the lowest set bit of ``bits`` (a value or a list of 1-bit values; 0 when
+    none is). Bit i is ``bits[i]`` and none below it: an OR per bit, no adder (a
+    ``bits & -bits`` puts a carry chain behind late mask logic)."""
+    bits = _bits(bits)
+    return Cat(bits[i] & ~bits[:i].any() if i else bits[0] for i in range(len(bits)))
+
+
+def lowest_index(bits):
+    """(any, index): whether one of ``bits`` (a value or a list of 1-bit values) is set, and
+    the index of the lowest set one (0 when none is; at least 1 bit wide). A priority chain of
+    muxes, the lowest bit's last."""
+    index = C(0, max(1, ceil_log2(len(bits))))
+    for i in reversed(range(len(bits))):
+        index = Mux(bits[i], i, index)
+    return _bits(bits).any(), index
 
 
 def popcount(bits):
