@@ -10,7 +10,7 @@ from hotline.hw.lib.lagged_counter import lagged_count
 from hotline.hw.lib.onehot import (compact, lowest_index, lowest_one_hot, one_hot_select,
                                    popcount, shift_in)
 from hotline.hw.lib.up_down import up_down
-from tests.helpers import simulate
+from helpers import simulate
 
 WIDTHS = range(1, 7)
 
