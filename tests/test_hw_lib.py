@@ -1,6 +1,8 @@
 """The hw/lib primitives against plain Python references, exhaustive over small widths
 (Amaranth's simulator)."""
+import ast
 import random
+from pathlib import Path
 
 import pytest
 from amaranth.hdl import C, Module, Signal
@@ -137,3 +139,14 @@ def test_lagged_count_counts_each_event_once_a_cycle_late():
     for s, got in enumerate(seen):
         last_clear = max((c for c in range(s - 1) if steps[c][1]), default=0)
         assert got == sum(i for i, _ in steps[last_clear:max(s - 1, 0)]) % 64, s
+
+
+def test_lib_imports_no_block():
+    """hw/lib/ stands below the blocks: its modules import Amaranth and each other only."""
+    for path in sorted((Path(__file__).resolve().parents[1] / "hw" / "lib").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                assert node.level == 1, f"{path.name}:{node.lineno} imports from outside hw/lib"
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not any(n.startswith("hotline") for n in names), f"{path.name}:{node.lineno}"
