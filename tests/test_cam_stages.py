@@ -195,6 +195,43 @@ def test_pipeline_serves_engine_reads(lanes):
 
 # ---- command engine ----------------------------------------------------------------------
 
+class PipeModel:
+    """The lookup pipeline as the engine sees it, cycle by cycle (a Python copy of its
+    contract): ``s1`` loads the engine's buckets on ``load`` (while idle the lookups' hash
+    wins: bucket 0 here), block RAM words ``BucketTable.LATENCY`` cycles later, the match of
+    the key ``s1`` carried ``MATCH_LATENCY`` cycles after them."""
+
+    def __init__(self, g, tables):
+        self.g, self.tables = g, tables
+        self.addrs = deque([(0, 0)] * BucketTable.LATENCY, maxlen=BucketTable.LATENCY)
+        self.s1_bucket, self.keys = (0, 0), [0] * 4  # s1, s2, s3, s3b keys
+        # the compares of s3b's key, way_hit MATCH_LATENCY cycles later
+        self.compares = deque([0] * CAMLookupPipeline.MATCH_LATENCY)
+
+    def word(self):
+        """This cycle's ``bucket_data`` (both tables' words, packed)."""
+        return self.tables.pair(self.addrs[0])
+
+    def way_hit(self):
+        return self.compares[0]
+
+    def clock(self, idle, load, addr, key):
+        """The pipeline's registers at the clock edge, from this cycle's engine side."""
+        g, width = self.g, self.g.entry_layout.size
+        words = unpack(self.word(), g.ways * width, 2)
+        self.compares.popleft()
+        self.compares.append(sum(sum(int(e & 1 and e >> 1 == self.keys[-1]) << w
+                                     for w, e in enumerate(unpack(words[t], width, g.ways)))
+                                 << t * g.ways for t in (0, 1)))
+        self.keys = [0 if idle else key] + self.keys[:3]
+        read_now = self.s1_bucket
+        if not idle and load:
+            self.s1_bucket = tuple(addr)
+        elif idle:
+            self.s1_bucket = (0, 0)
+        self.addrs.append(read_now)
+
+
 def run_engine(g, commands, *, stall, seed):
     """Commands [(op, key)] through a CAMCommandEngine over emulated tables and pipeline;
     returns ([(status, slot, moves, [(src, dst)...])], Tables, stash (valid, keys))."""
@@ -202,20 +239,15 @@ def run_engine(g, commands, *, stall, seed):
     rng = np.random.default_rng(seed)
     tables = Tables(g, rng)
     out = []
-    width = g.entry_layout.size
 
     async def bench(ctx):
-        addrs = deque([(0, 0)] * BucketTable.LATENCY, maxlen=BucketTable.LATENCY)
-        s1_bucket, keys = (0, 0), [0] * 4  # s1, s2, s3, s3b keys
-        # the compares of s3b's key, way_hit MATCH_LATENCY cycles later
-        compares = deque([0] * CAMLookupPipeline.MATCH_LATENCY)
+        pipe = PipeModel(g, tables)
         sent, moves = 0, []
         for _ in range(200_000):
             if len(out) == len(commands):
                 break
-            word = tables.pair(addrs[0])
-            ctx.set(dut.bucket_data.as_value(), word)
-            ctx.set(dut.pipe.way_hit.as_value(), compares[0])
+            ctx.set(dut.bucket_data.as_value(), pipe.word())
+            ctx.set(dut.pipe.way_hit.as_value(), pipe.way_hit())
             ctx.set(dut.cmd.valid, sent < len(commands) and rng.random() >= stall)
             if sent < len(commands):
                 ctx.set(dut.cmd.payload, {"op": commands[sent][0], "key": commands[sent][1]})
@@ -231,21 +263,9 @@ def run_engine(g, commands, *, stall, seed):
                 p = ctx.get(dut.resp.payload)
                 out.append((CAMStatus(p.status), int(p.slot), int(p.moves), moves))
                 moves = []
-            # the pipeline's registers at the clock edge, from this cycle's values
-            idle, load = ctx.get(dut.pipe.idle), ctx.get(dut.pipe.load)
-            s3b_key = keys[-1]
-            words = unpack(word, g.ways * width, 2)
-            compares.popleft()
-            compares.append(sum(sum(int(e & 1 and e >> 1 == s3b_key) << w
-                                    for w, e in enumerate(unpack(words[t], width, g.ways)))
-                                << t * g.ways for t in (0, 1)))
-            keys = [0 if idle else ctx.get(dut.pipe.key)] + keys[:3]
-            read_now = s1_bucket
-            if not idle and load:
-                s1_bucket = tuple(unpack(ctx.get(dut.pipe.addr.as_value()), g.bucket_bits, 2))
-            elif idle:
-                s1_bucket = (0, 0)
-            addrs.append(read_now)
+            pipe.clock(ctx.get(dut.pipe.idle), ctx.get(dut.pipe.load),
+                       unpack(ctx.get(dut.pipe.addr.as_value()), g.bucket_bits, 2),
+                       ctx.get(dut.pipe.key))
             for t in (0, 1):
                 tables.write(t, ctx.get(dut.write_addr[t]), ctx.get(dut.write_en[t]),
                              ctx.get(dut.write_data.as_value()))

@@ -90,6 +90,8 @@ def test_stages_are_inlined_into_their_block():
     inlined = script.split("-unset keep_hierarchy ")[1].split(";")[0].split()
     assert sorted(inlined) == sorted(
         [f"accelerator.dut0.core.fragmenter.cam.{s}" for s in ("pipeline", "engine")]
+        + [f"accelerator.dut0.core.fragmenter.cam.engine.{s}"
+           for s in ("front", "stash", "walk", "mover", "writer")]
         + [f"accelerator.dut0.core.dma.{s}" for s in ("front", "check", "chunker", "read", "write",
                                                   "counters")])
     assert inline_script(top, "accelerator", ()) == ""

@@ -56,11 +56,12 @@ MUTATIONS = {
     # an insert of a key already in the table goes in again
     "duplicate_insert": ("with m.Elif(in_table_r | in_stash):", "with m.Elif(in_stash):"),
     # a delete frees the other way of the key's bucket
-    "delete_wrong_way": ("m.d.comb += [wr[t].en.eq(found_r[t]) for t in tables]",
-                         "m.d.comb += [wr[t].en.eq(found_r[t].rotate_left(1)) for t in tables]"),
+    "delete_wrong_way": ("m.d.comb += [self.write.en[t].eq(found_r[t]) for t in tables]",
+                         "m.d.comb += [self.write.en[t].eq(found_r[t].rotate_left(1))"
+                         " for t in tables]"),
     # a delete of an absent key answers OK (and clears nothing)
-    "delete_absent_ok": ("with m.If(in_table_r):\n                    m.d.comb += [wr[t].addr",
-                         "with m.If(1):\n                    m.d.comb += [wr[t].addr"),
+    "delete_absent_ok": ("with m.If(in_table_r):\n                    m.d.comb += [self.write.addr",
+                         "with m.If(1):\n                    m.d.comb += [self.write.addr"),
     # an insert placed in the other bucket of its table: lookups miss it
     "insert_wrong_bucket": ("free_slot_r[t].eq(Cat(free_way, home[t], C(t, 1)))",
                             "free_slot_r[t].eq(Cat(free_way, ~home[t], C(t, 1)))"),
