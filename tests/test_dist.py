@@ -171,7 +171,8 @@ def emulated_ranks(data, cfg, world):
     ranks, so the same bits (one process sums in another order, and drifts from it)."""
     class Emulated(trainer_module.Trainer):
         def train_batch(self, j, prefetch):
-            store = self.embedding.store   # the host tables
+            store = self.embedding.store   # the host tables (a HostStore)
+            tensor = lambda k: torch.from_numpy(k.astype(np.int64))
             s0, s1 = self.batch_range(j)
             n, total, ids, grads = s1 - s0, 0.0, [], []
             self.opt.zero_grad(set_to_none=True)
@@ -179,8 +180,8 @@ def emulated_ranks(data, cfg, world):
                 a = s0 + r * (n // world) + min(r, n % world)
                 b = a + n // world + (r < n % world)
                 keys, lengths = self.batch_arrays(a, b)
-                uniq, inv = np.unique(store.global_rows(keys), return_inverse=True)
-                rows = store.gather(uniq).requires_grad_(True)
+                uniq, inv = np.unique(keys, return_inverse=True)
+                rows = store.gather(tensor(uniq)).requires_grad_(True)
                 dense, label = self.tensors(a, b)
                 bags = None if self.data.single_hot else self.select(lengths, np.arange(b - a))[1]
                 loss = self.loss_sum(rows, inv, bags, dense, label)
@@ -192,9 +193,9 @@ def emulated_ranks(data, cfg, world):
             u, inv = np.unique(np.concatenate(ids), return_inverse=True)
             g = torch.zeros(len(u), grads[0].shape[1]).index_add_(
                 0, torch.from_numpy(inv), torch.cat(grads))
-            rows = torch.from_numpy(np.asarray(store.host_rows[u]))
+            rows = store.gather(tensor(u))
             self.update_rows(rows, g)
-            store.put(u, rows)
+            store.scatter(tensor(u), rows)
             return total / n
 
     from hotline.train import run as run_module

@@ -348,6 +348,10 @@ def test_collection_hotline_equals_host(optimizer, prefetch):
             assert torch.equal(a[k], b[k]), k
         c = hot.store.counters()
         assert [r["source"] for r in c["loads"]] == ["learned"] * 5 and c["hot_share"] > 0.3
+        # prefetched or not, the device saw every lookup (its learner counts them) and every
+        # sample (its popular split): the popular share is of samples whose lookups are all hot
+        assert c["lookups"] == sum(len(i) for i, _ in batches)
+        assert c["samples"] == 100 * 16 and 0 < c["popular_share"] < 1
     finally:
         hot.close()
 

@@ -9,6 +9,7 @@ from torch import nn
 from hotline.contract.errors import HotlineError
 from hotline.contract.keys import MAX_ROWS, MAX_TABLES, ROW_BITS
 
+from .dist import Ranks
 from .layout import RowLayout
 from .optim import make_optimizer
 from .stores import DeviceStore, HostStore, RowStore
@@ -53,7 +54,8 @@ class EmbeddingBagCollection(nn.Module):
             ``num_embeddings``, ``embedding_dim``, ``feature_names``, ``pooling`` SUM/MEAN and
             optional ``init_fn``); one ``embedding_dim`` for all.
         placement: "host" (rows in host memory), "device" (rows on ``device``) or "hotline"
-            (hot rows on ``device``, cold rows in host memory through ``device_url``).
+            (hot rows on ``device``, cold rows in host memory through ``device_url``); or a
+            `RowStore` of these tables' rows and the optimizer's row layout (your own).
         optimizer: "sgd", "rowwise_adagrad" or "adam" (FBGEMM's math), learning rate ``lr``.
         is_weighted: use a KeyedJaggedTensor's weights as per-sample weights (TorchRec's flag).
         device: the torch device of the outputs (and of the rows, placement "device").
@@ -63,6 +65,11 @@ class EmbeddingBagCollection(nn.Module):
     per_sample_weights=None) -> Tensor[B, F * dim]`` (FBGEMM's layout: features in table order,
     bags feature-major, ``offsets`` of length F * B + 1). One forward per backward: a forward
     whose backward has not run when the next forward starts leaves its rows unchanged.
+
+    Data parallel: built while a torch.distributed process group of several ranks is up, the
+    collection is one for all ranks (docs/nn.md): each rank gives it its shard of every batch,
+    every rank runs each backward (a collective: the rows' gradients are summed over the
+    ranks; each row any rank touched gets one update), and the tables start as rank 0's.
 
     Example::
 
@@ -103,9 +110,11 @@ class EmbeddingBagCollection(nn.Module):
         self._feature_mean = torch.tensor([self._pooling(self._configs[t]) == "MEAN"
                                            for t in feature_table])
         self._any_mean = bool(self._feature_mean.any())
+        self._ranks = Ranks.current()
         self.store = self._make_store(placement, device_url, store_options)
         self._anchor = torch.zeros(0, requires_grad=True)
         self._pending: _Batch | None = None
+        self._announced = False   # the next forward's batch was given to `prefetch`
         self._init_tables()
 
     # -- construction ---------------------------------------------------------------------
@@ -139,6 +148,15 @@ class EmbeddingBagCollection(nn.Module):
 
     def _make_store(self, placement, device_url, options) -> RowStore:
         rows = [c.num_embeddings for c in self._configs]
+        if isinstance(placement, RowStore):
+            if placement.width != self.layout.floats or list(placement.table_rows) != rows:
+                raise HotlineError(f"placement: a store of {list(placement.table_rows)} rows of "
+                                   f"{placement.width} floats given; the tables need {rows} rows "
+                                   f"of {self.layout.floats}")
+            return placement
+        if placement == "hotline" and self._ranks is not None:
+            raise HotlineError("placement 'hotline' is not data-parallel yet (use 'host' or "
+                               "'device' under torch.distributed)")
         if placement == "hotline":
             from .hotline_store import HotlineStore  # lazy: the Device API, only for this placement
             return HotlineStore(rows, self.layout, device_url=device_url,
@@ -148,12 +166,12 @@ class EmbeddingBagCollection(nn.Module):
         if options:
             raise HotlineError(f"placement {placement!r} takes no option {', '.join(options)}")
         if placement == "host":
-            return HostStore(rows, self.layout)
-        return DeviceStore(rows, self.layout, self._device)
+            return HostStore(rows, self.layout, ranks=self._ranks)
+        return DeviceStore(rows, self.layout, self._device, ranks=self._ranks)
 
     def _init_tables(self) -> None:
         """Each table's weights by its config's ``init_fn`` (TorchRec's default:
-        uniform(-sqrt(1 / rows), sqrt(1 / rows))), state zero."""
+        uniform(-sqrt(1 / rows), sqrt(1 / rows))), state zero; data parallel: rank 0's."""
         for t, c in enumerate(self._configs):
             w = torch.empty(c.num_embeddings, self.dim)
             init = getattr(c, "init_fn", None)
@@ -162,6 +180,8 @@ class EmbeddingBagCollection(nn.Module):
                 nn.init.uniform_(w, -a, a)
             else:
                 init(w)
+            if self._ranks is not None:
+                self._ranks.broadcast(w)
             self._write(t, w, {})
 
     # -- TorchRec's interface -------------------------------------------------------------
@@ -189,8 +209,20 @@ class EmbeddingBagCollection(nn.Module):
         """Tell the store the next batch (a KeyedJaggedTensor or indices and offsets)."""
         if not isinstance(features, torch.Tensor):
             features, offsets, _ = self._unpack(features)
-        keys, _, _ = self._keys(features, offsets)
-        self.store.prefetch(keys)
+        self._announce(*self._keys(features, offsets))
+        self._announced = True
+
+    def _announce(self, keys, offsets, batch) -> None:
+        """Give the store a batch's lookups, sample by sample with each sample's count (the
+        device counts every lookup in its learner, and samples in its popular split)."""
+        if not self.store.counts_lookups:
+            self.store.prefetch(keys)
+            return
+        bag = torch.arange(offsets.numel() - 1, device=keys.device).repeat_interleave(
+            offsets.diff(), output_size=keys.numel())
+        sample = bag % max(batch, 1)
+        order = torch.argsort(sample, stable=True)
+        self.store.prefetch(keys[order], torch.bincount(sample, minlength=batch))
 
     def close(self) -> None:
         self.store.close()
@@ -255,6 +287,9 @@ class EmbeddingBagCollection(nn.Module):
         if weights is not None and self._any_mean:
             raise HotlineError("per_sample_weights need sum pooling (a table pools by mean)")
         self._flush()
+        announced, self._announced = self._announced, False
+        if not announced and self.store.counts_lookups:
+            self._announce(keys, offsets, batch)
         unique, inverse = torch.unique(keys, sorted=True, return_inverse=True)
         rows = self.store.gather(unique)
         dev = rows.device
@@ -293,8 +328,7 @@ class EmbeddingBagCollection(nn.Module):
         if b.weights is not None:
             g = g * b.weights.unsqueeze(1)
         row_grad = torch.zeros(b.rows.shape[0], self.dim, device=grad.device).index_add_(0, b.inverse, g)
-        self.optimizer.apply(b.rows, row_grad)
-        self.store.scatter(b.keys, b.rows)
+        self.store.update(b.keys, b.rows, row_grad, self.optimizer)
 
     def _flush(self) -> None:
         """A batch whose backward never ran: its rows go back unchanged."""

@@ -28,7 +28,6 @@ The hot set is policy (`HotSetSchedule`): given keys, or the exact top-K of the 
 and refreshed ``off`` / ``auto`` / ``every:N`` batches. `counters` reads the hot and popular
 shares, the bytes moved and the device's overlap.
 """
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,12 +37,11 @@ from hotline.contract.config import PRODUCT, AcceleratorConfig
 from hotline.contract.errors import HotlineError
 from hotline.contract.keys import MAX_ROWS, ROW_BITS
 from hotline.host.device import open as open_device
-from hotline.host.host_memory import HostMemory, Window
 from hotline.model.device_model import HotIndex
 from hotline.model.planner import exact_hot_set
 
 from .hot_set import HotSetSchedule, parse_refresh
-from .stores import RowStore
+from .stores import HostStore, RowStore
 
 __all__ = ["HotlineStore", "refresh_stale", "move_hot_rows"]
 
@@ -125,6 +123,8 @@ class HotlineStore(RowStore):
     the popular share (`prefetch` ``lengths``). ``device_options``: passed to
     `hotline.host.device.open`."""
 
+    counts_lookups = True   # the learner counts lookups, the popular split samples
+
     def __init__(self, table_rows, layout, *, device_url="model://", torch_device="cpu",
                  hot_rows=None, hot_keys=None, hot_set="exact", profile_batches=None,
                  learn_window=None, refresh="off", batch_lookups=PRODUCT.cold_max_keys,
@@ -189,27 +189,17 @@ class HotlineStore(RowStore):
 
     # -- host memory --------------------------------------------------------------------
     def _host(self, layout) -> None:
-        """One `HostMemory` for the tables and the staging banks, windows on row boundaries
-        of one [rows, width] view (a batch's host reads are one fancy index)."""
-        nb = layout.nbytes
-        align = math.lcm(4096, nb)
-        up = lambda n: -(-int(n) // align) * align
-        staging = self.banks * self.slots * nb
-        self.memory = HostMemory(sum(up(r * nb) for r in self.table_rows) + up(staging))
-        self.windows = [self.memory.alloc(int(r) * nb, align, name=f"table{t}")
-                        for t, r in enumerate(self.table_rows)]
-        self.staging_window = self.memory.alloc(staging, align, name="staging")
-        nrows = self.memory.size // nb
-        self.host_rows = self.memory.view(Window(0, nrows * nb, "rows"), np.float32,
-                                          (nrows, self.width))
-        self.row_base = np.array([w.base // nb for w in self.windows], np.int64)
-        self.staging_row0 = self.staging_window.base // nb
+        """The tables in a `HostStore` and the staging banks after them, in the same host
+        memory (the device's DMA reaches both)."""
+        staging = self.banks * self.slots * layout.nbytes
+        self.host = HostStore(self.table_rows, layout, extra_bytes=staging)
+        self.memory, self.windows = self.host.memory, self.host.windows
+        self.staging_window = self.memory.alloc(staging, self.host.align, name="staging")
+        self.host_rows, self.row_base = self.host.host_rows, self.host.row_base
+        self.staging_row0 = self.staging_window.base // layout.nbytes
 
     def _rows_of(self, keys) -> np.ndarray:
-        """The row of each key in the whole-memory view."""
-        keys = np.asarray(keys, np.uint32)
-        return (self.row_base[(keys >> np.uint32(ROW_BITS)).astype(np.int64)]
-                + (keys & np.uint32(MAX_ROWS - 1)).astype(np.int64))
+        return self.host.rows_of(np.asarray(keys, np.uint32))
 
     def _read(self, keys) -> torch.Tensor:
         self.totals["bytes_h2d"] += len(keys) * self.layout.nbytes
@@ -488,10 +478,6 @@ class HotlineStore(RowStore):
         self.step += 1
 
     # -- tables -------------------------------------------------------------------------
-    def _table_view(self, table) -> np.ndarray:
-        r0 = self.row_base[table]
-        return self.host_rows[r0:r0 + self.table_rows[table]]
-
     def _hot_of(self, table) -> tuple[np.ndarray, np.ndarray]:
         """(rows, hot slots) of table ``table``'s hot keys."""
         p = self.placement
@@ -506,7 +492,7 @@ class HotlineStore(RowStore):
     def read_table(self, table) -> torch.Tensor:
         t = self._table_index(table)
         self.dev.drain()
-        out = torch.from_numpy(np.array(self._table_view(t)))
+        out = torch.from_numpy(np.array(self.host.table_view(t)))
         rows, slots = self._hot_of(t)
         if len(rows):
             out[torch.from_numpy(rows)] = self.hot_table[self._index_tensor(slots)].cpu()
@@ -521,7 +507,7 @@ class HotlineStore(RowStore):
         self._recall()   # the prefetched batch gathered the rows before
         self.dev.drain()
         rows = rows.detach().to("cpu", torch.float32)
-        self._table_view(t)[:] = rows.numpy()
+        self.host.table_view(t)[:] = rows.numpy()
         r, slots = self._hot_of(t)
         if len(r):
             self.hot_table[self._index_tensor(slots)] = rows[torch.from_numpy(r)].to(self.device)
@@ -549,13 +535,13 @@ class HotlineStore(RowStore):
     def close(self) -> None:
         """Close the device (after its last scatters: their errors raise) and host memory."""
         dev, self.dev = getattr(self, "dev", None), None
-        memory, self.memory = getattr(self, "memory", None), None
+        host, self.host = getattr(self, "host", None), None
         try:
             if dev is not None:
                 dev.drain()
         finally:
             if dev is not None:
                 dev.close()
-            if memory is not None:
-                self.host_rows = None
-                memory.close()
+            if host is not None:
+                self.memory = self.host_rows = None
+                host.close()

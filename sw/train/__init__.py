@@ -5,8 +5,8 @@
 - `run`: `train`, the epochs, checkpoints and the report of one run;
 - `trainer`: a run's step (`Trainer`: DLRM, dense optimizer, evaluation; it imports torch, so
   `run` imports it when a run starts); `placement`: where the rows live, one `Placement` per
-  mode, held by the trainer: `UniqueRows` over `host_tables.HostTables` (baseline) or
-  `device_only.DeviceTables`, and `hotline.HotlinePlacement`;
+  mode, held by the trainer: `UniqueRows` over `hotline.nn`'s `HostStore` (baseline) or
+  `DeviceStore` (device-only), and `hotline.HotlinePlacement`;
 - `rows`: the row layout, table initialisation, memory budgets;
 - `checkpoint`: atomic save, resume and its checks, partial-file cleanup;
 - `metrics`: AUC and the planned hot fractions; `report`: the JSON report and its summary;

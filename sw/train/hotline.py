@@ -5,7 +5,7 @@ computed separately and their gradients summed, so one optimizer step covers the
 mini-batch; updated cold rows are written into staging and scattered back by the device.
 The next batch is pushed (fragmented and gathered) before the current one trains.
 
-The host tables are `host_tables.HostTables` (baseline's storage); the hot rows are written
+The host tables are a `hotline.nn` `HostStore` (baseline's storage); the hot rows are written
 back to them at the end (and for evaluation and checkpoints), so every mode ends with the same
 tables.
 """
@@ -19,21 +19,21 @@ from hotline.host.device import open as open_device
 from hotline.model.planner import exact_hot_set, profile_samples
 from hotline.nn.hot_set import HotSetSchedule
 from hotline.nn.hotline_store import move_hot_rows, refresh_stale
+from hotline.nn.stores import HostStore
 
-from .host_tables import HostTables
-from .placement import Placement, StepRows
+from .placement import Placement, StepRows, host_store, read_tables, write_tables
 from .rows import check_fits
 
 
 class HotlinePlacement(Placement):
     """Hot rows on the torch device at their CAM slots; cold rows through the accelerator;
-    every row's master copy in `HostTables`, for the run ``run`` (the `Trainer`)."""
+    every row's master copy in a `HostStore`, for the run ``run`` (the `Trainer`)."""
 
     hot_keys = None  # rank-order hot keys; set from a checkpoint on resume
     schedule = None  # HotSetSchedule; set from a checkpoint on resume
     slot_mark = slot_pos = None  # `unique_slots`' scratch, one entry per hot slot
     copy_stream = None           # CUDA: the stream of the cold rows' copies
-    host = device = None         # the `HostTables` and the accelerator, from `setup`
+    host = device = None         # the `HostStore` and the accelerator, from `setup`
 
     def setup(self) -> None:
         run = self.run
@@ -73,9 +73,8 @@ class HotlinePlacement(Placement):
         hot_bytes = self.acc_config.hot_slots * lay.nbytes
         check_fits(f"{run.dev.type} device memory (hot table + staging copies)",
                    hot_bytes + staging_bytes, run.device_limit(), d)
-        self.host = host = HostTables(run)
-        host.staging_bytes = -(-staging_bytes // host.align) * host.align * run.world
-        host.setup()
+        align = HostStore.alignment(lay)
+        self.host = host = host_store(run, -(-staging_bytes // align) * align * run.world)
         # data-parallel: a staging window per rank in the shared memory, each rank's device
         # gathers into its own
         w = [host.memory.alloc(staging_bytes, host.align, name=f"staging{r}")
@@ -137,12 +136,12 @@ class HotlinePlacement(Placement):
 
     def load_hot_rows(self) -> None:
         p, h = self.placement, self.host
-        self.hot_table[self.index(p.slots)] = h.gather(h.global_rows(p.keys), count=False)
+        self.hot_table[self.index(p.slots)] = h.read(h.rows_of(p.keys)).to(self.run.dev)
         self.run.bytes_h2d += len(p.keys) * self.run.lay.nbytes
 
     def load_tables(self, tables) -> None:
         self.device.drain()
-        self.host.load_tables(tables)
+        write_tables(self.host, tables)
         self.run.bytes_h2d -= len(self.placement.keys) * self.run.lay.nbytes  # a reload
         self.load_hot_rows()
 
@@ -154,21 +153,21 @@ class HotlinePlacement(Placement):
         if not len(p.keys):
             return
         rows = self.hot_table[self.index(p.slots)]
-        self.host.write_replicated(self.host.global_rows(p.keys), rows.cpu().numpy())
+        self.host.write_replicated(self.host.rows_of(p.keys), rows.cpu().numpy())
         if count and self.run.lead:
             self.run.bytes_d2h += len(p.keys) * self.run.lay.nbytes
 
     def tables(self) -> list[np.ndarray]:
         self.sync()
-        return self.host.tables()
+        return read_tables(self.host)
 
     def eval_rows(self, keys) -> tuple[torch.Tensor, np.ndarray]:
-        uniq, inv = np.unique(self.host.global_rows(keys), return_inverse=True)
-        return self.host.gather(uniq, count=False), inv
+        uniq, inv = np.unique(keys, return_inverse=True)
+        return self.host.gather(torch.from_numpy(uniq.astype(np.int64))), inv
 
     @property
     def collective_reads(self) -> bool:
-        return self.host.collective_reads
+        return self.host.split_rows
 
     def quiesce(self) -> None:
         self.device.drain()
@@ -278,7 +277,7 @@ class HotlinePlacement(Placement):
         w = self.run.lay.floats
         # the rows travel with their gradients: the owner may not have gathered them
         mine, both = self.run.ranks.owner_sum(keys, torch.cat([zero(C), C.data], 1).cpu(),
-                                          first=slice(w, 2 * w), where=self.host.global_rows(keys))
+                                          first=slice(w, 2 * w), where=self.host.rows_of(keys))
         new = both[:, w:]
         self.run.update_rows(new, both[:, :w])
         if len(mine):
@@ -349,8 +348,8 @@ class HotlinePlacement(Placement):
         # (split tables: every rank takes part in the reads)
         left, entered = move_hot_rows(
             self.hot_table, old, new,
-            read=lambda k: self.host.gather(self.host.global_rows(k), count=False),
-            write=lambda k, rows: self.host.write_replicated(self.host.global_rows(k), rows),
+            read=lambda k: self.host.read(self.host.rows_of(k)).to(self.run.dev),
+            write=lambda k, rows: self.host.write_replicated(self.host.rows_of(k), rows),
             read_always=self.collective_reads)
         if self.run.lead:
             self.run.bytes_d2h += left * self.run.lay.nbytes
@@ -363,7 +362,7 @@ class HotlinePlacement(Placement):
         """Tables split over nodes: this rank's device gathered from its node's memory only;
         the cold rows other nodes hold come from their owners (`Ranks.fetch`, a collective),
         as they stand after the last step."""
-        g = self.host.global_rows(ck)
+        g = self.host.rows_of(ck)
         lo, hi = self.run.ranks.node_rows()
         far = np.flatnonzero((g < lo) | (g >= hi))
         rows[far] = self.run.ranks.fetch(g[far], self.host.read_rows).numpy()

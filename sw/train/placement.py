@@ -3,10 +3,10 @@
 (`StepRows`) and gives it the rows' gradients back (`Placement.finish`: the fused sparse
 update and the write-back).
 
-- ``baseline``: `UniqueRows` over `host_tables.HostTables` (host memory, the CPU gathers);
-- ``device-only``: `UniqueRows` over `device_only.DeviceTables` (one tensor on the device);
+- ``baseline``: `UniqueRows` over `hotline.nn`'s `HostStore` (host memory, the CPU gathers);
+- ``device-only``: `UniqueRows` over `hotline.nn`'s `DeviceStore` (one tensor on the device);
 - ``hotline``: `hotline.HotlinePlacement` (hot rows on the device at their CAM slots, cold rows
-  through the accelerator).
+  through the accelerator; the rows' master copy in a `HostStore`).
 """
 import abc
 import time
@@ -15,6 +15,10 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
+
+from hotline.nn.stores import DeviceStore, HostStore
+
+from .rows import check_fits, init_table
 
 
 @dataclass
@@ -101,54 +105,107 @@ class Placement(abc.ABC):
         pass
 
 
-class UniqueRows(Placement):
-    """``baseline`` and ``device-only``: per batch the unique rows are gathered from
-    ``tables`` (`host_tables.HostTables` or `device_only.DeviceTables`) into one tensor,
-    trained on as one batch, updated and written back."""
+def host_store(run, extra_bytes=0) -> HostStore:
+    """The run's tables in host memory (and ``extra_bytes`` after them), DLRM-initialised
+    (`init_table`) by each node's first rank."""
+    d, lay = run.data, run.lay
+    check_fits("host memory", HostStore.bytes_needed(d.table_sizes, lay, extra_bytes),
+               run.host_limit(), d)
+    store = HostStore(d.table_sizes, lay, run.dev, extra_bytes=extra_bytes, ranks=run.ranks)
+    if store.writer:
+        run.phase(f"initialising {int(d.table_sizes.sum()):,} table rows in host memory")
+        for t in range(d.num_tables):
+            init_table(run.cfg.seed, t, int(d.table_sizes[t]), lay, store.table_view(t),
+                       store.node_part(t))
+    if run.ranks is not None:
+        run.ranks.barrier()
+    return store
 
-    def __init__(self, run, tables):
+
+def device_store(run) -> DeviceStore:
+    """The run's tables in one tensor on the torch device, DLRM-initialised (`init_table`)."""
+    d, lay = run.data, run.lay
+    total = int(d.table_sizes.sum())
+    check_fits(f"{run.dev.type} device memory", total * lay.nbytes, run.device_limit(), d)
+    store = DeviceStore(d.table_sizes, lay, run.dev, ranks=run.ranks)
+    run.phase(f"initialising {total:,} table rows")
+    for t in range(d.num_tables):
+        rows = np.empty((int(d.table_sizes[t]), lay.floats), np.float32)
+        init_table(run.cfg.seed, t, len(rows), lay, rows)
+        store.write_table(t, torch.from_numpy(rows))
+    run.bytes_h2d += total * lay.nbytes
+    return store
+
+
+def read_tables(store) -> list[np.ndarray]:
+    """Every table of ``store`` (split over nodes: a collective, rank 0's)."""
+    return [store.read_table(t).numpy() for t in range(len(store.table_rows))]
+
+
+def write_tables(store, tables) -> None:
+    """Replace every table of ``store`` (data parallel: every rank, the same tables)."""
+    for t, a in enumerate(tables):
+        store.write_table(t, torch.from_numpy(np.ascontiguousarray(a)))
+
+
+class UniqueRows(Placement):
+    """``baseline`` (``kind`` "host") and ``device-only`` ("device"): per batch the unique
+    rows are gathered from a `hotline.nn` store (`HostStore`, `DeviceStore`) into one tensor,
+    trained on as one batch, updated and written back (`RowStore.update`)."""
+
+    def __init__(self, run, kind):
         super().__init__(run)
-        self.store = tables
+        self.kind, self.store = kind, None
 
     def setup(self) -> None:
-        self.store.setup()
+        self.store = host_store(self.run) if self.kind == "host" else device_store(self.run)
+
+    def _traffic(self, rows) -> int:
+        """Bytes of ``rows`` rows between host memory and the torch device (device-only: 0)."""
+        return rows * self.run.lay.nbytes if self.kind == "host" else 0
 
     def rows(self, j, a, b, prefetch) -> StepRows:
+        run = self.run
         t0 = time.perf_counter()
-        keys, _ = self.run.batch_arrays(a, b)
-        uniq, inv = np.unique(self.store.global_rows(keys), return_inverse=True)
-        rows = self.store.gather(uniq).detach().requires_grad_(True)
+        keys, _ = run.batch_arrays(a, b)
+        uniq, inv = np.unique(keys, return_inverse=True)
+        k = torch.from_numpy(uniq.astype(np.int64))
+        rows = self.store.gather(k).requires_grad_(True)
+        run.bytes_h2d += self._traffic(len(k))
         # what an accelerator takes off the host: finding, gathering and putting back rows
-        self.run.host_rows_seconds += time.perf_counter() - t0
-        return StepRows(rows, inv, state=uniq)
+        run.host_rows_seconds += time.perf_counter() - t0
+        return StepRows(rows, inv, state=k)
 
     def finish(self, step, loss_sum) -> float:
-        run, rows, uniq = self.run, step.first, step.state
+        run, rows, k = self.run, step.first, step.state
         if run.ranks is None:
             run.update_rows(rows.data, rows.grad)
             t = time.perf_counter()
-            self.store.put(uniq, rows.data)
-        else:
+            self.store.scatter(k, rows.data)
+            written = len(k)
+        else:   # the gradients summed over the ranks, in the store
             t = time.perf_counter()
-            self.store.update_shared(uniq, rows.grad if rows.grad is not None
-                                     else torch.zeros_like(rows))
+            grad = rows.grad if rows.grad is not None else torch.zeros_like(rows)
+            written = self.store.update(k, rows.data, grad[:, :run.cfg.dim], run.sparse)
+        run.bytes_d2h += self._traffic(written)
         run.host_rows_seconds += time.perf_counter() - t
         # the loss's all-reduce also ends the step: every rank's row writes are done
         return run.sum_over_ranks(loss_sum)
 
     def eval_rows(self, keys) -> tuple[torch.Tensor, np.ndarray]:
-        uniq, inv = np.unique(self.store.global_rows(keys), return_inverse=True)
-        return self.store.gather(uniq, count=False), inv
+        uniq, inv = np.unique(keys, return_inverse=True)
+        return self.store.gather(torch.from_numpy(uniq.astype(np.int64))), inv
 
     def tables(self) -> list[np.ndarray]:
-        return self.store.tables()
+        return read_tables(self.store)
 
     def load_tables(self, tables) -> None:
-        self.store.load_tables(tables)
+        write_tables(self.store, tables)
 
     @property
     def collective_reads(self) -> bool:
-        return self.store.collective_reads
+        return getattr(self.store, "split_rows", False)
 
     def close(self) -> None:
-        self.store.close()
+        if self.store is not None:
+            self.store.close()

@@ -11,14 +11,12 @@ import torch
 
 from hotline.contract.errors import HotlineError
 from hotline.data.report import fmt_bytes
+from hotline.nn.dist import Ranks
 from hotline.nn.layout import RowLayout
 from hotline.nn.optim import make_optimizer
 
 from .config import ADAGRAD_EPS, HOT_MEMORY_SHARE, torch_device
-from .device_only import DeviceTables
-from .dist import Ranks
 from .dlrm import DLRM, pool
-from .host_tables import HostTables
 from .metrics import auc
 from .placement import Placement, UniqueRows
 from .rows import available_ram
@@ -29,7 +27,7 @@ def placement_of(run) -> Placement:
     if run.cfg.mode == "hotline":
         from .hotline import HotlinePlacement  # lazy: the Device API, for this mode only
         return HotlinePlacement(run)
-    return UniqueRows(run, (DeviceTables if run.cfg.mode == "device-only" else HostTables)(run))
+    return UniqueRows(run, "device" if run.cfg.mode == "device-only" else "host")
 
 
 class Trainer:
