@@ -92,6 +92,8 @@ def test_stages_are_inlined_into_their_block():
         [f"accelerator.dut0.core.fragmenter.cam.{s}" for s in ("pipeline", "engine")]
         + [f"accelerator.dut0.core.fragmenter.cam.engine.{s}"
            for s in ("front", "stash", "walk", "mover", "writer")]
+        + [f"accelerator.dut0.core.fragmenter.{s}"
+           for s in ("split", "answers", "collect", "classify")]
         + [f"accelerator.dut0.core.dma.{s}" for s in ("front", "check", "chunker", "read", "write",
                                                   "counters")])
     assert inline_script(top, "accelerator", ()) == ""
