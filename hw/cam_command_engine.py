@@ -296,7 +296,6 @@ class CAMCommandFront(wiring.Component):
             ]
             for t in tables:
                 free, free_way = lowest_index([~bucket_data[t][w].valid for w in range(ways)])
-                free_way = free_way[:g.way_bits]   # (lowest_index is 1 bit wide at 1 way)
                 m.d.sync += [free_r[t].eq(free),
                              free_slot_r[t].eq(Cat(free_way, home[t], C(t, 1)))]
             st.goto("HOME_SLOT")
@@ -306,7 +305,7 @@ class CAMCommandFront(wiring.Component):
         with st("HOME_SLOT"):
             found = list(found_r[0]) + list(found_r[1])
             hit_table = found_r[1].any()
-            hit_way = lowest_index(found)[1][:g.way_bits]
+            hit_way = lowest_index(found)[1][:g.way_bits]   # the way in its table
             stash_index = lowest_index(list(self.stash_hit))[1]
             m.d.sync += hit_slot_r.eq(Mux(in_table_r, g.slot(hit_table, home[hit_table], hit_way),
                                           g.stash_slot(0) + stash_index))
@@ -510,7 +509,7 @@ class CAMKickWalk(wiring.Component):
             # Only the state and the load depend on ``free`` (timing); the target is unused
             # until set again if the walk goes on.
             m.d.comb += [self.target_load.eq(1),
-                         self.target.eq(Cat(free_way[:g.way_bits], cur.bucket, cur.table)),
+                         self.target.eq(Cat(free_way, cur.bucket, cur.table)),
                          self.read.en.eq(1), self.read.load.eq(free),
                          *(self.read.addr[t].eq(path[0].bucket) for t in tables)]
             with m.If(free):

@@ -50,6 +50,9 @@ def test_lowest_one_hot_index_and_popcount(n, as_list):
     x = Signal(n)
     arg = [x[i] for i in range(n)] if as_list else x
     any_, index = lowest_index(arg)
+    # as wide as an index of n things: 0 bits at n = 1 (a spare bit shifted what a Cat put
+    # after it, e.g. a 1-way CAM's slot)
+    assert index.shape() == Signal(range(n)).shape(), n
     outs = [lowest_one_hot(arg), any_, index, popcount([x[i] for i in range(n)])]
     got = comb_table([x], lambda m: outs, [(v,) for v in range(1 << n)])
     for v, (one_hot, found, idx, count) in enumerate(got):

@@ -30,11 +30,13 @@ def lowest_one_hot(bits):
 
 def lowest_index(bits):
     """(any, index): whether one of ``bits`` (a value or a list of 1-bit values) is set, and
-    the index of the lowest set one (0 when none is; at least 1 bit wide). A priority chain of
-    muxes, the lowest bit's last."""
-    index = C(0, max(1, ceil_log2(len(bits))))
+    the index of the lowest set one (0 when none is), as wide as ``Signal(range(len(bits)))``:
+    0 bits for one bit, so a ``Cat`` of it with more fields (a slot, an address) packs no
+    spare bit. A priority chain of muxes, the lowest bit's last."""
+    width = ceil_log2(len(bits))
+    index = C(0, width)
     for i in reversed(range(len(bits))):
-        index = Mux(bits[i], i, index)
+        index = Mux(bits[i], C(i, width), index)
     return _bits(bits).any(), index
 
 
