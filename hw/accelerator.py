@@ -284,7 +284,17 @@ class HotlineAccelerator(wiring.Component):
         for name in ("remap", "popular", "non_popular"):
             wiring.connect(m, getattr(frag, name), wiring.flipped(getattr(self, name)))
 
-        # ---- cold keys + batch summaries: to the host and to the gather -----------------
+        gather, to_dma = self._batch_keys(m, merge, fork, gather_enable)
+        self._dma_feed(m, gather, to_dma, soft, clear_counters, clear_errors)
+        cmd_f, resp_f, moves_f = self._cam_port(m, config)
+        learner_valid = self._learner_readout(m)
+        self._status(m, (cmd_f, resp_f, moves_f), learner_valid, soft, clear_counters)
+        return core
+
+    def _batch_keys(self, m, merge, fork, gather_enable):
+        """Cold keys and batch summaries, to the host (``batch_keys``) and to the gather: returns
+        the gather's key stream and the engine's key input (through register slices)."""
+        frag, dma = self.fragmenter, self.dma
         keys = frag.cold_keys
         if frag.lanes > 1:
             # The Fragmenter's lane beats of cold keys, one key per cycle: the host and the
@@ -326,8 +336,12 @@ class HotlineAccelerator(wiring.Component):
         m.submodules.dma_keys = dma_keys = RegisterSlice(dma.keys.payload.shape())
         wiring.connect(m, dma_keys.o, dma.keys)
         to_dma = dma_keys.i
+        return gather, to_dma
 
-        # ---- DMA engine: gather and scatter batches, one at a time ----------------------
+    def _dma_feed(self, m, gather, to_dma, soft, clear_counters, clear_errors):
+        """The DMA engine: gather and scatter batches, one at a time (with the scatter
+        watchdog), its done records and its descriptor and staging registers."""
+        csr, dma = self.csr, self.dma
         m.submodules.scatter_cmds = scatter_cmds = BufferedFIFO(width=1, depth=self.CMD_DEPTH)
         m.d.comb += [scatter_cmds.w_en.eq(csr.scatter_cmd_stb),
                      scatter_cmds.w_data.eq(csr.field_of("SCATTER_CMD", "bank"))]
@@ -419,7 +433,10 @@ class HotlineAccelerator(wiring.Component):
             dma.clear_errors.eq(clear_errors),
         ]
 
-        # ---- CAM command port through the CSRs ------------------------------------------
+    def _cam_port(self, m, config):
+        """The CAM command port through the CSRs (and ``cam_cmds`` / ``cam_events``): returns
+        the command, response and relocation FIFOs."""
+        frag, csr = self.fragmenter, self.csr
         # The response and relocation FIFOs take the engine's beats on a registered room
         # (`fifo_room`), 2 entries deeper so that CMD_DEPTH of them still fit (timing: their
         # levels reached the engine's response logic through its ready inputs).
@@ -488,8 +505,12 @@ class HotlineAccelerator(wiring.Component):
             csr.cam_move.eq(Mux(moves_f.r_rdy, self._move_word(move), 0)),
             moves_f.r_en.eq(move_pop),
         ]
+        return cmd_f, resp_f, moves_f
 
-        # ---- learner readout ------------------------------------------------------------
+    def _learner_readout(self, m):
+        """LEARNER_ADDR reads one learner entry into LEARNER_KEY / LEARNER_COUNT: returns
+        STATUS.learner_valid."""
+        csr, learner = self.csr, self.learner
         # The address write is registered on its way from the CSRs to the learner (timing).
         read_wait = Signal(range(READ_LATENCY + 2))
         learner_valid = Signal()
@@ -505,8 +526,12 @@ class HotlineAccelerator(wiring.Component):
                              learner_valid.eq(1)]
         with m.If(csr.learner_addr_stb):  # last: a new request hides an earlier one's end
             m.d.sync += learner_valid.eq(0)
+        return learner_valid
 
-        # ---- status, errors, counters ---------------------------------------------------
+    def _status(self, m, cam_fifos, learner_valid, soft, clear_counters):
+        """STATUS, ERROR_CAUSE and the counters; ``cam_fifos``: `_cam_port`'s."""
+        csr, dma, frag, learner = self.csr, self.dma, self.fragmenter, self.learner
+        cmd_f, resp_f, moves_f = cam_fifos
         running_scatter = Signal()
         with m.If(dma.cmd.valid & dma.cmd.ready):
             m.d.sync += running_scatter.eq(dma.cmd.payload.scatter)
@@ -549,4 +574,3 @@ class HotlineAccelerator(wiring.Component):
         }
         for name, value in counters.items():
             m.d.comb += getattr(csr, name).eq(value)
-        return core
