@@ -154,13 +154,10 @@ class EmbeddingBagCollection(nn.Module):
                                    f"{placement.width} floats given; the tables need {rows} rows "
                                    f"of {self.layout.floats}")
             return placement
-        if placement == "hotline" and self._ranks is not None:
-            raise HotlineError("placement 'hotline' is not data-parallel yet (use 'host' or "
-                               "'device' under torch.distributed)")
         if placement == "hotline":
             from .hotline_store import HotlineStore  # lazy: the Device API, only for this placement
             return HotlineStore(rows, self.layout, device_url=device_url,
-                                torch_device=self._device, **options)
+                                torch_device=self._device, ranks=self._ranks, **options)
         if placement not in PLACEMENTS:
             raise HotlineError(f"placement {placement!r}: expected one of {', '.join(PLACEMENTS)}")
         if options:

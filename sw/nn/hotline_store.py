@@ -36,6 +36,7 @@ import torch
 from hotline.contract.config import PRODUCT, AcceleratorConfig
 from hotline.contract.errors import HotlineError
 from hotline.contract.keys import MAX_ROWS, ROW_BITS
+from hotline.host.device import LearnerReadout
 from hotline.host.device import open as open_device
 from hotline.model.device_model import HotIndex
 from hotline.model.planner import exact_hot_set
@@ -43,7 +44,7 @@ from hotline.model.planner import exact_hot_set
 from .hot_set import HotSetSchedule, parse_refresh
 from .stores import HostStore, RowStore
 
-__all__ = ["HotlineStore", "refresh_stale", "move_hot_rows"]
+__all__ = ["HotlineStore", "refresh_stale", "move_hot_rows", "merged_readout"]
 
 
 def refresh_stale(rows, keys, prev) -> None:
@@ -81,6 +82,18 @@ def move_hot_rows(hot_table, old, new, read, write, read_always=False) -> tuple[
     if (~held).any() or read_always:
         hot_table[index(new.slots[~held])] = read(new.keys[~held])
     return int(leave.sum()), int((~held).sum())
+
+
+def merged_readout(ranks, readout) -> LearnerReadout:
+    """Data parallel: the learners of every rank (each counted its shards) as one: counts
+    summed per key, on every rank, so every rank loads the same set (a collective)."""
+    valid = readout.counts > 0
+    keys, counts = ranks.all_sum(
+        readout.keys[valid].astype(np.int64),
+        torch.from_numpy(readout.counts[valid].astype(np.float64)[:, None]))
+    counted, dropped = ranks.sum([readout.counted, readout.dropped])
+    return LearnerReadout(keys.astype(np.uint32), counts[:, 0].numpy().astype(np.uint64),
+                          int(counted), int(dropped))
 
 
 @dataclass
@@ -128,8 +141,10 @@ class HotlineStore(RowStore):
     def __init__(self, table_rows, layout, *, device_url="model://", torch_device="cpu",
                  hot_rows=None, hot_keys=None, hot_set="exact", profile_batches=None,
                  learn_window=None, refresh="off", batch_lookups=PRODUCT.cold_max_keys,
-                 batch_size=PRODUCT.max_batch_samples, banks=2, device_options=None):
+                 batch_size=PRODUCT.max_batch_samples, banks=2, device_options=None,
+                 ranks=None):
         self.width, self.device = layout.floats, torch.device(torch_device)
+        self.ranks = ranks
         self.layout, self.url = layout, device_url
         self.table_rows = np.asarray([int(r) for r in table_rows], np.int64)
         if hot_set not in ("exact", "learn"):
@@ -149,6 +164,10 @@ class HotlineStore(RowStore):
                 raise HotlineError("hot_set 'exact' needs hot_keys or profile_batches >= 1 "
                                    "(the batches whose exact top hot_rows keys become hot)")
             self.profile_batches = int(profile_batches)
+            if ranks is not None:
+                raise HotlineError("hot_set 'exact' from profile_batches is per rank; under "
+                                   "several ranks give hot_keys (planned from every rank's "
+                                   "lookups) or hot_set 'learn'")
         learns = hot_set == "learn" or kind != "off"
         window = int(learn_window or profile_batches or 0)
         if learns and window < 1:
@@ -192,9 +211,14 @@ class HotlineStore(RowStore):
         """The tables in a `HostStore` and the staging banks after them, in the same host
         memory (the device's DMA reaches both)."""
         staging = self.banks * self.slots * layout.nbytes
-        self.host = HostStore(self.table_rows, layout, extra_bytes=staging)
+        world, rank = (1, 0) if self.ranks is None else (self.ranks.world, self.ranks.rank)
+        align = HostStore.alignment(layout)
+        self.host = HostStore(self.table_rows, layout, self.device, ranks=self.ranks,
+                              extra_bytes=-(-staging // align) * align * world)
         self.memory, self.windows = self.host.memory, self.host.windows
-        self.staging_window = self.memory.alloc(staging, self.host.align, name="staging")
+        # data parallel: a staging window per rank, each rank's device gathers into its own
+        self.staging_window = [self.memory.alloc(staging, align, name=f"staging{r}")
+                               for r in range(world)][rank]
         self.host_rows, self.row_base = self.host.host_rows, self.host.row_base
         self.staging_row0 = self.staging_window.base // layout.nbytes
 
@@ -203,11 +227,12 @@ class HotlineStore(RowStore):
 
     def _read(self, keys) -> torch.Tensor:
         self.totals["bytes_h2d"] += len(keys) * self.layout.nbytes
-        return torch.from_numpy(self.host_rows[self._rows_of(keys)]).to(self.device)
+        return self.host.read(self._rows_of(keys)).to(self.device)
 
     def _write(self, keys, rows) -> None:
+        """Rows every rank holds alike (hot rows leaving, a batch's host rows) to host memory."""
         self.totals["bytes_d2h"] += len(keys) * self.layout.nbytes
-        self.host_rows[self._rows_of(keys)] = rows
+        self.host.write_replicated(self._rows_of(keys), rows)
 
     def _staging(self, bank) -> np.ndarray:
         r0 = self.staging_row0 + bank * self.slots
@@ -309,6 +334,8 @@ class HotlineStore(RowStore):
 
     def _load_learned(self, step) -> None:
         readout = self.dev.learner_stop()
+        if self.ranks is not None:
+            readout = merged_readout(self.ranks, readout)
         self._learning = False
         self._migrate(readout.top(self.hot_rows), "learned")
         self.schedule.loaded(step)
@@ -316,9 +343,14 @@ class HotlineStore(RowStore):
     def _migrate(self, keys, source) -> None:
         """Change the hot set to ``keys`` with nothing in flight."""
         self.dev.drain()   # every scatter done: host memory holds every cold row
+        if self.ranks is not None:
+            self.ranks.barrier()   # every rank's
         old = self.placement
         new = self.dev.update_hot_set(keys)
-        left, entered = move_hot_rows(self.hot_table, old, new, self._read, self._write)
+        left, entered = move_hot_rows(self.hot_table, old, new, self._read, self._write,
+                                      read_always=self.host.split_rows)
+        if self.ranks is not None:
+            self.ranks.barrier()   # the rows that left are in host memory before any gather
         self.loads.append({"step": self.step, "source": source, "keys": int(len(keys)),
                            "held": int(len(new.keys)), "left": left, "entered": entered})
         self.placement, self.prev, self._index = new, None, None
@@ -443,16 +475,21 @@ class HotlineStore(RowStore):
         self._cur = g
         return out
 
-    def scatter(self, keys, rows) -> None:
+    def _gathered(self, what, keys, rows) -> "_Gathered":
+        """The batch gathered last, checked against the ``keys`` and ``rows`` given back."""
         g = self._cur
         if g is None:
-            raise HotlineError("scatter: no batch gathered")
+            raise HotlineError(f"{what}: no batch gathered")
         k = keys.detach().cpu().numpy() if torch.is_tensor(keys) else np.asarray(keys)
         if len(k) != len(g.keys) or not np.array_equal(k, g.keys):
-            raise HotlineError("scatter: the keys are not the last gather's")
+            raise HotlineError(f"{what}: the keys are not the last gather's")
         if tuple(rows.shape) != (len(g.keys), self.width):
-            raise HotlineError(f"scatter: rows of shape {tuple(rows.shape)} for "
+            raise HotlineError(f"{what}: rows of shape {tuple(rows.shape)} for "
                                f"{len(g.keys)} keys of width {self.width}")
+        return g
+
+    def scatter(self, keys, rows) -> None:
+        g = self._gathered("scatter", keys, rows)
         rows = rows.detach().to(self.device)
         if len(g.hot_pos):
             self.hot_table.index_copy_(0, g.hot_slots, rows.index_select(0, g.hot_pos))
@@ -471,10 +508,48 @@ class HotlineStore(RowStore):
             self._write(g.cold_keys[g.extra], new[g.extra])
             self.totals["host_rows"] += int(g.extra.sum())
         self.totals["cold_rows"] += len(g.cold_keys)
-        self.prev = (g.cold_keys, new)
-        self._cur = None
+        self._done(g, (g.cold_keys, new))
+
+    def update(self, keys, rows, grad, optimizer) -> int:
+        """Data parallel: the hot replicas get the gradient of every slot any rank touched,
+        summed over the ranks (`Ranks.all_sum`); each cold row is updated once, by its owner
+        (`Ranks.owner_sum`; the row travels with its gradient), which writes it through its
+        device's scatter (waited for: no rank gathers an older row after); every rank keeps
+        the step's updated cold rows for `refresh_stale`. One optimizer step for both."""
+        if self.ranks is None:
+            return super().update(keys, rows, grad, optimizer)
+        g, r = self._gathered("update", keys, rows), self.ranks
+        rows, grad, d = rows.detach(), grad.detach(), grad.shape[1]
+        hot_grad = grad.index_select(0, g.hot_pos.to(grad.device)).cpu()
+        slots, hot_grad = r.all_sum(g.hot_slots.cpu().numpy(), hot_grad,
+                                    universe=len(self.hot_table))
+        cp = g.cold_pos.to(grad.device)
+        cold = torch.cat([grad.index_select(0, cp), rows.index_select(0, cp)], 1).cpu()
+        mine, both = r.owner_sum(g.cold_keys.astype(np.int64), cold,
+                                 first=slice(d, d + self.width), where=self._rows_of(g.cold_keys))
+        hot_idx = self._index_tensor(slots)
+        stepped = torch.cat([self.hot_table.index_select(0, hot_idx), both[:, d:].to(self.device)])
+        optimizer.apply(stepped, torch.cat([hot_grad, both[:, :d]]).to(self.device))
+        self.hot_table.index_copy_(0, hot_idx, stepped[:len(slots)])
+        new = stepped[len(slots):].cpu().numpy()
+        for lo in range(0, len(mine), self.slots):   # this rank's rows, a bank at a time
+            part = mine[lo:lo + self.slots].astype(np.uint32)
+            self._staging(g.bank)[:len(part)] = new[lo:lo + self.slots]
+            self.dev.scatter(g.bank, part, wait=True)
+        self.totals["bytes_d2h"] += len(mine) * self.layout.nbytes
+        self.totals["cold_rows"] += len(g.cold_keys)
+        k, rows_all = r.all_sum(mine, torch.from_numpy(new), kind="cold")
+        self._done(g, (k.astype(np.uint32), rows_all.numpy()))
+        return len(mine)
+
+    def _done(self, g, prev) -> None:
+        """A batch's write-back is done: ``prev`` (sorted keys, rows) fixes the next batch's
+        stale rows; the hot-set schedule sees the batch (data parallel: every rank's)."""
+        self.prev, self._cur = prev, None
         if self.schedule is not None:
-            self.schedule.observe(self.step, *g.counts)
+            counts = g.counts if self.ranks is None else \
+                tuple(int(v) for v in self.ranks.sum(list(g.counts)))
+            self.schedule.observe(self.step, *counts)
         self.step += 1
 
     # -- tables -------------------------------------------------------------------------
@@ -507,7 +582,7 @@ class HotlineStore(RowStore):
         self._recall()   # the prefetched batch gathered the rows before
         self.dev.drain()
         rows = rows.detach().to("cpu", torch.float32)
-        self.host.table_view(t)[:] = rows.numpy()
+        self.host.write_table(t, rows)
         r, slots = self._hot_of(t)
         if len(r):
             self.hot_table[self._index_tensor(slots)] = rows[torch.from_numpy(r)].to(self.device)

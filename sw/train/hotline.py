@@ -14,11 +14,11 @@ import torch
 
 from hotline.contract.config import AcceleratorConfig, max_batch_lookups
 from hotline.contract.errors import HotlineError
-from hotline.host.device import Device, LearnerReadout
+from hotline.host.device import Device
 from hotline.host.device import open as open_device
 from hotline.model.planner import exact_hot_set, profile_samples
 from hotline.nn.hot_set import HotSetSchedule
-from hotline.nn.hotline_store import move_hot_rows, refresh_stale
+from hotline.nn.hotline_store import merged_readout, move_hot_rows, refresh_stale
 from hotline.nn.stores import HostStore
 
 from .placement import Placement, StepRows, host_store, read_tables, write_tables
@@ -313,7 +313,7 @@ class HotlinePlacement(Placement):
         start = self.schedule.start
         readout = self.device.learner_stop()
         if self.run.ranks is not None:
-            readout = self.merged(readout)
+            readout = merged_readout(self.run.ranks, readout)
         new = readout.top(self.hot_target)
         window = np.concatenate([self.run.batch_arrays(*self.run.batch_range(g % self.run.num_batches()))[0]
                                  for g in range(start, step)])
@@ -326,17 +326,6 @@ class HotlinePlacement(Placement):
             "exact_coverage": float(best), "coverage_ratio": float(learned / best) if best else 1.0,
             "learner_counted": readout.counted, "learner_dropped": readout.dropped})
         self.schedule.loaded(step)
-
-    def merged(self, readout) -> LearnerReadout:
-        """Data-parallel: the learners of every rank (each counted its shards) as one: counts
-        summed per key, on every rank, so every rank loads the same set."""
-        valid = readout.counts > 0
-        keys, counts = self.run.ranks.all_sum(
-            readout.keys[valid].astype(np.int64),
-            torch.from_numpy(readout.counts[valid].astype(np.float64)[:, None]))
-        counted, dropped = self.run.ranks.sum([readout.counted, readout.dropped])
-        return LearnerReadout(keys.astype(np.uint32), counts[:, 0].numpy().astype(np.uint64),
-                              int(counted), int(dropped))
 
     def migrate(self, keys) -> None:
         """Change the hot set to ``keys`` in place (`Device.update_hot_set`), moving rows so
