@@ -39,7 +39,8 @@ from .bram import BucketTable
 from .lib.onehot import lowest_one_hot, one_hot_select
 from .lib.replica import replica
 
-__all__ = ["AccessLearner", "READ_LATENCY", "WINDOW", "entry_layout", "readout_layout"]
+__all__ = ["AccessLearner", "LearnerCompare", "LearnerFront", "LearnerReadout", "LearnerUpdate",
+           "READ_LATENCY", "WINDOW", "entry_layout", "readout_layout"]
 
 # WINDOW: keys in flight between a key's bucket read and its write-back; the hazard window may
 # not be shorter (see AccessLearner's timing notes). The model uses the same contract value.
@@ -55,6 +56,368 @@ def entry_layout(key_bits, count_bits):
 
 def readout_layout(key_bits, count_bits):
     return data.StructLayout({"valid": 1, "key": key_bits, "count": count_bits})
+
+
+def _stage(m, clear, name, valid, **fields):
+    """Pipeline registers ``name_valid`` (loaded with ``valid`` and cancelled by ``clear``;
+    ``valid`` None: the caller drives it) and ``name_<field>``, loaded every cycle (no reset:
+    the reset net reaches the valid bits only)."""
+    regs = SimpleNamespace(valid=Signal(name=f"{name}_valid"))
+    if valid is not None:
+        m.d.sync += regs.valid.eq(valid & ~clear)
+    for field, value in fields.items():
+        setattr(regs, field, Signal.like(value, name=f"{name}_{field}", reset_less=True))
+        m.d.sync += getattr(regs, field).eq(value)
+    return regs
+
+
+def _pairs(ways):
+    """The way pairs (w, v), v < w, whose counts the learner compares."""
+    return [(w, v) for w in range(ways) for v in range(w)]
+
+
+def verdict_signature(key_bits, bucket_bits):
+    """A key at its verdict (`LearnerFront` -> `LearnerCompare`): ``drop`` by the hazard rule."""
+    return wiring.Signature({"valid": Out(1), "key": Out(key_bits), "bucket": Out(bucket_bits),
+                             "drop": Out(1)})
+
+
+def compared_signature(ways, key_bits, bucket_bits, count_bits):
+    """A key with its bucket word compared (`LearnerCompare` -> `LearnerUpdate`): ``fwd``
+    one-hot of the youngest of the WINDOW keys ahead that update its bucket (0: none), ``hits``
+    its ways holding the key, ``lower`` per way pair (w, v) of `_pairs` whether w's count is
+    below v's, ``counts`` the ways' counts side by side and ``full`` whether each is all ones."""
+    return wiring.Signature({
+        "valid": Out(1), "key": Out(key_bits), "bucket": Out(bucket_bits), "fwd": Out(WINDOW),
+        "hits": Out(ways), "lower": Out(len(_pairs(ways))), "counts": Out(ways * count_bits),
+        "full": Out(ways)})
+
+
+def ahead_signature(bucket_bits):
+    """The updates that `LearnerCompare` checks beside its own: those in s7, r1 and r2."""
+    return wiring.Signature({"valid": Out(3), "bucket": Out(bucket_bits).array(3)})
+
+
+class LearnerFront(wiring.Component):
+    """Stages s1..s3: the tapped keys, their count, hash and bucket read, and the hazard rule.
+
+    Ports: ``lookups`` In stream (``ready`` always 1); ``active`` In: a key transferred while
+    it is 1 is counted; ``clear`` In: cancels the keys in s1..s3 and forgets the hazard
+    window; ``host_bucket`` In: the readout's bucket, which gets the read port in every cycle
+    s1 is empty; ``read_bucket`` Out, one register per way: the tables' read address; ``o``
+    Out(`verdict_signature`): the key in s3 and its verdict; ``counted``, ``dropped`` Out(32)
+    (zeroed by ``clear``); ``busy`` Out: a key in s1..s3.
+
+    Latency: a key transferred in cycle t is hashed in t+1, its bucket is on ``read_bucket``
+    in t+2 (and compared with the last WINDOW keys then), and it is on ``o`` with its verdict
+    in t+3; ``dropped`` counts it in t+4. Throughput: one key per cycle; no backpressure.
+    """
+
+    def __init__(self, hash, ways):
+        self.hash = hash
+        key_bits, bucket_bits = hash.key_bits, hash.out_bits
+        super().__init__({
+            "lookups": In(stream.Signature(key_bits)),
+            "active": In(1), "clear": In(1), "host_bucket": In(bucket_bits),
+            "read_bucket": Out(bucket_bits).array(ways),
+            "o": Out(verdict_signature(key_bits, bucket_bits)),
+            "counted": Out(32), "dropped": Out(32), "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        clear, o = self.clear, self.o
+        m.d.comb += self.lookups.ready.eq(1)
+        with m.If(clear):
+            m.d.sync += self.counted.eq(0)
+        with m.Elif(self.lookups.valid & self.active):
+            m.d.sync += self.counted.eq(self.counted + 1)
+
+        # t+1: the counted key and its bucket (hashed from the input port, so only flip-flops
+        # drive the read address below: timing).
+        # Its valid is the AND of two registers, the input's valid and whether it is taken
+        # (timing: the valid comes late, through the accelerator's lookup handshake, and went
+        # through two LUTs here to s1_valid).
+        s1 = _stage(m, clear, "s1", None, key=self.lookups.payload,
+                    bucket=self.hash.expr(self.lookups.payload))
+        s1_in, s1_open = Signal(name="s1_in"), Signal(name="s1_open")
+        m.d.sync += [s1_in.eq(self.lookups.valid), s1_open.eq(self.active & ~clear)]
+        m.d.comb += s1.valid.eq(s1_in & s1_open)
+
+        # t+2: the bucket addresses the read port (the host readout borrows the port whenever
+        # the stage is empty) and is checked against the last WINDOW counted keys.
+        s2 = _stage(m, clear, "s2", s1.valid, key=s1.key, bucket=s1.bucket)
+        # The read address is chosen a cycle ahead: it reaches the block RAMs straight from a
+        # flip-flop.
+        read_addr = [replica(len(s1.bucket), f"read_addr{w}") for w in range(len(self.read_bucket))]
+        m.d.sync += [a.eq(Mux(s1.valid, s1.bucket, self.host_bucket)) for a in read_addr]
+        m.d.comb += [port.eq(a) for port, a in zip(self.read_bucket, read_addr)]
+
+        history = [SimpleNamespace(valid=Signal(name=f"hist{d}_valid"),
+                                   bucket=Signal(len(s2.bucket), name=f"hist{d}_bucket",
+                                                 reset_less=True),
+                                   key=Signal(len(s2.key), name=f"hist{d}_key", reset_less=True))
+                   for d in range(WINDOW)]
+        with m.If(clear):
+            m.d.sync += [h.valid.eq(0) for h in history]
+        with m.Elif(s2.valid):
+            for newer, older in zip([s2] + history, history):
+                m.d.sync += [older.valid.eq(newer.valid), older.bucket.eq(newer.bucket),
+                             older.key.eq(newer.key)]
+        same_bucket = Cat(h.valid & (h.bucket == s2.bucket) for h in history)
+        other_key = Cat(h.key != s2.key for h in history)
+
+        # t+3: the hazard verdict, and (in `LearnerCompare`) which of the updates the read
+        # misses hit this bucket.
+        s3 = _stage(m, clear, "s3", s2.valid, key=s2.key, bucket=s2.bucket,
+                    same_bucket=same_bucket, other_key=other_key)
+        drop = (s3.same_bucket & s3.other_key).any()
+        with m.If(clear):
+            m.d.sync += self.dropped.eq(0)
+        with m.Elif(s3.valid & drop):
+            m.d.sync += self.dropped.eq(self.dropped + 1)
+        m.d.comb += [o.valid.eq(s3.valid), o.key.eq(s3.key), o.bucket.eq(s3.bucket),
+                     o.drop.eq(drop), self.busy.eq(Cat(s1.valid, s2.valid, s3.valid).any())]
+        return m
+
+
+class LearnerCompare(wiring.Component):
+    """Stages s4..s6: the bucket word's key and count compares, and the forward choice.
+
+    Ports: ``i`` In(`verdict_signature`): the key in s3 (it goes on only if not dropped);
+    ``ahead`` In(`ahead_signature`): the keys in s7, r1 and r2 (`LearnerUpdate`); ``early``
+    In(ArrayLayout(entry, ways)): the bucket word at the block RAMs' output registers, a cycle
+    after ``i``; ``word`` In: the same word a cycle later (the tables' fabric register);
+    ``clear`` In: cancels the keys in s4..s6; ``o`` Out(`compared_signature`): the key in s6;
+    ``busy`` Out: a key in s4..s6.
+
+    Latency: a key on ``i`` in cycle u is on ``o`` in u+3, with ``fwd`` one-hot of the
+    youngest key ahead of it (in s4, s5, s6 or ``ahead``, in cycle u) in its bucket.
+    Throughput: one key per cycle; no backpressure.
+    """
+
+    def __init__(self, ways, key_bits, count_bits, bucket_bits):
+        self.ways, self.count_bits = ways, count_bits
+        entry = entry_layout(key_bits, count_bits)
+        super().__init__({
+            "i": In(verdict_signature(key_bits, bucket_bits)),
+            "ahead": In(ahead_signature(bucket_bits)),
+            "early": In(data.ArrayLayout(entry, ways)),
+            "word": In(data.ArrayLayout(entry, ways)),
+            "clear": In(1),
+            "o": Out(compared_signature(ways, key_bits, bucket_bits, count_bits)),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        ways, count_bits, i, early, word = self.ways, self.count_bits, self.i, self.early, self.word
+        key_bits = len(i.key)
+        # Stages 4..7 carry "valid" only for keys that will write (not dropped).
+        in_flight = Signal(WINDOW)   # one-hot of the youngest; driven below
+        s4 = _stage(m, self.clear, "s4", i.valid & ~i.drop, key=i.key, bucket=i.bucket,
+                    fwd=in_flight)
+        # t+4: the table's registers carry the word away from the block RAM.
+        s5 = _stage(m, self.clear, "s5", s4.valid, key=s4.key, bucket=s4.bucket, fwd=s4.fwd)
+
+        # t+4: the bucket word at the block RAMs' output registers (``early``): the equality of
+        # each key byte, and the pairwise compares of the counts' halves, registered (timing:
+        # whole key and count compares from the word in t+5 were critical paths at every
+        # seed). Each way compares with its own copy of the key (timing: one register fanned
+        # out to the compares beside all the ways' block RAMs).
+        match_key = [replica(key_bits, f"s4_key{w}") for w in range(ways)]
+        m.d.sync += [k.eq(i.key) for k in match_key]
+        parts = [(lo, min(lo + 8, key_bits)) for lo in range(0, key_bits, 8)]
+        key_parts = [Signal(len(parts), name=f"s5_key_parts{w}") for w in range(ways)]
+        m.d.sync += [key_parts[w].eq(Cat(early[w].key[lo:hi] == match_key[w][lo:hi]
+                                         for lo, hi in parts)) for w in range(ways)]
+        pairs = _pairs(ways)
+        half = count_bits // 2
+        # per pair (w, v): high half of w's count below v's, high halves equal, low half below
+        halves = Signal(3 * len(pairs), name="s5_count_halves")
+        m.d.sync += halves.eq(Cat(
+            Cat(early[w].count[half:] < early[v].count[half:],
+                early[w].count[half:] == early[v].count[half:],
+                early[w].count[:half] < early[v].count[:half]) for w, v in pairs))
+
+        # t+5: the bucket word; hits and every pairwise count comparison, registered (timing:
+        # the minimum's AND after the compares' carry chains was a critical path).
+        hits = Cat(word[w].valid & key_parts[w].all() for w in range(ways))
+        below = [halves[3 * p] | halves[3 * p + 1] & halves[3 * p + 2] for p in range(len(pairs))]
+        # Every count travels with its flag "all ones" (``full``), found beside the compares
+        # here and kept up to date with each increment, so a saturating increment needs no
+        # all-ones test in front of its carry chain (timing: that was the loop through r1).
+        s6 = _stage(m, self.clear, "s6", s5.valid, key=s5.key, bucket=s5.bucket, fwd=s5.fwd,
+                    hits=hits, lower=Cat(below),
+                    counts=Cat(word[w].count for w in range(ways)),
+                    full=Cat(word[w].count.all() for w in range(ways)))
+
+        # Back in t+3: the key d places ahead of the one on ``i`` is in stage 3 + d, and will
+        # hold its result in r(d - 1) when this key reaches stage 7.
+        ahead = ([(s.valid, s.bucket) for s in (s4, s5, s6)]
+                 + list(zip(self.ahead.valid, self.ahead.bucket)))
+        m.d.comb += in_flight.eq(lowest_one_hot([v & (b == i.bucket) for v, b in ahead]))
+        m.d.comb += [getattr(self.o, name).eq(getattr(s6, name)) for name in self.o.signature.members]
+        m.d.comb += self.busy.eq(Cat(s4.valid, s5.valid, s6.valid).any())
+        return m
+
+
+class LearnerUpdate(wiring.Component):
+    """Stages s7 and r1..r6 and the write-back: the way chosen and its count + 1 (or the
+    forwarded count + 1), written to the tables; and the wipe of a clear.
+
+    Ports: ``i`` In(`compared_signature`): the key in s6; ``clear`` In: cancels the keys in
+    s7..r6 and wipes the tables; ``write_bucket`` Out, one register per way, ``write_en``
+    Out(ways), ``write_data`` Out(entry): the tables' write port, from registers;
+    ``clearing`` Out: the wipe runs (``buckets`` cycles from the cycle after ``clear``, one
+    bucket each; ``clear`` during it restarts it); ``ahead`` Out(`ahead_signature`): the keys
+    in s7, r1 and r2; ``busy`` Out: a key in s7 or r1.
+
+    Latency: a key on ``i`` in cycle u is written in u+2 (its write port registers loaded at
+    the end of u+1): s7 selects the way (the hit, else the lowest minimum count) and its count
+    in u, r1 holds count + 1 (saturating) in u+1. A key whose ``fwd`` bit d is set takes the
+    way and count + 1 of the key d + 1 places ahead (in r(d+1) when it reaches s7), the
+    only one-cycle loop. Throughput: one key per cycle; no backpressure.
+    """
+
+    def __init__(self, ways, key_bits, count_bits, buckets):
+        self.ways, self.count_bits, self.buckets = ways, count_bits, buckets
+        bucket_bits = exact_log2(buckets)
+        super().__init__({
+            "i": In(compared_signature(ways, key_bits, bucket_bits, count_bits)),
+            "clear": In(1),
+            "write_bucket": Out(bucket_bits).array(ways),
+            "write_en": Out(ways),
+            "write_data": Out(entry_layout(key_bits, count_bits)),
+            "clearing": Out(1),
+            "ahead": Out(ahead_signature(bucket_bits)),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        ways, count_bits, s6, clear = self.ways, self.count_bits, self.i, self.clear
+        # t+6: the minimum (one-hot, lowest way on ties), the way (the hit, else the minimum)
+        # and its count, both selected while the hit test runs.
+        lower = dict(zip(_pairs(ways), s6.lower))
+        minimum = Cat(Cat([lower[w, v] for v in range(w)] +
+                          [~lower[v, w] for v in range(w + 1, ways)]).all()
+                      for w in range(ways))
+        hit = s6.hits.any()
+        counts = [s6.counts.word_select(w, count_bits) for w in range(ways)]
+        # A count forwarded in t+7 from r2..r6 is in r1..r5 now (the result registers shift
+        # every cycle): it is selected here, a cycle early, so the loop through r1 keeps only
+        # its own increment and a 2:1 select (timing). Driven below, once r1..r5 exist.
+        early, early_full = Signal(count_bits), Signal()
+        s7 = _stage(m, clear, "s7", s6.valid, key=s6.key, bucket=s6.bucket, fwd=s6.fwd,
+                    early=early, early_full=early_full, lanes=Mux(hit, s6.hits, minimum),
+                    count=Mux(hit, one_hot_select(s6.hits, counts),
+                              one_hot_select(minimum, counts)),
+                    full=Mux(hit, (s6.hits & s6.full).any(), (minimum & s6.full).any()))
+
+        # t+7: count + 1 (saturating) of the chosen entry, or of the youngest forwarded one.
+        # The result registers after r1 hold count + 1 already.
+        def plus_one(count, full):
+            """(count + 1 saturating, its full flag) of a count and its flag: saturation adds 0
+            to a full count, so no select follows the carry chain (a select on the carry out
+            fanned out to every bit: timing); the sum is full when count >= max - 1."""
+            return (count + ~full)[:count_bits], count[1:].all()
+
+        new_lanes, new_count, new_full = Signal(ways), Signal(count_bits), Signal()
+        results = [_stage(m, clear, "r1", s7.valid, bucket=s7.bucket, lanes=new_lanes,
+                          count=new_count, full=new_full)]
+        r1_next, r1_next_full = plus_one(results[0].count, results[0].full)
+        for d in range(2, WINDOW + 1):
+            prev = results[-1]
+            # Only r2 is still matched against a bucket (`ahead`); the last one's count is
+            # taken from the one before it (`early`).
+            fields = {"bucket": prev.bucket} if d == 2 else {}
+            if d < WINDOW:
+                fields["next"] = r1_next if d == 2 else prev.next
+                fields["next_full"] = r1_next_full if d == 2 else prev.next_full
+            results.append(_stage(m, clear, f"r{d}", prev.valid, lanes=prev.lanes, **fields))
+        forward = s7.fwd.any()
+        sources = Cat(s7.fwd, ~forward)
+        # The way written is one-hot throughout, in the result registers too (timing: a
+        # decode after, then in front of, the forward select was the longest path).
+        m.d.comb += [
+            new_lanes.eq(one_hot_select(sources, [r.lanes for r in results] + [s7.lanes])),
+            early.eq(one_hot_select(s6.fwd[1:],
+                                     [r1_next] + [r.next for r in results[1:WINDOW - 1]])),
+            early_full.eq(one_hot_select(
+                s6.fwd[1:], [r1_next_full] + [r.next_full for r in results[1:WINDOW - 1]])),
+            Cat(new_count, new_full).eq(Mux(s7.fwd[0], Cat(r1_next, r1_next_full),
+                                            Mux(s7.fwd[1:].any(), Cat(s7.early, s7.early_full),
+                                                Cat(*plus_one(s7.count, s7.full))))),
+        ]
+        r1, r2 = results[0], results[1]
+        m.d.comb += [self.ahead.valid.eq(Cat(s7.valid, r1.valid, r2.valid)),
+                     *(b.eq(s.bucket) for b, s in zip(self.ahead.bucket, (s7, r1, r2))),
+                     self.busy.eq(s7.valid | r1.valid)]
+        self._write_back(m, s7, new_lanes, new_count)
+        return m
+
+    def _write_back(self, m, s7, new_lanes, new_count):
+        """t+8: write-back. A clear cancels every key in flight, so the wipe owns the port. The
+        write address, enables and data are chosen a cycle ahead and the wipe's zero entry is
+        a reset of the data register: the block RAMs (8 x ways of them, spread out) get the
+        write port straight from flip-flops. The data register is a copy of r1's key and count
+        (timing: r1's count, in the increment loop, was pulled towards the RAMs)."""
+        clear, buckets = self.clear, self.buckets
+        wipe_addr = Signal(exact_log2(buckets))
+        wipe_last = Signal()   # wipe_addr == buckets - 1, from a register (timing)
+        with m.If(clear):
+            m.d.sync += [self.clearing.eq(1), wipe_addr.eq(0), wipe_last.eq(buckets == 1)]
+        with m.Elif(self.clearing):
+            m.d.sync += [wipe_addr.eq(wipe_addr + 1),
+                         wipe_last.eq(wipe_addr == buckets - 2 if buckets > 1 else 0)]
+            with m.If(wipe_last):
+                m.d.sync += self.clearing.eq(0)
+        wiping = clear | (self.clearing & ~wipe_last)   # clearing in the next cycle
+        write_key = replica(len(s7.key), "write_key")
+        write_count = replica(self.count_bits, "write_count")
+        m.d.sync += [write_key.eq(s7.key), write_count.eq(new_count)]
+        with m.If(wiping):
+            m.d.sync += [write_key.eq(0), write_count.eq(0)]
+        write_addr = [replica(len(wipe_addr), f"write_addr{w}") for w in range(self.ways)]
+        m.d.sync += [
+            *(a.eq(Mux(wiping, Mux(clear, 0, wipe_addr + 1), s7.bucket)) for a in write_addr),
+            self.write_en.eq(Mux(wiping, 2**self.ways - 1, Mux(s7.valid & ~clear, new_lanes, 0))),
+        ]
+        written_valid = Signal()
+        m.d.sync += written_valid.eq(~wiping)  # every count written is >= 1
+        m.d.comb += [self.write_data.eq(Cat(write_key, write_count, written_valid)),
+                     *(port.eq(a) for port, a in zip(self.write_bucket, write_addr))]
+
+
+class LearnerReadout(wiring.Component):
+    """The host readout of one entry: ``way`` In (the way of the address whose bucket
+    `LearnerFront` puts on the read port), ``word`` In(ArrayLayout(entry, ways)): the tables'
+    read word, ``entry`` Out(readout_layout).
+
+    Latency: ``entry`` in cycle t+5 is way ``way`` of cycle t of the word of cycle t+4 (the
+    read address register and the tables' 3 cycles: the entry's bucket, read from ``t``, is
+    there then). Throughput: one entry per cycle; no backpressure.
+    """
+
+    def __init__(self, ways, key_bits, count_bits):
+        super().__init__({
+            "way": In(exact_log2(ways)),
+            "word": In(data.ArrayLayout(entry_layout(key_bits, count_bits), ways)),
+            "entry": Out(readout_layout(key_bits, count_bits)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        # The readout shares the table's registered read (its address registered first, so
+        # 4 cycles); selecting the entry and testing its count take the fifth.
+        read_way = [Signal(len(self.way), name=f"read_way{i}") for i in range(READ_LATENCY - 1)]
+        m.d.sync += [read_way[0].eq(self.way),
+                     *(later.eq(earlier) for earlier, later in zip(read_way, read_way[1:]))]
+        chosen = self.word[read_way[-1]]
+        m.d.sync += [self.entry.valid.eq(chosen.valid), self.entry.key.eq(chosen.key),
+                     self.entry.count.eq(chosen.count)]
+        return m
 
 
 class AccessLearner(wiring.Component):
@@ -99,7 +462,15 @@ class AccessLearner(wiring.Component):
     the hazard rule those of its bucket carry its own key, so it takes the youngest one's way
     and count + 1 (a forward from the write stage or the 5 result registers after it): the
     only one-cycle loop is that increment and select.
+
+    Stages (``STAGES``, each a ``wiring.Component`` whose docstring states its latency,
+    throughput and ports): `LearnerFront` (s1..s3: count, hash, read address, hazard
+    verdict), `LearnerCompare` (s4..s6: key and count compares, the forward choice),
+    `LearnerUpdate` (s7, r1..r6 and the write-back: way, count + 1, forwards, the clear's
+    wipe), `LearnerReadout` (the host's entry select). This block owns the tables and the
+    profiling window.
     """
+    STAGES = (LearnerFront, LearnerCompare, LearnerUpdate, LearnerReadout)
 
     def __init__(self, *, buckets=2048, ways=8, key_bits=32, count_bits=32, seed=0,
                  hash_family="tabulation", primitive=None):
@@ -126,26 +497,26 @@ class AccessLearner(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        ways, way_bits, key_bits, count_bits = (self.ways, self.way_bits, self.key_bits,
-                                                self.count_bits)
-        bucket_bits = self.bucket_bits
+        ways, way_bits, bucket_bits = self.ways, self.way_bits, self.bucket_bits
+        m.submodules.front = front = LearnerFront(self.hash, ways)
+        m.submodules.compare = compare = LearnerCompare(ways, self.key_bits, self.count_bits,
+                                                        bucket_bits)
+        m.submodules.update = update = LearnerUpdate(ways, self.key_bits, self.count_bits,
+                                                     self.buckets)
+        m.submodules.readout = readout = LearnerReadout(ways, self.key_bits, self.count_bits)
 
-        # The forwards below cover every update the read cannot see, and no key uses a word
-        # read in the cycle its bucket is written. One table per way, each with its own copy
-        # of the address registers (`replica`; timing: one register driving the address pins
-        # of all 8 x ways block RAMs had 9-10 ns routes).
+        # The forwards cover every update the read cannot see, and no key uses a word read in
+        # the cycle its bucket is written. One table per way, each with its own copy of the
+        # address registers (the stages' `replica`s; timing: one register driving the address
+        # pins of all 8 x ways block RAMs had 9-10 ns routes).
         lanes = []
         for w in range(ways):
             m.submodules[f"table{w}"] = lane = BucketTable(
                 depth=self.buckets, ways=1, width=self.entry.size, primitive=self.primitive)
             lanes.append(lane)
-        read_addr = [replica(bucket_bits, f"read_addr{w}") for w in range(ways)]
-        write_addr = [replica(bucket_bits, f"write_addr{w}") for w in range(ways)]
-        write_en = Signal(ways)
-        write_data = Signal(self.entry)   # driven below
-        for w, lane in enumerate(lanes):
-            m.d.comb += [lane.read_addr.eq(read_addr[w]), lane.write_addr.eq(write_addr[w]),
-                         lane.write_en.eq(write_en[w]), lane.write_data.eq(write_data)]
+            m.d.comb += [lane.read_addr.eq(front.read_bucket[w]),
+                         lane.write_addr.eq(update.write_bucket[w]),
+                         lane.write_en.eq(update.write_en[w]), lane.write_data.eq(update.write_data)]
         word = data.ArrayLayout(self.entry, ways)(Cat(lane.read_data for lane in lanes))
         early = data.ArrayLayout(self.entry, ways)(Cat(lane.read_early for lane in lanes))
 
@@ -154,205 +525,25 @@ class AccessLearner(wiring.Component):
             m.d.sync += window.eq(0)
         with m.Elif(self.start):
             m.d.sync += window.eq(1)
+        wiring.connect(m, wiring.flipped(self.lookups), front.lookups)
+        wiring.connect(m, front.o, compare.i)
+        wiring.connect(m, compare.o, update.i)
+        wiring.connect(m, update.ahead, compare.ahead)
+        for stage in (front, compare, update):
+            m.d.comb += stage.clear.eq(self.clear)
+        busy = front.busy | compare.busy | update.busy
         m.d.comb += [
-            self.lookups.ready.eq(1),
             self.active.eq(window & ~self.clearing),
-        ]
-        take = self.lookups.valid & self.active
-        with m.If(self.clear):
-            m.d.sync += self.counted.eq(0)
-        with m.Elif(take):
-            m.d.sync += self.counted.eq(self.counted + 1)
-
-        def stage(name, valid, **fields):
-            """Pipeline registers ``name_valid`` (cancelled by a clear) and ``name_<field>``,
-            loaded every cycle (no reset: the reset net reaches the valid bits only)."""
-            regs = SimpleNamespace(valid=Signal(name=f"{name}_valid"))
-            if valid is not None:    # None: the caller drives ``valid``
-                m.d.sync += regs.valid.eq(valid & ~self.clear)
-            for field, value in fields.items():
-                setattr(regs, field, Signal.like(value, name=f"{name}_{field}", reset_less=True))
-                m.d.sync += getattr(regs, field).eq(value)
-            return regs
-
-        # t+1: the counted key and its bucket (hashed from the input port, so only flip-flops
-        # drive the read address below: timing).
-        # Its valid is the AND of two registers, the input's valid and whether it is taken
-        # (timing: the valid comes late, through the accelerator's lookup handshake, and went
-        # through two LUTs here to s1_valid).
-        s1 = stage("s1", None, key=self.lookups.payload,
-                   bucket=self.hash.expr(self.lookups.payload))
-        s1_in, s1_open = Signal(name="s1_in"), Signal(name="s1_open")
-        m.d.sync += [s1_in.eq(self.lookups.valid), s1_open.eq(self.active & ~self.clear)]
-        m.d.comb += s1.valid.eq(s1_in & s1_open)
-
-        # t+2: the bucket addresses the read port (the host readout borrows the port whenever
-        # the stage is empty) and is checked against the last WINDOW counted keys.
-        bucket = s1.bucket
-        s2 = stage("s2", s1.valid, key=s1.key, bucket=bucket)
-        # The read address is chosen a cycle ahead: it reaches the block RAMs straight from a
-        # flip-flop.
-        m.d.sync += [a.eq(Mux(s1.valid, bucket, self.read_addr[way_bits:])) for a in read_addr]
-
-        history = [SimpleNamespace(valid=Signal(name=f"hist{d}_valid"),
-                                   bucket=Signal(bucket_bits, name=f"hist{d}_bucket",
-                                                 reset_less=True),
-                                   key=Signal(key_bits, name=f"hist{d}_key", reset_less=True))
-                   for d in range(WINDOW)]
-        with m.If(self.clear):
-            m.d.sync += [h.valid.eq(0) for h in history]
-        with m.Elif(s2.valid):
-            for newer, older in zip([s2] + history, history):
-                m.d.sync += [older.valid.eq(newer.valid), older.bucket.eq(newer.bucket),
-                             older.key.eq(newer.key)]
-        same_bucket = Cat(h.valid & (h.bucket == s2.bucket) for h in history)
-        other_key = Cat(h.key != s2.key for h in history)
-
-        # t+3: the hazard verdict, and which of the updates the read misses (the WINDOW keys
-        # ahead, now in stages 4..9) hit this bucket.
-        s3 = stage("s3", s2.valid, key=s2.key, bucket=s2.bucket, same_bucket=same_bucket,
-                   other_key=other_key)
-        drop = (s3.same_bucket & s3.other_key).any()
-        with m.If(self.clear):
-            m.d.sync += self.dropped.eq(0)
-        with m.Elif(s3.valid & drop):
-            m.d.sync += self.dropped.eq(self.dropped + 1)
-
-        # Stages 4..7 carry "valid" only for keys that will write (not dropped).
-        in_flight = Signal(WINDOW)   # one-hot of the youngest; driven below
-        s4 = stage("s4", s3.valid & ~drop, key=s3.key, bucket=s3.bucket, fwd=in_flight)
-        # t+4: the table's registers carry the word away from the block RAM.
-        s5 = stage("s5", s4.valid, key=s4.key, bucket=s4.bucket, fwd=s4.fwd)
-
-        # t+4: the bucket word at the block RAMs' output registers (``read_early``): the
-        # equality of each key byte, and the pairwise compares of the counts' halves,
-        # registered (timing: whole key and count compares from the word in t+5 were critical
-        # paths at every seed). Each way compares with its own copy of the key (timing: one
-        # register fanned out to the compares beside all the ways' block RAMs).
-        match_key = [replica(key_bits, f"s4_key{w}") for w in range(ways)]
-        m.d.sync += [k.eq(s3.key) for k in match_key]
-        parts = [(lo, min(lo + 8, key_bits)) for lo in range(0, key_bits, 8)]
-        key_parts = [Signal(len(parts), name=f"s5_key_parts{w}") for w in range(ways)]
-        m.d.sync += [key_parts[w].eq(Cat(early[w].key[lo:hi] == match_key[w][lo:hi]
-                                         for lo, hi in parts)) for w in range(ways)]
-        pairs = [(w, v) for w in range(ways) for v in range(w)]
-        half = count_bits // 2
-        # per pair (w, v): high half of w's count below v's, high halves equal, low half below
-        halves = Signal(3 * len(pairs), name="s5_count_halves")
-        m.d.sync += halves.eq(Cat(
-            Cat(early[w].count[half:] < early[v].count[half:],
-                early[w].count[half:] == early[v].count[half:],
-                early[w].count[:half] < early[v].count[:half]) for w, v in pairs))
-
-        # t+5: the bucket word; hits and every pairwise count comparison, registered (timing:
-        # the minimum's AND after the compares' carry chains was a critical path).
-        hits = Cat(word[w].valid & key_parts[w].all() for w in range(ways))
-        below = [halves[3 * i] | halves[3 * i + 1] & halves[3 * i + 2] for i in range(len(pairs))]
-        # Every count travels with its flag "all ones" (``full``), found beside the compares
-        # here and kept up to date with each increment, so a saturating increment needs no
-        # all-ones test in front of its carry chain (timing: that was the loop through r1).
-        s6 = stage("s6", s5.valid, key=s5.key, bucket=s5.bucket, fwd=s5.fwd, hits=hits,
-                   lower=Cat(below),
-                   counts=Cat(word[w].count for w in range(ways)),
-                   full=Cat(word[w].count.all() for w in range(ways)))
-
-        # t+6: the minimum (one-hot, lowest way on ties), the way (the hit, else the minimum)
-        # and its count, both selected while the hit test runs.
-        lower = dict(zip(pairs, s6.lower))
-        minimum = Cat(Cat([lower[w, v] for v in range(w)] +
-                          [~lower[v, w] for v in range(w + 1, ways)]).all()
-                      for w in range(ways))
-        hit = s6.hits.any()
-        counts = [s6.counts.word_select(w, count_bits) for w in range(ways)]
-        # A count forwarded in t+7 from r2..r6 is in r1..r5 now (the result registers shift
-        # every cycle): it is selected here, a cycle early, so the loop through r1 keeps only
-        # its own increment and a 2:1 select (timing). Driven below, once r1..r5 exist.
-        early, early_full = Signal(count_bits), Signal()
-        s7 = stage("s7", s6.valid, key=s6.key, bucket=s6.bucket, fwd=s6.fwd, early=early,
-                   early_full=early_full, lanes=Mux(hit, s6.hits, minimum),
-                   count=Mux(hit, one_hot_select(s6.hits, counts),
-                             one_hot_select(minimum, counts)),
-                   full=Mux(hit, (s6.hits & s6.full).any(), (minimum & s6.full).any()))
-
-        # t+7: count + 1 (saturating) of the chosen entry, or of the youngest forwarded one.
-        # The result registers after r1 hold count + 1 already.
-        def plus_one(count, full):
-            """(count + 1 saturating, its full flag) of a count and its flag: saturation adds 0
-            to a full count, so no select follows the carry chain (a select on the carry out
-            fanned out to every bit: timing); the sum is full when count >= max - 1."""
-            return (count + ~full)[:count_bits], count[1:].all()
-
-        new_lanes, new_count, new_full = Signal(ways), Signal(count_bits), Signal()
-        results = [stage("r1", s7.valid, bucket=s7.bucket, lanes=new_lanes,
-                         count=new_count, full=new_full)]
-        r1_next, r1_next_full = plus_one(results[0].count, results[0].full)
-        for d in range(2, WINDOW + 1):
-            prev = results[-1]
-            # Only r2 is still matched against a bucket (see `ahead` below); the last one's
-            # count is taken from the one before it (`early`).
-            fields = {"bucket": prev.bucket} if d == 2 else {}
-            if d < WINDOW:
-                fields["next"] = r1_next if d == 2 else prev.next
-                fields["next_full"] = r1_next_full if d == 2 else prev.next_full
-            results.append(stage(f"r{d}", prev.valid, lanes=prev.lanes, **fields))
-        forward = s7.fwd.any()
-        sources = Cat(s7.fwd, ~forward)
-        # The way written is one-hot throughout, in the result registers too (timing: a
-        # decode after, then in front of, the forward select was the longest path).
-        m.d.comb += [
-            new_lanes.eq(one_hot_select(sources, [r.lanes for r in results] + [s7.lanes])),
-            early.eq(one_hot_select(s6.fwd[1:],
-                                     [r1_next] + [r.next for r in results[1:WINDOW - 1]])),
-            early_full.eq(one_hot_select(
-                s6.fwd[1:], [r1_next_full] + [r.next_full for r in results[1:WINDOW - 1]])),
-            Cat(new_count, new_full).eq(Mux(s7.fwd[0], Cat(r1_next, r1_next_full),
-                                            Mux(s7.fwd[1:].any(), Cat(s7.early, s7.early_full),
-                                                Cat(*plus_one(s7.count, s7.full))))),
-        ]
-
-        # Back in t+3: the key d places ahead of the one in stage 3 is in stage 3 + d, and
-        # will hold its result in results[d - 1] when this key reaches stage 7.
-        ahead = [s4, s5, s6, s7, results[0], results[1]]
-        m.d.comb += in_flight.eq(lowest_one_hot([a.valid & (a.bucket == s3.bucket) for a in ahead]))
-
-        # t+8: write-back. A clear cancels every key in flight, so the wipe owns the port. The
-        # write address, enables and data are chosen a cycle ahead and the wipe's zero entry
-        # is a reset of the data register: the block RAMs (8 x ways of them, spread out) get
-        # the write port straight from flip-flops. The data register is a copy of r1's key and
-        # count (timing: r1's count, in the increment loop, was pulled towards the RAMs).
-        wipe_addr = Signal(bucket_bits)
-        wipe_last = Signal()   # wipe_addr == buckets - 1, from a register (timing)
-        with m.If(self.clear):
-            m.d.sync += [self.clearing.eq(1), wipe_addr.eq(0), wipe_last.eq(self.buckets == 1)]
-        with m.Elif(self.clearing):
-            m.d.sync += [wipe_addr.eq(wipe_addr + 1),
-                         wipe_last.eq(wipe_addr == self.buckets - 2 if self.buckets > 1 else 0)]
-            with m.If(wipe_last):
-                m.d.sync += self.clearing.eq(0)
-        wiping = self.clear | (self.clearing & ~wipe_last)   # clearing in the next cycle
-        write_key = replica(key_bits, "write_key")
-        write_count = replica(count_bits, "write_count")
-        m.d.sync += [write_key.eq(s7.key), write_count.eq(new_count)]
-        with m.If(wiping):
-            m.d.sync += [write_key.eq(0), write_count.eq(0)]
-        m.d.sync += [
-            *(a.eq(Mux(wiping, Mux(self.clear, 0, wipe_addr + 1), s7.bucket)) for a in write_addr),
-            write_en.eq(Mux(wiping, 2**ways - 1, Mux(s7.valid & ~self.clear, new_lanes, 0))),
-        ]
-        r1, written_valid = results[0], Signal()
-        m.d.sync += written_valid.eq(~wiping)  # every count written is >= 1
-        m.d.comb += write_data.eq(Cat(write_key, write_count, written_valid))
-
-        busy = Cat(s.valid for s in (s1, s2, s3, s4, s5, s6, s7, r1)).any()
-        m.d.comb += self.idle.eq(~window & ~self.clearing & ~busy)
-        # The readout shares the table's registered read (its address registered first, so
-        # 4 cycles); selecting the entry and testing its count take the fifth.
-        read_way = [Signal(way_bits, name=f"read_way{i}") for i in range(READ_LATENCY - 1)]
-        m.d.sync += [read_way[0].eq(self.read_addr[:way_bits]),
-                     *(later.eq(earlier) for earlier, later in zip(read_way, read_way[1:]))]
-        m.d.sync += [
-            self.read_data.valid.eq(word[read_way[-1]].valid),
-            self.read_data.key.eq(word[read_way[-1]].key),
-            self.read_data.count.eq(word[read_way[-1]].count),
+            front.active.eq(self.active),
+            front.host_bucket.eq(self.read_addr[way_bits:]),
+            compare.early.eq(early),
+            compare.word.eq(word),
+            self.counted.eq(front.counted),
+            self.dropped.eq(front.dropped),
+            self.clearing.eq(update.clearing),
+            self.idle.eq(~window & ~self.clearing & ~busy),
+            readout.way.eq(self.read_addr[:way_bits]),
+            readout.word.eq(word),
+            self.read_data.eq(readout.entry),
         ]
         return m
