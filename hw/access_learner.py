@@ -273,11 +273,11 @@ class LearnerUpdate(wiring.Component):
     bucket each; ``clear`` during it restarts it); ``ahead`` Out(`ahead_signature`): the keys
     in s7, r1 and r2; ``busy`` Out: a key in s7 or r1.
 
-    Latency: a key on ``i`` in cycle u is written in u+2 (its write port registers loaded at
-    the end of u+1): s7 selects the way (the hit, else the lowest minimum count) and its count
-    in u, r1 holds count + 1 (saturating) in u+1. A key whose ``fwd`` bit d is set takes the
-    way and count + 1 of the key d + 1 places ahead (in r(d+1) when it reaches s7), the
-    only one-cycle loop. Throughput: one key per cycle; no backpressure.
+    Latency: a key on ``i`` in cycle u is on the write port in u+2: its way (the hit, else the
+    lowest minimum count) and that count are selected in u (into s7), count + 1 (saturating)
+    in u+1 (into r1 and the write port's registers). A key whose ``fwd`` bit d is set takes
+    instead the way and count + 1 of the key d + 1 places ahead (in r(d+1) when it is in s7):
+    the only one-cycle loop. Throughput: one key per cycle; no backpressure.
     """
 
     def __init__(self, ways, key_bits, count_bits, buckets):
@@ -395,9 +395,10 @@ class LearnerReadout(wiring.Component):
     `LearnerFront` puts on the read port), ``word`` In(ArrayLayout(entry, ways)): the tables'
     read word, ``entry`` Out(readout_layout).
 
-    Latency: ``entry`` in cycle t+5 is way ``way`` of cycle t of the word of cycle t+4 (the
-    read address register and the tables' 3 cycles: the entry's bucket, read from ``t``, is
-    there then). Throughput: one entry per cycle; no backpressure.
+    Latency: ``entry`` in cycle t+5 is way ``way`` (of cycle t) of the word of cycle t+4, in
+    the learner the bucket addressed in cycle t (1 cycle in `LearnerFront`'s read address
+    register, 3 in the tables), so READ_LATENCY = 5 in all. Throughput: one entry per cycle;
+    no backpressure.
     """
 
     def __init__(self, ways, key_bits, count_bits):
