@@ -1,5 +1,5 @@
 """The "hotline" placement (`hotline.nn.hotline_store.HotlineStore`, model:// device) against
-the "host" placement (`HostStore`, one CPU tensor) as the oracle: for sequences of batches,
+the "host" placement (`HostStore`, host memory) as the oracle: for sequences of batches,
 each gather returns exactly HostStore's rows and after the scatters every table equals
 HostStore's, bit for bit. The updates touch every float of a row, optimizer state included,
 so a row that loses its state or a write-back anywhere shows."""

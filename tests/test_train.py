@@ -301,12 +301,12 @@ def test_hot_keys_in_the_cam_stash_are_trained_in_range(monkeypatch):
     cfg = TrainConfig(mode="hotline", **{**SMALL, **kw})
     rep, trainer = train(data, cfg, keep=True)
     try:
-        emb = trainer.embedding
-        p, geometry = emb.placement, emb.acc_config
+        store = trainer.embedding.store
+        p, geometry = store.placement, store.config
         stashed = p.slots >= geometry.cam_entries
         assert stashed.sum() == 4 and not p.failed.size
         slots = geometry.cam_entries + geometry.cam_stash
-        assert emb.device.info()["hot_slots"] == slots == len(emb.hot_table)
+        assert store.dev.info()["hot_slots"] == slots == len(store.hot_table)
         assert p.slots.max() < slots
         tables = trainer.tables()
     finally:

@@ -160,9 +160,8 @@ def test_progress_labels_each_setup_phase_and_shows_the_eta_after_the_first_step
     assert labels == ["train (hotline): loading data", "train (hotline): building the model",
                       "train (hotline): planning the hot set",
                       f"train (hotline): initialising {rows:,} table rows in host memory",
-                      "train (hotline): opening the device (model://)",
-                      "train (hotline): loading 200 hot keys into the CAM",
-                      "train (hotline): copying the hot rows to the torch device"], labels
+                      "train (hotline): opening the device (model://), loading 200 hot keys "
+                      "into the CAM and their rows to the torch device"], labels
     # one frame per step after the bar's reset to 0 at the first step
     assert len(steps) == 1 + 9 and steps[0].startswith("train (hotline):   0%")
     eta = [bool(re.search(r"\[\d\d:\d\d<\d\d:\d\d", f)) for f in steps]

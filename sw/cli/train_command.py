@@ -104,9 +104,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
                      help="hot-set size as a fraction of the tables' rows (e.g. 0.1)")
     p.add_argument("--micro-batches", choices=("auto", "split", "fused"), default="auto",
                    help="hotline mode: the popular and non-popular micro-batches as two passes "
-                        "(split: on a GPU the first hides the cold rows' copy) or as one pass "
-                        "over the batch (fused); auto: split on cuda, fused on cpu. The same "
-                        "losses either way")
+                        "(split: the device's popular samples first) or as one pass over the "
+                        "batch (fused; auto is fused: a second pass through the MLPs costs "
+                        "more than it could hide). The same losses either way")
     p.add_argument("--profile-fraction", type=fraction, metavar="F",
                    help="plan (exact) or learn (learn) the hot set on the first ceil(F x train "
                         f"samples) (default 1.0 for exact, {LEARN_FRACTION} for learn)")

@@ -120,6 +120,7 @@ class _Gathered:
     slot_keys: np.ndarray   # the key of each staging slot used (the device's cold_keys)
     extra: np.ndarray       # bool per cold key: read and written by the host
     counts: tuple           # (hot lookups, lookups, popular samples, samples) on the device
+    popular: np.ndarray     # the samples whose every lookup is hot (the device's split)
 
 
 class HotlineStore(RowStore):
@@ -142,9 +143,11 @@ class HotlineStore(RowStore):
                  hot_rows=None, hot_keys=None, hot_set="exact", profile_batches=None,
                  learn_window=None, refresh="off", batch_lookups=PRODUCT.cold_max_keys,
                  batch_size=PRODUCT.max_batch_samples, banks=2, device_options=None,
-                 ranks=None):
+                 ranks=None, host=None, config=None, schedule=None, step=0):
         self.width, self.device = layout.floats, torch.device(torch_device)
         self.ranks = ranks
+        self.totals = dict.fromkeys(("lookups", "hot_lookups", "samples", "popular_samples",
+                                     "cold_rows", "host_rows", "bytes_h2d", "bytes_d2h"), 0)
         self.layout, self.url = layout, device_url
         self.table_rows = np.asarray([int(r) for r in table_rows], np.int64)
         if hot_set not in ("exact", "learn"):
@@ -172,49 +175,57 @@ class HotlineStore(RowStore):
         window = int(learn_window or profile_batches or 0)
         if learns and window < 1:
             raise HotlineError("a learned or refreshed hot set needs learn_window >= 1 batches")
-        self.config = AcceleratorConfig.for_workload(
+        self.config = config or AcceleratorConfig.for_workload(
             max(self.hot_rows, len(given) if given is not None else 0), batch_size,
             batch_lookups, learn=learns, distinct_keys=window * batch_lookups if learns else None)
         self.slots, self.banks = self.config.cold_max_keys, int(banks)
-        self._host(layout)
+        self._host(layout, host)
         self.dev = open_device(device_url, config=self.config, memory=self.memory,
                                **(device_options or {}))
         try:
             for t, w in enumerate(self.windows):
                 self.dev.set_table(t, w, int(self.table_rows[t]), layout.nbytes)
             self.dev.set_staging(self.staging_window, layout.nbytes, self.slots, self.banks)
-            first = given if given is not None else np.zeros(0, np.uint32)
-            self.placement = self.dev.load_hot_set(first)
+            self.hot_keys = given if given is not None else np.zeros(0, np.uint32)
+            self.placement = self.dev.load_hot_set(self.hot_keys)
         except BaseException:
             self.close()
             raise
         self.hot_table = torch.zeros(self.dev.info()["hot_slots"], self.width, device=self.device)
-        self.step = 0                  # batches scattered
+        if host is not None:   # tables already there: their hot rows to the hot table
+            p = self.placement
+            self.hot_table[self._index_tensor(p.slots)] = self._read(p.keys)
+        self.step = int(step)          # batches scattered (the global step on a resume)
         self.prev = None               # (sorted cold keys, updated rows) of the last batch
         self._next = None              # the announced batch not gathered yet (`_Batch`)
         self._cur = None               # the gathered batch not scattered yet (`_Gathered`)
         self._learning = False
         self._index = None             # HotIndex of the placement (batches over the slots)
         self._profile = [] if self.profile_batches else None
-        self.schedule = None
-        if hot_set == "learn":
+        self.schedule = schedule
+        if schedule is None and hot_set == "learn":
             self.schedule = HotSetSchedule(window, refresh, learn_first=True)
-        elif self._profile is None:
+        elif schedule is None and self._profile is None:
             self.schedule = HotSetSchedule(window or 1, refresh)
         self.refresh_text, self.window = refresh, window
         self.loads = []                # one record per hot set loaded after the first
-        self.totals = dict.fromkeys(("lookups", "hot_lookups", "samples", "popular_samples",
-                                     "cold_rows", "host_rows", "bytes_h2d", "bytes_d2h"), 0)
 
     # -- host memory --------------------------------------------------------------------
-    def _host(self, layout) -> None:
-        """The tables in a `HostStore` and the staging banks after them, in the same host
-        memory (the device's DMA reaches both)."""
+    @staticmethod
+    def staging_bytes(config, layout, banks=2, world=1) -> int:
+        """The host memory after the tables that the staging banks take (``world`` ranks)."""
+        align = HostStore.alignment(layout)
+        return -(-banks * config.cold_max_keys * layout.nbytes // align) * align * world
+
+    def _host(self, layout, host) -> None:
+        """The tables in a `HostStore` (``host``, or a new one) and the staging banks after
+        them, in the same host memory (the device's DMA reaches both)."""
         staging = self.banks * self.slots * layout.nbytes
         world, rank = (1, 0) if self.ranks is None else (self.ranks.world, self.ranks.rank)
         align = HostStore.alignment(layout)
-        self.host = HostStore(self.table_rows, layout, self.device, ranks=self.ranks,
-                              extra_bytes=-(-staging // align) * align * world)
+        self.host = host or HostStore(self.table_rows, layout, self.device, ranks=self.ranks,
+                                      extra_bytes=self.staging_bytes(self.config, layout,
+                                                                     self.banks, world))
         self.memory, self.windows = self.host.memory, self.host.windows
         # data parallel: a staging window per rank, each rank's device gathers into its own
         self.staging_window = [self.memory.alloc(staging, align, name=f"staging{r}")
@@ -227,7 +238,7 @@ class HotlineStore(RowStore):
 
     def _read(self, keys) -> torch.Tensor:
         self.totals["bytes_h2d"] += len(keys) * self.layout.nbytes
-        return self.host.read(self._rows_of(keys)).to(self.device)
+        return self.host.read_ids(self._rows_of(keys)).to(self.device)
 
     def _write(self, keys, rows) -> None:
         """Rows every rank holds alike (hot rows leaving, a batch's host rows) to host memory."""
@@ -337,7 +348,10 @@ class HotlineStore(RowStore):
         if self.ranks is not None:
             readout = merged_readout(self.ranks, readout)
         self._learning = False
+        start = self.schedule.start
         self._migrate(readout.top(self.hot_rows), "learned")
+        self.loads[-1].update(window_steps=[start, step], learner_counted=readout.counted,
+                              learner_dropped=readout.dropped)
         self.schedule.loaded(step)
 
     def _migrate(self, keys, source) -> None:
@@ -354,6 +368,7 @@ class HotlineStore(RowStore):
         self.loads.append({"step": self.step, "source": source, "keys": int(len(keys)),
                            "held": int(len(new.keys)), "left": left, "entered": entered})
         self.placement, self.prev, self._index = new, None, None
+        self.hot_keys = np.asarray(keys, np.uint32)
 
     # -- batches ------------------------------------------------------------------------
     def prefetch(self, keys, lengths=None) -> None:
@@ -435,6 +450,7 @@ class HotlineStore(RowStore):
         n = len(keys)
         hot, slot = np.zeros(n, bool), np.zeros(n, np.int64)
         bank, slot_keys, counts = 0, np.zeros(0, np.uint32), (0, 0) + (len(b.lengths),) * 2
+        popular = np.arange(len(b.lengths))   # no lookups: every sample is popular
         if b.in_flight:
             r = self.dev.pull_batch()
             b.in_flight = False
@@ -448,6 +464,7 @@ class HotlineStore(RowStore):
             hot[at], slot[at] = r.hot, r.slot
             bank, slot_keys = r.bank, r.cold_keys
             counts = (int(np.count_nonzero(r.hot)), r.lookups, len(r.popular), r.samples)
+            popular = r.popular
             if len(slot_keys) > self.slots:
                 raise HotlineError(f"{self.url}: batch {b.step} has {len(slot_keys)} cold slots, "
                                    f"more than the {self.slots} staging slots")
@@ -457,6 +474,8 @@ class HotlineStore(RowStore):
         cold_keys = keys[cp]
         extra = np.isin(cold_keys, b.extra)
         st = self._staging(bank)
+        if self.host.split_rows:
+            self._fetch_far_rows(st[:len(slot_keys)], slot_keys)
         refresh_stale(st[:len(slot_keys)], slot_keys, self.prev)
         cold = np.empty((len(cp), self.width), np.float32)
         cold[~extra] = st[slot[cp[~extra]]]
@@ -465,15 +484,49 @@ class HotlineStore(RowStore):
             refresh_stale(rows, cold_keys[extra], self.prev)
             cold[extra] = rows
         g = _Gathered(keys, self._index_tensor(hp), self._index_tensor(slot[hp]),
-                      self._index_tensor(cp), cold_keys, bank, slot_keys, extra, counts)
+                      self._index_tensor(cp), cold_keys, bank, slot_keys, extra, counts, popular)
         out = torch.empty(n, self.width, device=self.device)
         if len(hp):
             out[g.hot_pos] = self.hot_table.index_select(0, g.hot_slots)
         if len(cp):
-            out[g.cold_pos] = torch.from_numpy(cold).to(self.device)
+            cold = torch.from_numpy(cold)
+            if self.device.type == "cuda":   # the host goes on while the copy runs
+                cold = cold.pin_memory()
+            out[g.cold_pos] = cold.to(self.device, non_blocking=True)
             self.totals["bytes_h2d"] += len(cp) * self.layout.nbytes
         self._cur = g
         return out
+
+    def _fetch_far_rows(self, rows, keys) -> None:
+        """Tables split over nodes: this rank's device gathered from its node's memory only;
+        the rows other nodes hold come from their owners (`Ranks.fetch`, a collective), as
+        they stand after the last step."""
+        g = self._rows_of(keys)
+        lo, hi = self.ranks.node_rows()
+        far = np.flatnonzero((g < lo) | (g >= hi))
+        rows[far] = self.ranks.fetch(g[far], self.host.read_rows).numpy()
+
+    def read(self, keys) -> torch.Tensor:
+        """The current rows of ``keys`` (unique, ascending) without the device's pipeline
+        (evaluation): hot rows from the hot table, the others from host memory after the
+        device's scatters. Split over nodes: a collective."""
+        k = self._keys(keys, "read", unique=True)
+        self.dev.drain()
+        out = self.host.read_ids(self._rows_of(k)).to(self.device)
+        if self._index is None:
+            self._index = HotIndex(self.placement.keys, self.placement.slots)
+        slot = self._index.lookup(k)
+        hot = np.flatnonzero(slot >= 0)
+        if len(hot):
+            out[self._index_tensor(hot)] = self.hot_table.index_select(
+                0, self._index_tensor(slot[hot]))
+        return out
+
+    @property
+    def popular(self) -> np.ndarray:
+        """The samples of the batch gathered last whose every lookup is hot (the device's
+        popular micro-batch), in sample order."""
+        return self._cur.popular if self._cur is not None else np.zeros(0, np.int64)
 
     def _gathered(self, what, keys, rows) -> "_Gathered":
         """The batch gathered last, checked against the ``keys`` and ``rows`` given back."""
@@ -565,11 +618,13 @@ class HotlineStore(RowStore):
         return int(table)
 
     def read_table(self, table) -> torch.Tensor:
+        """Data parallel with the tables split over nodes: a collective; rank 0 gets the
+        table, the others no rows."""
         t = self._table_index(table)
         self.dev.drain()
-        out = torch.from_numpy(np.array(self.host.table_view(t)))
+        out = self.host.read_table(t)
         rows, slots = self._hot_of(t)
-        if len(rows):
+        if len(rows) and len(out):
             out[torch.from_numpy(rows)] = self.hot_table[self._index_tensor(slots)].cpu()
         return out
 

@@ -42,6 +42,11 @@ class RowStore(abc.ABC):
         """This batch's unique keys (sorted ascending) -> their rows [n, width], a copy the
         caller may modify."""
 
+    def read(self, keys: torch.Tensor) -> torch.Tensor:
+        """The current rows of unique ``keys`` (ascending), with no other effect (evaluation);
+        default: `gather`, where that has none."""
+        return self.gather(keys)
+
     @abc.abstractmethod
     def scatter(self, keys: torch.Tensor, rows: torch.Tensor) -> None:
         """The keys of the last gather and their updated rows; called once per gather, before
@@ -142,7 +147,7 @@ class HostStore(RowStore):
         """Rows ``ids`` (numpy int64) of this node's memory, a CPU copy."""
         return torch.from_numpy(self.host_rows[ids])
 
-    def read(self, ids) -> torch.Tensor:
+    def read_ids(self, ids) -> torch.Tensor:
         """Rows ``ids`` (numpy int64), a CPU copy; split over nodes, from their owners (a
         collective)."""
         if self.split_rows:
@@ -182,7 +187,7 @@ class HostStore(RowStore):
 
     def gather(self, keys):
         if self.split_rows:
-            return self.read(self._ids(keys).numpy()).to(self.device)
+            return self.read_ids(self._ids(keys).numpy()).to(self.device)
         return self.rows.index_select(0, self._ids(keys)).to(self.device)
 
     def scatter(self, keys, rows):

@@ -39,7 +39,7 @@ class TrainConfig:
     refresh: str = "off"             # hotline: off | auto | every:N (steps)
     learn_window: int | None = None  # samples the learner counts per refresh (default: the
     #                                   profiling window)
-    micro_batches: str = "auto"      # hotline: split on cuda, fused (one pass) on cpu
+    micro_batches: str = "auto"      # hotline: fused (one pass); split: popular samples first
     max_ind_range: int | None = None
     checkpoint: str | None = None
     checkpoint_every: int = 0        # steps; 0: at the end of each epoch only

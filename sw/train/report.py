@@ -96,10 +96,10 @@ def build_report(trainer, data, cfg, run, notes, clock) -> dict:
     if cfg.mode == "hotline":
         c = counters
         emb = trainer.embedding
-        out.update(hot_rows=int(len(emb.placement.keys)),
+        out.update(hot_rows=int(len(emb.store.placement.keys)),
                    hot_lookup_fraction=c["hits"] / c["lookups"] if c["lookups"] else 0.0,
                    popular_fraction=(c["popular_samples"] / c["samples"] if c["samples"] else 0.0),
-                   device=emb.device.info())
+                   device=emb.store.dev.info())
         sched = emb.schedule
         loads = sched.records
         out.update(hot_set=cfg.hot_set, refresh=cfg.refresh,

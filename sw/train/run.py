@@ -63,6 +63,7 @@ def _run(trainer, data, cfg, ckpt, progress, notes, phase, started):
     cfg_saved = {k: getattr(cfg, k) for k in RESUME_FIELDS}
     step = run.epoch * nb + run.batch
     trainer.step = step
+    trainer.embedding.resume_at(step)
     schedule = getattr(trainer.embedding, "schedule", None)
     if schedule is not None:
         schedule.resume_at(step)
@@ -81,7 +82,6 @@ def _run(trainer, data, cfg, ckpt, progress, notes, phase, started):
     phase(TRAINING)
     training_started = time.time()
     while run.epoch < cfg.epochs and not stopped:
-        trainer.begin_epoch(run.batch)
         for j in range(run.batch, nb):
             last = j == nb - 1
             halt = stop is not None and step + 1 >= stop

@@ -18,16 +18,8 @@ from hotline.nn.optim import make_optimizer
 from .config import ADAGRAD_EPS, HOT_MEMORY_SHARE, torch_device
 from .dlrm import DLRM, pool
 from .metrics import auc
-from .placement import Placement, UniqueRows
+from .placement import Placement
 from .rows import available_ram
-
-
-def placement_of(run) -> Placement:
-    """The placement of ``run``'s mode (`TrainConfig.mode`)."""
-    if run.cfg.mode == "hotline":
-        from .hotline import HotlinePlacement  # lazy: the Device API, for this mode only
-        return HotlinePlacement(run)
-    return UniqueRows(run, "device" if run.cfg.mode == "device-only" else "host")
 
 
 class Trainer:
@@ -67,7 +59,8 @@ class Trainer:
         self.step = 0   # the global step (over epochs) train_batch trains next
         # the device's busy and waited-for seconds before a resume (hotline mode)
         self.device_time_base = (0.0, 0.0)
-        self.embedding = placement_of(self)
+        kind = {"baseline": "host", "device-only": "device"}.get(cfg.mode, cfg.mode)
+        self.embedding = Placement(self, kind)
 
     def collective_seconds(self) -> float:
         """Seconds this rank has spent in collectives (0 in one process)."""
@@ -243,12 +236,9 @@ class Trainer:
             return float(loss.detach())
 
         if step.early is None:
-            total = part(np.arange(b - a), step.whole())
-        else:   # split micro-batches: the early samples while the other rows are in flight
-            total = part(step.early, step.first) if len(step.early) else 0.0
-            rows = step.whole()
-            if len(step.late):
-                total += part(step.late, rows)
+            total = part(np.arange(b - a), step.rows)
+        else:   # split micro-batches
+            total = sum(part(sel, step.rows) for sel in (step.early, step.late) if len(sel))
         self.dense_step()
         total = self.embedding.finish(step, total)
         self.step += 1
@@ -264,9 +254,6 @@ class Trainer:
     def load_tables(self, tables) -> None:
         """Replace the tables (a checkpoint's)."""
         self.embedding.load_tables(tables)
-
-    def begin_epoch(self, first_batch) -> None:
-        self.embedding.begin_epoch(first_batch)
 
     @property
     def collective_reads(self) -> bool:
