@@ -4,9 +4,9 @@
 - `split`: `prepare_data`, a `Dataset` made ready for training (`TrainData`, the held-out split);
 - `run`: `train`, the epochs, checkpoints and the report of one run;
 - `trainer`: a run's step (`Trainer`: DLRM, dense optimizer, evaluation; it imports torch, so
-  `run` imports it when a run starts); `placement`: where the rows live, one `Placement` per
-  mode, held by the trainer: `UniqueRows` over `hotline.nn`'s `HostStore` (baseline) or
-  `DeviceStore` (device-only), and `hotline.HotlinePlacement`;
+  `run` imports it when a run starts); `placement`: where the rows live (`Placement`, held by
+  the trainer, over the mode's `hotline.nn` store: `HostStore`, `DeviceStore`, or the
+  `HotlineStore` that `hotline.hotline_store` sizes and plans for the run);
 - `rows`: the row layout, table initialisation, memory budgets;
 - `checkpoint`: atomic save, resume and its checks, partial-file cleanup;
 - `metrics`: AUC and the planned hot fractions; `report`: the JSON report and its summary;
