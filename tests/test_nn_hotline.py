@@ -356,6 +356,104 @@ def test_collection_hotline_equals_host(optimizer, prefetch):
         hot.close()
 
 
+def test_gather_positions_are_checked():
+    """`gather(keys, positions=)`: positions that are not each prefetched lookup's place in
+    ``keys`` are not trusted (the store searches, as without them): HostStore's rows all the
+    same; keys that are not the batch's unique keys raise, whatever the positions."""
+    sizes = [10, 20]
+    ref, store = stores(sizes, batch_lookups=16, hot_keys=make_keys(1, [2]))
+    lookups = as_keys(make_keys(1, [4, 2, 4, 7, 9]))
+    keys, inverse = torch.unique(lookups, return_inverse=True)
+    with store:
+        for wrong in (inverse, inverse.flip(0), inverse[:3], inverse + 1, inverse - 1,
+                      inverse.double(), torch.tensor([1, 0, 1, 3, 2])):
+            store.prefetch(lookups)
+            rows = store.gather(keys, positions=wrong)
+            assert torch.equal(rows, ref.gather(keys)), wrong
+            store.scatter(keys, rows)
+        store.prefetch(lookups)
+        for wrong_keys in (make_keys(1, [2, 4, 7, 9, 11]), make_keys(1, [2, 4, 7])):
+            with pytest.raises(HotlineError, match="not the prefetched batch's unique keys"):
+                store.gather(as_keys(wrong_keys), positions=inverse)
+        with pytest.raises(HotlineError, match="row 30 is beyond table 1's 20 rows"):
+            store.gather(as_keys(make_keys(1, [2, 4, 7, 30])), positions=inverse)
+
+
+@pytest.mark.parametrize("lookups", [[4, 2, 4, 7, 9], [5, 3, 1, 0, 6, 2, 8, 9, 3] * 3])
+def test_prefetch_unique_keys_are_checked(lookups):
+    """`prefetch(..., unique=)`: unique keys that are not the lookups' raise at the gather,
+    which drops the batch; unsorted ones raise at once; the right ones give HostStore's rows
+    (a batch of more lookups than the staging slots is pushed as them)."""
+    ref, store = stores([10, 20], batch_lookups=8, hot_keys=make_keys(1, [2]))
+    lookups = as_keys(make_keys(1, lookups))
+    keys = torch.unique(lookups)
+    with store:
+        with pytest.raises(HotlineError, match="keys must be unique and sorted"):
+            store.prefetch(lookups, unique=keys.flip(0))
+        for wrong in (keys[1:], torch.cat([keys, as_keys(make_keys(1, [19]))])):
+            store.prefetch(lookups, unique=wrong)
+            with pytest.raises(HotlineError, match="unique keys given to prefetch were not"):
+                store.gather(keys)   # the batch is dropped: announced again below
+        store.prefetch(lookups, unique=keys)
+        rows = store.gather(keys)
+        assert torch.equal(rows, ref.gather(keys))
+        store.scatter(keys, rows)
+
+
+def test_sample_order_is_a_stable_sort_by_sample():
+    """The collection announces a batch sample by sample: its O(lookups) order equals a
+    stable argsort of each lookup's sample (bags feature-major, empty bags included)."""
+    from hotline.nn import EmbeddingBagCollection  # lazy: (see above)
+    sizes = [50, 30, 20]
+    tables = [type("Config", (), dict(name=f"t{t}", num_embeddings=n, embedding_dim=4,
+                                      feature_names=[f"f{t}"], pooling="SUM"))()
+              for t, n in enumerate(sizes)]
+    ebc = EmbeddingBagCollection(tables, placement="host", device="cpu")
+    rng = np.random.default_rng(3)
+    for batch in (0, 1, 7):
+        lengths = torch.from_numpy(rng.integers(0, 4, len(sizes) * batch))
+        offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+        bag = torch.arange(len(lengths)).repeat_interleave(lengths)
+        order, per_sample = ebc._sample_order(offsets, batch, int(lengths.sum()))
+        assert torch.equal(order, torch.argsort(bag % max(batch, 1), stable=True))
+        assert torch.equal(per_sample, torch.bincount(bag % max(batch, 1), minlength=batch))
+
+
+def test_collection_prefetch_reuses_only_the_same_unmodified_batch():
+    """A forward of the tensors given to `prefetch` reuses their checked keys; of equal copies
+    it trains the same; of the same tensors modified in place it is refused (the batch
+    announced is not this one), not trained on the keys announced."""
+    from hotline.nn import EmbeddingBagCollection  # lazy: (see above)
+    sizes = [40, 30]
+    tables = [type("Config", (), dict(name=f"t{t}", num_embeddings=n, embedding_dim=4,
+                                      feature_names=[f"f{t}"], pooling="SUM"))()
+              for t, n in enumerate(sizes)]
+    host = EmbeddingBagCollection(tables, placement="host", lr=0.1, device="cpu")
+    # batches of more lookups than the staging slots: pushed as the unique keys announced
+    hot = EmbeddingBagCollection(tables, placement="hotline", lr=0.1, device="cpu",
+                                 hot_keys=make_keys(0, [0, 1, 2]), batch_lookups=16,
+                                 batch_size=8)
+    hot.load_state_dict(host.state_dict())
+    batches = fbgemm_batches(sizes, 4, 8)
+    try:
+        for i, (indices, offsets) in enumerate(batches[:3]):
+            if i:   # prefetched: the same tensors (step 1) or equal copies (step 2)
+                hot.prefetch(indices, offsets)
+                indices, offsets = (indices, offsets) if i == 1 else (indices.clone(),
+                                                                      offsets.clone())
+            for ebc in (host, hot):
+                ebc(indices, offsets).sum().backward()
+        assert torch.equal(host.state_dict()["embedding_bags.t0.weight"],
+                           hot.state_dict()["embedding_bags.t0.weight"])
+        indices, offsets = batches[3]
+        hot.prefetch(indices, offsets)
+        indices[0] = next(v for v in range(min(sizes)) if v not in set(indices.tolist()))
+        with pytest.raises(HotlineError, match="not the prefetched batch's unique keys"):
+            hot(indices, offsets)
+    finally:
+        hot.close()
+
+
 @pytest.mark.slow
 def test_sim_device_equals_host(tmp_path, simulator_or_skip):
     """The same store over the accelerator RTL (sim://verilator): prefetched batches, a

@@ -29,6 +29,25 @@ class _Batch:
     scale: torch.Tensor | None   # per bag: 1 / length for mean pooling
 
 
+@dataclass
+class _Announced:
+    """A batch given to `prefetch`: its input tensors (and their versions), its checked
+    (keys, offsets, batch size) and the sample-major order it was announced in."""
+    indices: torch.Tensor
+    offsets: torch.Tensor
+    indices_version: int
+    offsets_version: int
+    checked: tuple
+    order: torch.Tensor | None
+    unique: tuple           # torch.unique's (keys, inverse)
+
+    def same(self, indices, offsets) -> bool:
+        """Whether ``indices`` and ``offsets`` are the tensors announced, not modified since."""
+        return (indices is self.indices and offsets is self.offsets
+                and indices._version == self.indices_version
+                and offsets._version == self.offsets_version)
+
+
 class _Lookup(torch.autograd.Function):
     """Pooled bags of a batch; backward updates the batch's rows (fused, no ``step()``). The
     ``anchor`` (an empty tensor that requires grad) makes autograd call backward, as FBGEMM's
@@ -114,7 +133,7 @@ class EmbeddingBagCollection(nn.Module):
         self.store = self._make_store(placement, device_url, store_options)
         self._anchor = torch.zeros(0, requires_grad=True)
         self._pending: _Batch | None = None
-        self._announced = False   # the next forward's batch was given to `prefetch`
+        self._announced = None    # `_Announced`: the next forward's batch given to `prefetch`
         self._init_tables()
 
     # -- construction ---------------------------------------------------------------------
@@ -206,20 +225,41 @@ class EmbeddingBagCollection(nn.Module):
         """Tell the store the next batch (a KeyedJaggedTensor or indices and offsets)."""
         if not isinstance(features, torch.Tensor):
             features, offsets, _ = self._unpack(features)
-        self._announce(*self._keys(features, offsets))
-        self._announced = True
+        checked = self._keys(features, offsets)
+        unique = torch.unique(checked[0], sorted=True, return_inverse=True)
+        order = self._announce(*checked, unique[0])
+        # the forward of these same tensors (unmodified) reuses the checked keys and unique
+        self._announced = _Announced(features, offsets, features._version, offsets._version,
+                                     checked, order, unique)
 
-    def _announce(self, keys, offsets, batch) -> None:
-        """Give the store a batch's lookups, sample by sample with each sample's count (the
-        device counts every lookup in its learner, and samples in its popular split)."""
+    def _announce(self, keys, offsets, batch, unique) -> torch.Tensor | None:
+        """Give the store a batch's lookups (``unique``: their unique keys), sample by sample
+        with each sample's count (the device counts every lookup in its learner, and samples
+        in its popular split). Returns the sample-major order of the lookups (None: the store
+        takes them as they are)."""
         if not self.store.counts_lookups:
             self.store.prefetch(keys)
-            return
-        bag = torch.arange(offsets.numel() - 1, device=keys.device).repeat_interleave(
-            offsets.diff(), output_size=keys.numel())
-        sample = bag % max(batch, 1)
-        order = torch.argsort(sample, stable=True)
-        self.store.prefetch(keys[order], torch.bincount(sample, minlength=batch))
+            return None
+        order, per_sample = self._sample_order(offsets, batch, keys.numel())
+        if getattr(self.store, "takes_positions", False):
+            self.store.prefetch(keys[order], per_sample, checked=True, unique=unique)
+        else:
+            self.store.prefetch(keys[order], per_sample)
+        return order
+
+    def _sample_order(self, offsets, batch, lookups) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the lookups' order sample by sample, features in order within a sample, as a
+        stable sort by sample would give; lookups per sample), in O(lookups)."""
+        n_features = len(self.features)
+        lengths = offsets.diff()
+        # bag f * batch + s taken sample by sample: bag s * F + f of the new order
+        by_sample = torch.arange(n_features * batch, device=offsets.device).view(
+            n_features, batch).t().reshape(-1)
+        lens, starts = lengths[by_sample], offsets[:-1][by_sample]
+        begin = torch.cumsum(lens, 0) - lens   # each bag's first lookup in the new order
+        order = torch.arange(lookups, device=offsets.device) + (starts - begin).repeat_interleave(
+            lens, output_size=lookups)
+        return order, lengths.view(n_features, batch).sum(0)
 
     def close(self) -> None:
         self.store.close()
@@ -275,7 +315,9 @@ class EmbeddingBagCollection(nn.Module):
     def _lookup(self, indices, offsets, weights):
         if offsets is None:
             raise HotlineError("forward(indices): offsets are needed too (FBGEMM's layout)")
-        keys, offsets, batch = self._keys(indices, offsets)
+        a = self._announced
+        same = a is not None and a.same(indices, offsets)
+        keys, offsets, batch = a.checked if same else self._keys(indices, offsets)
         if weights is not None and (not isinstance(weights, torch.Tensor) or weights.dtype != torch.float32
                                     or tuple(weights.shape) != tuple(keys.shape)):
             raise HotlineError(f"per_sample_weights: float32 [{keys.numel()}] expected, got "
@@ -284,11 +326,19 @@ class EmbeddingBagCollection(nn.Module):
         if weights is not None and self._any_mean:
             raise HotlineError("per_sample_weights need sum pooling (a table pools by mean)")
         self._flush()
-        announced, self._announced = self._announced, False
-        if not announced and self.store.counts_lookups:
-            self._announce(keys, offsets, batch)
-        unique, inverse = torch.unique(keys, sorted=True, return_inverse=True)
-        rows = self.store.gather(unique)
+        self._announced, order = None, None
+        unique, inverse = a.unique if same else torch.unique(keys, sorted=True,
+                                                             return_inverse=True)
+        if self.store.counts_lookups:
+            if a is None:
+                order = self._announce(keys, offsets, batch, unique)
+            else:   # the batch announced may not be this one: the store checks it is
+                order = a.order if same else self._sample_order(offsets, batch, keys.numel())[0]
+        if order is not None and getattr(self.store, "takes_positions", False):
+            # each announced lookup's place in ``unique``: the store checks it, sparing a search
+            rows = self.store.gather(unique, positions=inverse[order])
+        else:
+            rows = self.store.gather(unique)
         dev = rows.device
         scale = None
         if self._any_mean:

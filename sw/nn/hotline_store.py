@@ -28,7 +28,7 @@ The hot set is policy (`HotSetSchedule`): given keys, or the exact top-K of the 
 and refreshed ``off`` / ``auto`` / ``every:N`` batches. `counters` reads the hot and popular
 shares, the bytes moved and the device's overlap.
 """
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -105,7 +105,8 @@ class _Batch:
     lengths: np.ndarray
     in_flight: bool = False
     pushed: np.ndarray | None = None      # the keys pushed (lookups, or unique keys)
-    extra: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint32))  # host's keys
+    host_key: np.ndarray | None = None   # per unique key: beyond the slots, the host's
+    unique: np.ndarray | None = None     # the lookups' unique keys, where the caller gave them
 
 
 @dataclass
@@ -119,6 +120,7 @@ class _Gathered:
     bank: int
     slot_keys: np.ndarray   # the key of each staging slot used (the device's cold_keys)
     extra: np.ndarray       # bool per cold key: read and written by the host
+    cold_slots: np.ndarray  # the staging slot of each cold key not ``extra``
     counts: tuple           # (hot lookups, lookups, popular samples, samples) on the device
     popular: np.ndarray     # the samples whose every lookup is hot (the device's split)
 
@@ -138,6 +140,7 @@ class HotlineStore(RowStore):
     `hotline.host.device.open`."""
 
     counts_lookups = True   # the learner counts lookups, the popular split samples
+    takes_positions = True  # `gather` takes each announced lookup's position in its keys
 
     def __init__(self, table_rows, layout, *, device_url="model://", torch_device="cpu",
                  hot_rows=None, hot_keys=None, hot_set="exact", profile_batches=None,
@@ -253,9 +256,9 @@ class HotlineStore(RowStore):
         return torch.from_numpy(np.asarray(a, np.int64)).to(self.device)
 
     # -- keys ---------------------------------------------------------------------------
-    def _keys(self, keys, what, unique=False) -> np.ndarray:
-        """``keys`` (tensor or array) as uint32, checked against the tables; one line naming
-        the first bad key otherwise."""
+    def _keys(self, keys, what, unique=False, tables=True) -> np.ndarray:
+        """``keys`` (tensor or array) as uint32, checked against the tables (``tables``;
+        else only as 32-bit keys); one line naming the first bad key otherwise."""
         k = keys.detach().cpu().numpy() if torch.is_tensor(keys) else np.asarray(keys)
         if k.ndim != 1 or (k.size and k.dtype.kind not in "iu"):
             raise HotlineError(f"{what}: keys must be a 1-D integer tensor, not {k.dtype} "
@@ -266,6 +269,14 @@ class HotlineStore(RowStore):
         if k.min() < 0 or k.max() >= 1 << 32:
             bad = int(k[(k < 0) | (k >= 1 << 32)][0])
             raise HotlineError(f"{what}: key {bad} is not a 32-bit key (table << {ROW_BITS} | row)")
+        if tables:
+            self._in_tables(k, what)
+        if unique and np.any(k[1:] <= k[:-1]):
+            raise HotlineError(f"{what}: keys must be unique and sorted ascending")
+        return k.astype(np.uint32)
+
+    def _in_tables(self, k, what) -> None:
+        """Raise unless every key of ``k`` (int64, 32-bit) names a row of the store's tables."""
         t, r = k >> ROW_BITS, k & (MAX_ROWS - 1)
         n = len(self.table_rows)
         if t.max() >= n:
@@ -277,9 +288,6 @@ class HotlineStore(RowStore):
             i = int(np.argmax(beyond))
             raise HotlineError(f"{what}: key {int(k[i]):#x}: row {int(r[i])} is beyond table "
                                f"{int(t[i])}'s {int(self.table_rows[t[i]])} rows")
-        if unique and np.any(k[1:] <= k[:-1]):
-            raise HotlineError(f"{what}: keys must be unique and sorted ascending")
-        return k.astype(np.uint32)
 
     # -- the hot-set policy -------------------------------------------------------------
     def _loads(self, step) -> bool:
@@ -371,14 +379,21 @@ class HotlineStore(RowStore):
         self.hot_keys = np.asarray(keys, np.uint32)
 
     # -- batches ------------------------------------------------------------------------
-    def prefetch(self, keys, lengths=None) -> None:
+    def prefetch(self, keys, lengths=None, *, checked=False, unique=None) -> None:
         """Announce the next batch to be gathered: its lookups (batch order, duplicates kept)
         and, optionally, ``lengths`` (lookups per sample, for the popular share). The device
-        fragments and gathers it now, while the current batch trains."""
+        fragments and gathers it now, while the current batch trains. ``checked``: the caller
+        has checked that every key names a row of the store's tables (the collection does);
+        ``unique``: the lookups' unique keys (ascending), if the caller has them (a batch of
+        more lookups than the staging slots is pushed as them; `gather` checks them and drops
+        the batch if they are not)."""
         if self._next is not None:
             raise HotlineError("prefetch: the batch prefetched before was not gathered yet")
-        k = self._keys(keys, "prefetch")
-        self._next = b = self._batch(k, lengths, self.step + (self._cur is not None))
+        k = self._keys(keys, "prefetch", tables=not checked)
+        b = self._batch(k, lengths, self.step + (self._cur is not None))
+        if unique is not None:
+            b.unique = self._keys(unique, "prefetch: unique", unique=True, tables=not checked)
+        self._next = b
         if not self._loads(b.step):
             self._push(b)
 
@@ -400,30 +415,43 @@ class HotlineStore(RowStore):
         if not len(b.lookups):
             return
         pushed, lengths = b.lookups, b.lengths
+        b.host_key = None   # a batch pushed again (after a hot-set change) is split anew
         if len(pushed) > self.slots:
             # more lookups than staging slots: the unique keys, and the host's beyond the slots
-            pushed = np.unique(pushed)
+            pushed = b.unique if b.unique is not None else np.unique(pushed)
             lengths = [len(pushed)]
             if self._index is None:
                 self._index = HotIndex(self.placement.keys, self.placement.slots)
-            cold = pushed[self._index.lookup(pushed) < 0]
-            b.extra = cold[self.slots:]
-            if len(b.extra):
-                pushed = pushed[~np.isin(pushed, b.extra)]
+            beyond = np.flatnonzero(self._index.lookup(pushed) < 0)[self.slots:]
+            if len(beyond):
+                b.host_key = np.zeros(len(pushed), bool)
+                b.host_key[beyond] = True
+                pushed = pushed[~b.host_key]
                 lengths = [len(pushed)]
         self.dev.push_batch(pushed, lengths)
         b.pushed, b.in_flight = pushed, True
 
-    def gather(self, keys) -> torch.Tensor:
-        k = self._keys(keys, "gather", unique=True)
-        if self._cur is not None:
-            raise HotlineError("gather: the batch gathered before was not scattered")
+    def gather(self, keys, positions=None) -> torch.Tensor:
+        """`RowStore.gather`; ``positions`` (optional): each lookup of the prefetched batch
+        (in the order announced) as its position in ``keys``, e.g. a unique's inverse: checked,
+        they spare a search."""
         b = self._next
+        try:   # a prefetched batch's keys are checked as the lookups (checked) they must be
+            k = self._keys(keys, "gather", unique=True, tables=b is None)
+            if self._cur is not None:
+                raise HotlineError("gather: the batch gathered before was not scattered")
+            at = np.arange(len(k)) if b is None else self._position(k, b.lookups, positions)
+            if b is not None and b.unique is not None and not np.array_equal(b.unique, k):
+                self._recall()
+                self._next = None
+                raise HotlineError("gather: the unique keys given to prefetch were not the "
+                                   "lookups' (the batch is dropped: prefetch it again)")
+        except HotlineError:
+            self._keys(keys, "gather", unique=True)   # a key outside the tables is named first
+            raise
         if b is None:
             b = self._batch(k, None, self.step)
-            at = np.arange(len(k))
-        else:
-            at = self._position(k, b.lookups)
+            b.unique = k
         self._next = None
         if self._loads(b.step):
             self._load_scheduled(b.step)
@@ -433,17 +461,29 @@ class HotlineStore(RowStore):
             self._push(b)
         return self._pull(b, k, at)
 
-    @staticmethod
-    def _position(keys, lookups) -> np.ndarray:
-        """Each lookup's position in ``keys``, which must be the lookups' unique keys."""
+    @classmethod
+    def _position(cls, keys, lookups, at=None) -> np.ndarray:
+        """Each lookup's position in ``keys``, which must be the lookups' unique keys (``at``:
+        the positions claimed; searched for when they are not these)."""
+        if at is not None:
+            at = at.detach().cpu().numpy() if torch.is_tensor(at) else np.asarray(at)
+            if at.shape == lookups.shape and (not at.size or (
+                    at.dtype.kind in "iu" and at.min() >= 0 and at.max() < len(keys))) \
+                    and cls._covers(keys, lookups, at):
+                return at
         at = np.minimum(np.searchsorted(keys, lookups), len(keys) - 1)
-        seen = np.zeros(len(keys), bool)
-        seen[at[at >= 0]] = True
-        if not seen.all() or (len(lookups) and (not len(keys)
-                                                or not np.array_equal(keys[at], lookups))):
+        if not cls._covers(keys, lookups, at):
             raise HotlineError("gather: the keys are not the prefetched batch's unique keys "
                                "(prefetch the batch gathered next)")
         return at
+
+    @staticmethod
+    def _covers(keys, lookups, at) -> bool:
+        """Whether ``keys[at]`` is ``lookups`` and every key is one of them."""
+        seen = np.zeros(len(keys), bool)
+        seen[at[at >= 0]] = True
+        return seen.all() and (not len(lookups) or (len(keys) > 0
+                                                    and np.array_equal(keys[at], lookups)))
 
     def _pull(self, b, keys, at) -> torch.Tensor:
         """Batch ``b``'s rows for its unique ``keys`` (``at``: each lookup's position in them)."""
@@ -451,6 +491,7 @@ class HotlineStore(RowStore):
         hot, slot = np.zeros(n, bool), np.zeros(n, np.int64)
         bank, slot_keys, counts = 0, np.zeros(0, np.uint32), (0, 0) + (len(b.lengths),) * 2
         popular = np.arange(len(b.lengths))   # no lookups: every sample is popular
+        host_key = np.zeros(n, bool) if b.host_key is None else b.host_key
         if b.in_flight:
             r = self.dev.pull_batch()
             b.in_flight = False
@@ -458,8 +499,8 @@ class HotlineStore(RowStore):
                 raise HotlineError(f"{self.url}: the gather of batch {b.step} reported "
                                    f"{r.gather['errors']} DMA errors (rows outside their "
                                    f"table's window)")
-            if b.pushed is not b.lookups:   # a subset of the unique keys, in order
-                at = np.searchsorted(keys, b.pushed)
+            if b.pushed is not b.lookups:   # the unique keys (``keys``) but the host's
+                at = np.flatnonzero(~host_key)
             # a key in several cold slots (an overflow) reads any: each holds its row
             hot[at], slot[at] = r.hot, r.slot
             bank, slot_keys = r.bank, r.cold_keys
@@ -472,27 +513,35 @@ class HotlineStore(RowStore):
             self.totals[name] += v
         hp, cp = np.flatnonzero(hot), np.flatnonzero(~hot)
         cold_keys = keys[cp]
-        extra = np.isin(cold_keys, b.extra)
+        extra = host_key[cp]
         st = self._staging(bank)
         if self.host.split_rows:
             self._fetch_far_rows(st[:len(slot_keys)], slot_keys)
         refresh_stale(st[:len(slot_keys)], slot_keys, self.prev)
-        cold = np.empty((len(cp), self.width), np.float32)
-        cold[~extra] = st[slot[cp[~extra]]]
+        cold_slots = slot[cp[~extra]]
+        by_host = None   # the rows of the host's keys
         if extra.any():
-            rows = self.host_rows[self._rows_of(cold_keys[extra])]
-            refresh_stale(rows, cold_keys[extra], self.prev)
-            cold[extra] = rows
+            by_host = self.host_rows[self._rows_of(cold_keys[extra])]
+            refresh_stale(by_host, cold_keys[extra], self.prev)
         g = _Gathered(keys, self._index_tensor(hp), self._index_tensor(slot[hp]),
-                      self._index_tensor(cp), cold_keys, bank, slot_keys, extra, counts, popular)
+                      self._index_tensor(cp), cold_keys, bank, slot_keys, extra, cold_slots,
+                      counts, popular)
         out = torch.empty(n, self.width, device=self.device)
         if len(hp):
             out[g.hot_pos] = self.hot_table.index_select(0, g.hot_slots)
         if len(cp):
-            cold = torch.from_numpy(cold)
-            if self.device.type == "cuda":   # the host goes on while the copy runs
-                cold = cold.pin_memory()
-            out[g.cold_pos] = cold.to(self.device, non_blocking=True)
+            on_cpu = self.device.type == "cpu"
+            # on the CPU the cold rows go straight into ``out``; else into one array, copied once
+            cold = out.numpy() if on_cpu else np.empty((len(cp), self.width), np.float32)
+            to = cp if on_cpu else np.arange(len(cp))
+            cold[to[~extra]] = st[cold_slots]
+            if by_host is not None:
+                cold[to[extra]] = by_host
+            if not on_cpu:
+                cold = torch.from_numpy(cold)
+                if self.device.type == "cuda":   # the host goes on while the copy runs
+                    cold = cold.pin_memory()
+                out[g.cold_pos] = cold.to(self.device, non_blocking=True)
             self.totals["bytes_h2d"] += len(cp) * self.layout.nbytes
         self._cur = g
         return out
@@ -549,9 +598,11 @@ class HotlineStore(RowStore):
         new = rows.index_select(0, g.cold_pos).cpu().numpy() if len(g.cold_keys) else \
             np.zeros((0, self.width), np.float32)
         if len(g.slot_keys):
-            # every slot of a key (several after a cold-key set overflow) gets its row
-            self._staging(g.bank)[:len(g.slot_keys)] = new[np.searchsorted(g.cold_keys,
-                                                                           g.slot_keys)]
+            st = self._staging(g.bank)
+            if len(g.slot_keys) == len(g.cold_slots):   # a slot per key: each key's own
+                st[g.cold_slots] = new[~g.extra]
+            else:   # every slot of a key (several after a cold-key set overflow) gets its row
+                st[:len(g.slot_keys)] = new[np.searchsorted(g.cold_keys, g.slot_keys)]
             # not waited for: the device scatters while the next batch trains; a DMA error is
             # raised by a later pull or drain
             self.dev.scatter(g.bank, g.slot_keys, wait=False)
