@@ -64,12 +64,13 @@ class FragmenterSim:
         return self.harness.build_seconds if self.harness else 0.0
 
     def run(self, insert_keys, keys, sample_offsets, batch_size, busy_in=0.0, busy_out=0.0,
-            progress=None, expect=None, stamps=None, counters=None):
+            progress=None, expect=None, stamps=None, counters=None, timeout=None):
         """Returns ({stream: decoded fields}, lookup-phase cycles, wall seconds).
 
         ``expect`` ({stream: beat count}) is needed by the Amaranth backend only; there,
         ``stamps`` (a dict) gets {stream: the cycle of each of its beats}, and ``counters``
-        (a dict) the Fragmenter's counters after the last beat.
+        (a dict) the Fragmenter's counters after the last beat. ``timeout``: seconds the HDL
+        simulator may run (`HarnessError` past them).
         """
         cmd = pack(self.layouts["cmd"], op=np.full(len(insert_keys), CAMOp.INSERT.value),
                    key=np.asarray(insert_keys, np.uint64))
@@ -77,7 +78,7 @@ class FragmenterSim:
         if self.harness:
             raw, cycles, seconds = self.harness.run(
                 {"cmd": cmd.tolist(), "lookups": lookups}, busy_in, busy_out,
-                progress=progress, watch="remap")
+                progress=progress, watch="remap", timeout=timeout)
         else:
             raw, cycles, seconds = self._run_amaranth(cmd.tolist(), lookups, expect,
                                                       busy_in, busy_out, stamps, counters)

@@ -21,8 +21,10 @@ from hotline.host.simulators import SIMULATORS, verilator_root
 TIMESCALE = ("1ns", "1ps")  # Amaranth emits no `timescale; Icarus' default cannot express 10 ns clocks
 
 # Yosys writes `reg \x = 0;` initialisers; under Icarus -g2012 these create no event, so
-# combinational outputs stay X until an input changes (Yosys issue #2271).
-_REG_INIT = re.compile(r"^(\s*)reg (\[[^\]]+\] )?(\S+) = ([^;]+);$", re.M)
+# combinational outputs stay X until an input changes (Yosys issue #2271). Names may be
+# escaped (`\valid$45 `, ending at a blank): Yosys's own time-zero trigger of every module's
+# `always @*` blocks is one, and a renamed register left a valid X through reset (issue 44).
+_REG_INIT = re.compile(r"^(\s*)reg (\[[^\]]+\] )?(\\\S+ |[^\\\s]\S*) = ([^;]+);$", re.M)
 
 
 # The environment variable that carries the handoff path into the simulator process.

@@ -11,7 +11,7 @@ import pytest
 from helpers import param, real_file
 from hotline.model.device_model import model_fragment
 from hotline.data import Dataset, load_dataset
-from hotline.contract.config import AcceleratorConfig
+from hotline.contract.config import AcceleratorConfig, max_batch_lookups
 from hotline.contract.errors import HotlineError
 from hotline.model.planner import exact_hot_set
 from hotline.contract.streams import lookup_beats, pack
@@ -38,11 +38,11 @@ def rtl(tmp_path_factory, simulator_or_skip):
     return get
 
 
-def check(sim, keys, offsets, batch_size, hot_keys, busy_in=0.2, busy_out=0.3):
+def check(sim, keys, offsets, batch_size, hot_keys, busy_in=0.2, busy_out=0.3, timeout=None):
     placement, run = model_fragment(keys, offsets, batch_size, hot_keys, sim.config)
     want = expected_streams(run, placement.responses, sim.config.lanes)
     got, cycles, _ = sim.run(hot_keys, keys, offsets, batch_size, busy_in, busy_out,
-                             expect=beat_counts(want))
+                             expect=beat_counts(want), timeout=timeout)
     compare(got, want)
     return run, cycles
 
@@ -161,6 +161,19 @@ def test_adversarial_batches(simulator, rtl):
             assert run.counters.overflows > 0
         if name == "all_hot":
             assert run.counters.popular_samples == ds.num_samples
+
+
+def test_workload_geometry_on_icarus(rtl):
+    """The geometry `hotline fragment` builds (`AcceleratorConfig.for_workload`, as in
+    bench-quick's fragment_rtl) on Icarus, which starts registers X: a register whose
+    declaration initialiser the export left in place kept the cold set's output valid X
+    through reset, and the remap stream stopped after a few beats or hung (issue 44)."""
+    ds = multi_hot(np.random.default_rng(3), 60, 3, 3, 200)
+    hot = exact_hot_set(ds.keys, 40).keys
+    batch = 16
+    config = AcceleratorConfig.for_workload(hot.size, batch,
+                                            max_batch_lookups(ds.sample_offsets, batch))
+    check(rtl(config, "icarus"), ds.keys, ds.sample_offsets, batch, hot, timeout=30)
 
 
 @pytest.mark.parametrize("lanes", [2, param(4, slow=True)])
