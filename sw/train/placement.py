@@ -115,10 +115,10 @@ class Placement:
         moves them itself (baseline)."""
         return rows * self.run.lay.nbytes if self.kind == "host" else 0
 
-    def _announce(self, a, b) -> None:
-        """Hotline: give the store the lookups of this rank's samples [a, b), sample by
-        sample (the learner counts lookups, the popular split samples)."""
-        keys, lengths = self.run.batch_arrays(a, b)
+    def _announce(self, keys, lengths) -> None:
+        """Hotline: give the store a batch's lookups (``keys``, sample by sample, as
+        `Trainer.batch_arrays` gives them, with ``lengths``): the learner counts lookups, the
+        popular split samples."""
         self.store.prefetch(torch.from_numpy(np.asarray(keys, np.int64)), lengths.sum(axis=1))
 
     def rows(self, j, a, b, prefetch) -> StepRows:
@@ -126,9 +126,9 @@ class Placement:
         gradients. ``prefetch``: the next batch may be started now."""
         run = self.run
         t0 = time.perf_counter()
-        keys, _ = run.batch_arrays(a, b)
+        keys, lengths = run.batch_arrays(a, b)
         if self.kind == "hotline" and self.announced != j:
-            self._announce(a, b)
+            self._announce(keys, lengths)
         uniq, inv = np.unique(keys, return_inverse=True)
         k = torch.from_numpy(uniq.astype(np.int64))
         rows = self.store.gather(k).requires_grad_(True)
@@ -145,7 +145,7 @@ class Placement:
         # store does not send it across a hot-set change)
         self.announced = None
         if prefetch and j + 1 < run.num_batches():
-            self._announce(*run.my_range(*run.batch_range(j + 1)))
+            self._announce(*run.batch_arrays(*run.my_range(*run.batch_range(j + 1))))
             self.announced = j + 1
         return step
 
