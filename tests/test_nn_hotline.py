@@ -36,27 +36,46 @@ def as_keys(a) -> torch.Tensor:
     return torch.from_numpy(np.asarray(a, np.int64))
 
 
-def run(ref, store, batches, prefetch="none", events=None, seed=1):
+def run(ref, store, batches, prefetch="none", events=None, seed=1, in_place=False):
     """Train both stores on ``batches`` (each (lookups, lengths or None)) with the same row
     updates; check every gather and, at the end, every table. ``prefetch``: "none", "early"
     (the next batch announced before this one's scatter: its staging copy is stale), "late"
-    (after the scatter) or "mixed". ``events[i]``: called with the store before batch i."""
+    (after the scatter) or "mixed". ``events[i]``: called with the store before batch i.
+    ``in_place``: the store's batches that fit go through `gather_lookups` (every lookup's
+    row checked), are updated in its ``rows`` through each key's first lookup (a key whose
+    lookups had several rows would keep an old one), and `scatter_lookups`."""
     rng = np.random.default_rng(seed)
     events = events or {}
+    announced = False
     for i, (lookups, lengths) in enumerate(batches):
         if i in events:
             events[i](store)
-        keys = torch.unique(lookups)
+            announced = False
+        keys, inverse = torch.unique(lookups, return_inverse=True)
         want = ref.gather(keys)
-        got = store.gather(keys)
-        assert torch.equal(got, want), f"batch {i}: gathered rows differ"
+        fused = in_place and store.fuses(len(lookups))
+        if fused:
+            if not announced:
+                store.prefetch(lookups, lengths)
+            at = store.gather_lookups()
+            assert torch.equal(store.rows[at], want[inverse]), f"batch {i}: lookup rows differ"
+        else:
+            got = store.gather(keys)
+            assert torch.equal(got, want), f"batch {i}: gathered rows differ"
         new = want + torch.from_numpy(rng.standard_normal(want.shape).astype(np.float32))
         mode = prefetch if prefetch != "mixed" else ("early", "late", "none")[i % 3]
         nxt = batches[i + 1] if i + 1 < len(batches) else None
-        if nxt is not None and mode == "early" and i + 1 not in events:
+        announced = nxt is not None and mode in ("early", "late") and i + 1 not in events
+        if announced and mode == "early":
             store.prefetch(*nxt)
         ref.scatter(keys, new)
-        store.scatter(keys, new.clone())
+        if fused:
+            first = torch.full((len(keys),), len(lookups)).scatter_reduce_(
+                0, inverse, torch.arange(len(lookups)), "amin")
+            store.rows[at[first]] = new
+            store.scatter_lookups()
+        else:
+            store.scatter(keys, new.clone())
         if nxt is not None and mode == "late" and i + 1 not in events:
             store.prefetch(*nxt)
     for t in range(len(ref.table_rows)):
@@ -99,13 +118,14 @@ POLICIES = {
 
 @pytest.mark.parametrize("prefetch", ["none", "early", "late", "mixed"])
 @pytest.mark.parametrize("policy", list(POLICIES))
-def test_synth_drift_equals_host(policy, prefetch):
+@pytest.mark.parametrize("in_place", [False, True])
+def test_synth_drift_equals_host(policy, prefetch, in_place):
     """The generator's drifting stream, 38 batches of 32 samples x 26 tables, under each
     hot-set policy (loads and refreshes in the middle) and prefetch pattern."""
     ref, store = stores([int(n) for n in SYNTH.table_sizes], batch_lookups=32 * 26,
                         batch_size=32, **POLICIES[policy])
     with store:
-        c = run(ref, store, dataset_batches(SYNTH, 32), prefetch)
+        c = run(ref, store, dataset_batches(SYNTH, 32), prefetch, in_place=in_place)
     assert c["steps"] == 38 and c["loads"] and 0 < c["hot_share"] < 1
     if prefetch != "none":
         assert c["samples"] > 38   # the sample lengths reached the device
@@ -116,7 +136,8 @@ def test_synth_drift_equals_host(policy, prefetch):
     ("criteo_kaggle/train_head1999.csv.gz", 2000, 64),
     ("movielens/ml-100k.inter.gz", None, 256),
 ])
-def test_real_streams_equal_host(rel, fold, batch):
+@pytest.mark.parametrize("in_place", [False, True])
+def test_real_streams_equal_host(rel, fold, batch, in_place):
     ds = load_dataset(real_file(rel), limit=24 * batch)
     ds = ds.fold(fold) if fold else ds
     batches = dataset_batches(ds, batch)[:24]
@@ -124,35 +145,38 @@ def test_real_streams_equal_host(rel, fold, batch):
                         learn_window=4, refresh="every:8", batch_lookups=batch * len(ds.table_sizes),
                         batch_size=batch)
     with store:
-        c = run(ref, store, batches, "mixed")
+        c = run(ref, store, batches, "mixed", in_place=in_place)
     assert len(c["loads"]) == 3
 
 
-def test_every_row_hot():
+@pytest.mark.parametrize("in_place", [False, True])
+def test_every_row_hot(in_place):
     sizes = [20, 30]
     every = np.concatenate([make_keys(t, np.arange(n)) for t, n in enumerate(sizes)])
     ref, store = stores(sizes, hot_keys=every, batch_lookups=64)
     with store:
-        c = run(ref, store, random_batches(sizes, 20, 40), "early")
+        c = run(ref, store, random_batches(sizes, 20, 40), "early", in_place=in_place)
     assert c["hot_share"] == 1.0 and c["cold_rows"] == 0
 
 
-def test_every_row_cold():
+@pytest.mark.parametrize("in_place", [False, True])
+def test_every_row_cold(in_place):
     sizes = [20, 30]
     ref, store = stores(sizes, batch_lookups=64)
     with store:
-        c = run(ref, store, random_batches(sizes, 20, 40), "mixed")
+        c = run(ref, store, random_batches(sizes, 20, 40), "mixed", in_place=in_place)
     assert c["hot_share"] == 0.0 and c["hot_keys"] == 0 and c["cold_rows"] > 0
 
 
 @pytest.mark.parametrize("prefetch", ["none", "early", "late"])
-def test_batches_beyond_the_staging_slots(prefetch):
+@pytest.mark.parametrize("in_place", [False, True])
+def test_batches_beyond_the_staging_slots(prefetch, in_place):
     """16 staging slots, batches of 120 lookups over ~100 distinct cold keys: the device
     stages 16 of them, the host reads and writes the rest."""
     sizes = [300, 300]
     ref, store = stores(sizes, hot_keys=make_keys([0] * 5, np.arange(5)), batch_lookups=16)
     with store:
-        c = run(ref, store, random_batches(sizes, 12, 120, alpha=1.1), prefetch)
+        c = run(ref, store, random_batches(sizes, 12, 120, alpha=1.1), prefetch, in_place=in_place)
     assert store.slots == 16 and c["host_rows"] > 0
 
 
@@ -166,7 +190,8 @@ def overflowing_keys(table_rows, config, n):
 
 
 @pytest.mark.parametrize("prefetch", ["early", "late"])
-def test_cold_key_set_overflow(prefetch):
+@pytest.mark.parametrize("in_place", [False, True])
+def test_cold_key_set_overflow(prefetch, in_place):
     """Keys that overflow the device's cold-key set take several staging slots each (a
     prefetched batch is pushed with its repeats); every slot gets the key's updated row."""
     sizes = [40000]
@@ -176,34 +201,37 @@ def test_cold_key_set_overflow(prefetch):
     lookups = as_keys(np.r_[keys, keys[::-1], keys])   # repeats of the overflowed keys
     ref, store = stores(sizes, batch_lookups=64)
     with store:
-        run(ref, store, [(lookups, None)] * 4, prefetch)
+        run(ref, store, [(lookups, None)] * 4, prefetch, in_place=in_place)
         assert store.dev.counters()["overflows"] > 0
 
 
 @pytest.mark.parametrize("prefetch", ["none", "early", "late"])
-def test_small_and_empty_batches(prefetch):
+@pytest.mark.parametrize("in_place", [False, True])
+def test_small_and_empty_batches(prefetch, in_place):
     sizes = [10, 10]
     k = lambda *rows: as_keys(make_keys([0] * len(rows), rows))
     batches = [(k(3), None), (k(), None), (k(3), None), (k(3, 3, 3), None), (k(), None),
                (k(), None), (k(1, 4), None), (k(4), None)]
     ref, store = stores(sizes, hot_keys=make_keys(0, [1]), batch_lookups=16)
     with store:
-        run(ref, store, batches, prefetch)
+        run(ref, store, batches, prefetch, in_place=in_place)
 
 
 @pytest.mark.parametrize("prefetch", ["none", "early", "late"])
-def test_keys_repeated_in_consecutive_batches(prefetch):
+@pytest.mark.parametrize("in_place", [False, True])
+def test_keys_repeated_in_consecutive_batches(prefetch, in_place):
     """The same cold and hot keys batch after batch: with the next batch prefetched before
     the scatter, its staged copies are stale and must come from the scattered rows."""
     sizes = [50]
     batch = (as_keys(make_keys(0, [1, 2, 3, 4, 5, 1, 2])), None)
     ref, store = stores(sizes, hot_keys=make_keys(0, [1, 2]), batch_lookups=16)
     with store:
-        run(ref, store, [batch] * 6, prefetch)
+        run(ref, store, [batch] * 6, prefetch, in_place=in_place)
 
 
 @pytest.mark.parametrize("prefetch", ["none", "early", "late"])
-def test_load_and_refresh_mid_stream(prefetch):
+@pytest.mark.parametrize("in_place", [False, True])
+def test_load_and_refresh_mid_stream(prefetch, in_place):
     """The caller loads a new hot set and refreshes from the learner between batches, with a
     batch prefetched (pulled back and pushed again): leaving rows go back to host memory,
     entering rows come from it."""
@@ -216,7 +244,7 @@ def test_load_and_refresh_mid_stream(prefetch):
     ref, store = stores(sizes, hot_keys=make_keys(0, np.arange(10)), hot_rows=10,
                         refresh="auto", learn_window=3, batch_lookups=32)
     with store:
-        c = run(ref, store, batches, prefetch, events)
+        c = run(ref, store, batches, prefetch, events, in_place=in_place)
     mine = [r for r in c["loads"] if r["step"] in events]
     assert [r["source"] for r in mine] == ["given", "given", "learned"]
     assert all(r["left"] > 0 for r in mine)
@@ -315,9 +343,10 @@ def fbgemm_batches(sizes, steps, batch, seed=5):
 @pytest.mark.parametrize("prefetch", [False, True])
 @pytest.mark.parametrize("optimizer", ["sgd", "rowwise_adagrad"])
 def test_collection_hotline_equals_host(optimizer, prefetch):
-    """EmbeddingBagCollection(placement="hotline") trains exactly as placement="host": the
-    same losses and final tables (weights and optimizer state), over 100 steps with the hot
-    set learned, then refreshed every 20 steps, with and without prefetch."""
+    """EmbeddingBagCollection(placement="hotline", kernel="torch") trains exactly as
+    placement="host": the same losses and final tables (weights and optimizer state), over
+    100 steps with the hot set learned, then refreshed every 20 steps, with and without
+    prefetch. (The FBGEMM kernel's case: `test_collection_in_place_equals_fbgemm_tbe`.)"""
     from hotline.nn import EmbeddingBagCollection  # lazy: skips cleanly if the module moves
     sizes = [300, 120, 40]
     tables = [type("Config", (), dict(name=f"t{t}", num_embeddings=n, embedding_dim=8,
@@ -327,7 +356,8 @@ def test_collection_hotline_equals_host(optimizer, prefetch):
                                   device="cpu")
     hot = EmbeddingBagCollection(tables, placement="hotline", optimizer=optimizer, lr=0.1,
                                  device="cpu", hot_rows=60, hot_set="learn", learn_window=5,
-                                 refresh="every:20", batch_lookups=3 * 3 * 16, batch_size=16)
+                                 refresh="every:20", batch_lookups=3 * 3 * 16, batch_size=16,
+                                 kernel="torch")
     hot.load_state_dict(host.state_dict())
     head = torch.from_numpy(np.random.default_rng(9).standard_normal(3 * 8).astype(np.float32))
     batches = fbgemm_batches(sizes, 100, 16)
@@ -352,6 +382,99 @@ def test_collection_hotline_equals_host(optimizer, prefetch):
         # sample (its popular split): the popular share is of samples whose lookups are all hot
         assert c["lookups"] == sum(len(i) for i, _ in batches)
         assert c["samples"] == 100 * 16 and 0 < c["popular_share"] < 1
+    finally:
+        hot.close()
+
+
+def tbe_reference(configs, features, lr, pooling):
+    """FBGEMM's TBE (HOST, CPU, EXACT_SGD) over the whole tables of ``configs`` (TorchRec's
+    DMP on a CPU): ``features`` [(feature, table)] in the collection's order."""
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType  # lazy: fbgemm (seconds)
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation, PoolingMode
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+        ComputeDevice, SplitTableBatchedEmbeddingBagsCodegen)
+    return SplitTableBatchedEmbeddingBagsCodegen(
+        [(c.num_embeddings, c.embedding_dim, EmbeddingLocation.HOST, ComputeDevice.CPU)
+         for c in configs], feature_table_map=[t for _, t in features],
+        optimizer=EmbOptimType.EXACT_SGD, learning_rate=lr,
+        pooling_mode=PoolingMode.MEAN if pooling == "MEAN" else PoolingMode.SUM)
+
+
+@pytest.mark.parametrize("pooling, weighted, prefetch", [
+    ("SUM", False, True), ("SUM", False, False), ("MEAN", False, True), ("SUM", True, True)])
+def test_collection_in_place_equals_fbgemm_tbe(pooling, weighted, prefetch):
+    """kernel="fbgemm" (FBGEMM's kernels in place on the hot table and the batch's cold rows,
+    each lookup given its row by the device) trains as FBGEMM's TBE over the whole tables:
+    the same losses and final tables, bit for bit, over 80 multi-hot steps with empty bags,
+    two features sharing a table, the hot set learned then refreshed every 16 steps, with and
+    without prefetch (the next batch's cold rows gathered before this one's update)."""
+    from hotline.nn import EmbeddingBagCollection  # lazy: (see above)
+    sizes = [300, 120, 40]
+    names = [["f0"], ["f1", "f1b"], ["f2"]]
+    tables = [type("Config", (), dict(name=f"t{t}", num_embeddings=n, embedding_dim=8,
+                                      feature_names=names[t], pooling=pooling))()
+              for t, n in enumerate(sizes)]
+    features = [(f, t) for t, fs in enumerate(names) for f in fs]
+    hot = EmbeddingBagCollection(tables, placement="hotline", lr=0.1, device="cpu",
+                                 hot_rows=60, hot_set="learn", learn_window=5,
+                                 refresh="every:16", batch_lookups=4 * 3 * 16, batch_size=16,
+                                 kernel="fbgemm", is_weighted=weighted)
+    ref = tbe_reference(tables, features, 0.1, pooling)
+    with torch.no_grad():
+        for t, w in enumerate(ref.split_embedding_weights()):
+            w.copy_(hot.state_dict()[f"embedding_bags.t{t}.weight"])
+    head = torch.from_numpy(np.random.default_rng(9).standard_normal(4 * 8).astype(np.float32))
+    batches = fbgemm_batches(sizes[:1] + sizes[1:2] * 2 + sizes[2:], 80, 16)
+    rng = np.random.default_rng(4)
+    try:
+        for i, (indices, offsets) in enumerate(batches):
+            w = torch.from_numpy(rng.random(len(indices)).astype(np.float32)) if weighted else None
+            losses = []
+            for model in (ref, hot):
+                pooled = model(indices, offsets, per_sample_weights=w) if weighted else \
+                    model(indices, offsets)
+                if prefetch and i + 1 < len(batches) and model is hot:
+                    hot.prefetch(*batches[i + 1])
+                loss = torch.tanh(pooled @ head).square().mean()
+                loss.backward()
+                losses.append(float(loss.detach()))
+            assert losses[0] == losses[1], f"step {i}: losses differ"
+        got = hot.state_dict()
+        for t, w in enumerate(ref.split_embedding_weights()):
+            assert torch.equal(got[f"embedding_bags.t{t}.weight"], w), f"table {t}"
+        c = hot.store.counters()
+        assert len(c["loads"]) == 5 and 0.3 < c["hot_share"] < 1 and c["cold_rows"] > 0
+    finally:
+        hot.close()
+
+
+def test_kernel_choice():
+    """kernel="fbgemm" where it cannot run says why in one line; "auto" then takes the
+    torch path; a batch of more lookups than the staging slots goes the torch way."""
+    from hotline.nn import EmbeddingBagCollection  # lazy: (see above)
+    tables = [type("Config", (), dict(name="t0", num_embeddings=50, embedding_dim=4,
+                                      feature_names=["f0"], pooling="SUM"))()]
+    with pytest.raises(HotlineError, match="the store has no in-place batches"):
+        EmbeddingBagCollection(tables, placement="host", kernel="fbgemm")
+    with pytest.raises(HotlineError, match="keeps state in the row"):
+        EmbeddingBagCollection(tables, placement="hotline", kernel="fbgemm",
+                               optimizer="rowwise_adagrad", hot_keys=make_keys(0, [1]))
+    assert EmbeddingBagCollection(tables, placement="host")._kernel is None
+    with pytest.raises(HotlineError, match="kernel 'x': expected one of auto, fbgemm, torch"):
+        EmbeddingBagCollection(tables, kernel="x")
+    hot = EmbeddingBagCollection(tables, placement="hotline", kernel="auto", lr=0.1,
+                                 hot_keys=make_keys(0, [1]), batch_lookups=8, batch_size=4)
+    host = EmbeddingBagCollection(tables, placement="host", lr=0.1)
+    hot.load_state_dict(host.state_dict())
+    try:
+        assert hot._kernel is not None
+        for n in (6, 30):   # within and beyond the 8 staging slots
+            indices, offsets = torch.arange(n) % 50, torch.tensor([0, n // 2, n // 2, n - 1, n])
+            for m in (host, hot):
+                m(indices, offsets).sum().backward()
+            assert torch.allclose(hot.state_dict()["embedding_bags.t0.weight"],
+                                  host.state_dict()["embedding_bags.t0.weight"], rtol=0, atol=1e-6)
+        assert hot.store.counters()["host_rows"] > 0
     finally:
         hot.close()
 

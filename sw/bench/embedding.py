@@ -187,12 +187,13 @@ class StoreClock:
     """Main-thread seconds inside a `RowStore`'s gather / scatter / prefetch (outermost calls
     only: a method calling another is counted once), wrapped on the instance."""
 
-    METHODS = ("gather", "scatter", "prefetch")
+    METHODS = ("gather", "scatter", "prefetch", "gather_lookups", "scatter_lookups")
 
     def __init__(self, store):
         self.seconds, self._depth = 0.0, 0
         for name in self.METHODS:
-            setattr(store, name, self._timed(getattr(store, name)))
+            if hasattr(store, name):
+                setattr(store, name, self._timed(getattr(store, name)))
 
     def _timed(self, fn):
         def call(*args, **kw):

@@ -11,11 +11,13 @@ from hotline.contract.keys import MAX_ROWS, MAX_TABLES, ROW_BITS
 
 from .dist import Ranks
 from .layout import RowLayout
-from .optim import make_optimizer
+from .kernels import TBEKernel, fbgemm_cpu
+from .optim import SGD, make_optimizer
 from .stores import DeviceStore, HostStore, RowStore
 
 PLACEMENTS = ("host", "device", "hotline")
 POOLINGS = ("SUM", "MEAN")
+KERNELS = ("auto", "fbgemm", "torch")
 
 
 @dataclass
@@ -39,13 +41,36 @@ class _Announced:
     offsets_version: int
     checked: tuple
     order: torch.Tensor | None
-    unique: tuple           # torch.unique's (keys, inverse)
+    unique: tuple | None    # torch.unique's (keys, inverse); None for an in-place kernel
 
     def same(self, indices, offsets) -> bool:
         """Whether ``indices`` and ``offsets`` are the tensors announced, not modified since."""
         return (indices is self.indices and offsets is self.offsets
                 and indices._version == self.indices_version
                 and offsets._version == self.offsets_version)
+
+
+@dataclass
+class _InPlace:
+    """One forward through the in-place kernel (`TBEKernel`), kept until its backward."""
+    out: torch.Tensor | None = None   # the kernel's output, with FBGEMM's autograd graph
+
+
+class _KernelLookup(torch.autograd.Function):
+    """The in-place kernel's pooled bags; backward runs FBGEMM's fused update of the store's
+    rows, then the store takes the batch back (`scatter_lookups`)."""
+
+    @staticmethod
+    def forward(ctx, anchor, ebc, batch, indices, offsets, weights):
+        ctx.ebc, ctx.batch = ebc, batch
+        with torch.enable_grad():
+            batch.out = ebc._kernel(indices, offsets, weights)
+        return batch.out.detach()
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.ebc._kernel_update(ctx.batch, grad)
+        return None, None, None, None, None, None
 
 
 class _Lookup(torch.autograd.Function):
@@ -76,6 +101,14 @@ class EmbeddingBagCollection(nn.Module):
             (hot rows on ``device``, cold rows in host memory through ``device_url``); or a
             `RowStore` of these tables' rows and the optimizer's row layout (your own).
         optimizer: "sgd", "rowwise_adagrad" or "adam" (FBGEMM's math), learning rate ``lr``.
+        kernel: "auto", "fbgemm" or "torch": how a batch is pooled and updated. "fbgemm"
+            runs FBGEMM's CPU TBE kernels in place on the "hotline" store's rows (hot table
+            and the batch's cold rows, each lookup given its row by the accelerator: no sort
+            on the host); it needs the "hotline" placement on the CPU, one process, SGD, an
+            even ``embedding_dim`` and one pooling for all tables. "torch": the batch's unique
+            rows are gathered, pooled and updated with torch ops (every placement, optimizer
+            and device). "auto": "fbgemm" where it applies (a batch of more lookups than the
+            staging slots goes the torch way), else "torch".
         is_weighted: use a KeyedJaggedTensor's weights as per-sample weights (TorchRec's flag).
         device: the torch device of the outputs (and of the rows, placement "device").
         optimizer_options: e.g. ``eps``, ``betas``; store_options: the "hotline" placement's.
@@ -112,7 +145,8 @@ class EmbeddingBagCollection(nn.Module):
 
     def __init__(self, tables, placement: str = "host", device_url: str = "model://",
                  optimizer: str = "sgd", lr: float = 0.01, *, is_weighted: bool = False,
-                 device=None, optimizer_options: dict | None = None, **store_options):
+                 device=None, optimizer_options: dict | None = None, kernel: str = "auto",
+                 **store_options):
         super().__init__()
         self._configs = list(tables)
         self._check_tables()
@@ -132,8 +166,13 @@ class EmbeddingBagCollection(nn.Module):
         self._ranks = Ranks.current()
         self.store = self._make_store(placement, device_url, store_options)
         self._anchor = torch.zeros(0, requires_grad=True)
-        self._pending: _Batch | None = None
+        self._pending: _Batch | _InPlace | None = None
         self._announced = None    # `_Announced`: the next forward's batch given to `prefetch`
+        try:
+            self._kernel = self._make_kernel(kernel)
+        except BaseException:
+            self.store.close()
+            raise
         self._init_tables()
 
     # -- construction ---------------------------------------------------------------------
@@ -185,6 +224,36 @@ class EmbeddingBagCollection(nn.Module):
             return HostStore(rows, self.layout, ranks=self._ranks)
         return DeviceStore(rows, self.layout, self._device, ranks=self._ranks)
 
+    def _make_kernel(self, kernel) -> TBEKernel | None:
+        """The in-place kernel over the store's rows, where ``kernel`` asks for it and it
+        applies (see the class docstring)."""
+        if kernel not in KERNELS:
+            raise HotlineError(f"kernel {kernel!r}: expected one of {', '.join(KERNELS)}")
+        if kernel == "torch":
+            return None
+        why = None
+        poolings = {self._pooling(c) for c in self._configs}
+        if not hasattr(self.store, "gather_lookups"):
+            why = "the store has no in-place batches (the 'hotline' placement has)"
+        elif self.store.device.type != "cpu":
+            why = f"the rows are on {self.store.device} (FBGEMM's CPU build runs on the CPU)"
+        elif self._ranks is not None:
+            why = "data parallel (the gradients are summed over the ranks first)"
+        elif not isinstance(self.optimizer, SGD):
+            why = f"optimizer {type(self.optimizer).__name__} keeps state in the row"
+        elif self.layout.floats != self.dim:
+            why = f"embedding_dim {self.dim} is odd (rows are padded)"
+        elif len(poolings) > 1:
+            why = "the tables pool differently (SUM and MEAN)"
+        elif not fbgemm_cpu():
+            why = "fbgemm_gpu does not load"
+        if why is not None:
+            if kernel == "fbgemm":
+                raise HotlineError(f"kernel 'fbgemm': {why}")
+            return None
+        return TBEKernel(self.store.rows, len(self.features), self.optimizer.lr,
+                         mean=poolings == {"MEAN"})
+
     def _init_tables(self) -> None:
         """Each table's weights by its config's ``init_fn`` (TorchRec's default:
         uniform(-sqrt(1 / rows), sqrt(1 / rows))), state zero; data parallel: rank 0's."""
@@ -226,11 +295,16 @@ class EmbeddingBagCollection(nn.Module):
         if not isinstance(features, torch.Tensor):
             features, offsets, _ = self._unpack(features)
         checked = self._keys(features, offsets)
-        unique = torch.unique(checked[0], sorted=True, return_inverse=True)
-        order = self._announce(*checked, unique[0])
+        unique = None if self._in_place(checked[0].numel()) else \
+            torch.unique(checked[0], sorted=True, return_inverse=True)
+        order = self._announce(*checked, None if unique is None else unique[0])
         # the forward of these same tensors (unmodified) reuses the checked keys and unique
         self._announced = _Announced(features, offsets, features._version, offsets._version,
                                      checked, order, unique)
+
+    def _in_place(self, lookups: int) -> bool:
+        """Whether a batch of ``lookups`` goes through the in-place kernel."""
+        return self._kernel is not None and self.store.fuses(lookups)
 
     def _announce(self, keys, offsets, batch, unique) -> torch.Tensor | None:
         """Give the store a batch's lookups (``unique``: their unique keys), sample by sample
@@ -327,8 +401,11 @@ class EmbeddingBagCollection(nn.Module):
             raise HotlineError("per_sample_weights need sum pooling (a table pools by mean)")
         self._flush()
         self._announced, order = None, None
-        unique, inverse = a.unique if same else torch.unique(keys, sorted=True,
-                                                             return_inverse=True)
+        if self._in_place(keys.numel()) and (a is None or same or (
+                torch.equal(keys, a.checked[0]) and torch.equal(offsets, a.checked[1]))):
+            return self._lookup_in_place(keys, offsets, batch, weights, a)
+        unique, inverse = a.unique if same and a.unique is not None else torch.unique(
+            keys, sorted=True, return_inverse=True)
         if self.store.counts_lookups:
             if a is None:
                 order = self._announce(keys, offsets, batch, unique)
@@ -355,6 +432,35 @@ class EmbeddingBagCollection(nn.Module):
         n = len(self.features)
         return bags.view(n, batch, self.dim).transpose(0, 1).reshape(batch, n * self.dim).to(self._device)
 
+    def _lookup_in_place(self, keys, offsets, batch, weights, announced) -> torch.Tensor:
+        """The batch through `TBEKernel` on the store's rows: [B, F * dim]."""
+        order = announced.order if announced is not None else \
+            self._announce(keys, offsets, batch, None)
+        at = self.store.gather_lookups()   # each announced lookup's row, sample by sample
+        indices = torch.empty_like(at)
+        indices[order] = at
+        self._kernel.set_lr(self.optimizer.lr)
+        if torch.is_grad_enabled():
+            self._pending = _InPlace()
+            bags = _KernelLookup.apply(self._anchor, self, self._pending, indices, offsets,
+                                       weights)
+        else:
+            bags = self._kernel(indices, offsets, weights)
+            self.store.scatter_lookups()
+        return bags.to(self._device)
+
+    def _kernel_update(self, b: _InPlace, grad: torch.Tensor) -> None:
+        """Backward of an in-place batch: FBGEMM's fused update of the store's rows, then
+        the store takes the batch back."""
+        if self._pending is not b:
+            raise HotlineError("backward of a batch whose rows are gone: a later forward ran "
+                               "first, or backward ran twice (one forward per backward)")
+        self._pending = None
+        torch.autograd.backward(b.out, grad)
+        b.out = None
+        self.optimizer.step += 1
+        self.store.scatter_lookups()
+
     def _pool(self, b: _Batch) -> torch.Tensor:
         """[F * B, dim] bags of ``b``."""
         bags = nn.functional.embedding_bag(b.inverse, b.rows[:, :self.dim], b.offsets, mode="sum",
@@ -379,9 +485,11 @@ class EmbeddingBagCollection(nn.Module):
 
     def _flush(self) -> None:
         """A batch whose backward never ran: its rows go back unchanged."""
-        if self._pending is not None:
-            self.store.scatter(self._pending.keys, self._pending.rows)
-            self._pending = None
+        b, self._pending = self._pending, None
+        if isinstance(b, _InPlace):
+            self.store.scatter_lookups()
+        elif b is not None:
+            self.store.scatter(b.keys, b.rows)
 
     # -- state_dict -----------------------------------------------------------------------
     def _state_slices(self):

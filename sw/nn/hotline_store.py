@@ -125,6 +125,17 @@ class _Gathered:
     popular: np.ndarray     # the samples whose every lookup is hot (the device's split)
 
 
+@dataclass
+class _Fused:
+    """A batch gathered by `HotlineStore.gather_lookups`, waiting for `scatter_lookups`."""
+    bank: int
+    slot_keys: np.ndarray   # the key of each staging slot used (the device's cold_keys)
+    canon: np.ndarray | None  # after an overflow: each slot's first slot of the same key
+    cold_rows: int          # unique cold keys
+    counts: tuple           # (hot lookups, lookups, popular samples, samples) on the device
+    popular: np.ndarray
+
+
 class HotlineStore(RowStore):
     """Placement "hotline". ``table_rows``: rows per table; ``layout``: the `RowLayout`.
 
@@ -194,7 +205,10 @@ class HotlineStore(RowStore):
         except BaseException:
             self.close()
             raise
-        self.hot_table = torch.zeros(self.dev.info()["hot_slots"], self.width, device=self.device)
+        # the hot table, then a batch's cold rows for an in-place kernel (`gather_lookups`)
+        self.rows = torch.zeros(self.dev.info()["hot_slots"] + self.slots, self.width,
+                                device=self.device)
+        self.hot_table = self.rows[:self.dev.info()["hot_slots"]]
         if host is not None:   # tables already there: their hot rows to the hot table
             p = self.placement
             self.hot_table[self._index_tensor(p.slots)] = self._read(p.keys)
@@ -485,13 +499,11 @@ class HotlineStore(RowStore):
         return seen.all() and (not len(lookups) or (len(keys) > 0
                                                     and np.array_equal(keys[at], lookups)))
 
-    def _pull(self, b, keys, at) -> torch.Tensor:
-        """Batch ``b``'s rows for its unique ``keys`` (``at``: each lookup's position in them)."""
-        n = len(keys)
-        hot, slot = np.zeros(n, bool), np.zeros(n, np.int64)
-        bank, slot_keys, counts = 0, np.zeros(0, np.uint32), (0, 0) + (len(b.lengths),) * 2
-        popular = np.arange(len(b.lengths))   # no lookups: every sample is popular
-        host_key = np.zeros(n, bool) if b.host_key is None else b.host_key
+    def _pull_result(self, b):
+        """(batch ``b``'s device result, None if nothing was pushed; its counts (hot lookups,
+        lookups, popular samples, samples), added to the totals). The staging rows of its
+        cold keys are current: far rows fetched, stale rows fixed (`refresh_stale`)."""
+        r, counts = None, (0, 0) + (len(b.lengths),) * 2
         if b.in_flight:
             r = self.dev.pull_batch()
             b.in_flight = False
@@ -499,25 +511,36 @@ class HotlineStore(RowStore):
                 raise HotlineError(f"{self.url}: the gather of batch {b.step} reported "
                                    f"{r.gather['errors']} DMA errors (rows outside their "
                                    f"table's window)")
+            if len(r.cold_keys) > self.slots:
+                raise HotlineError(f"{self.url}: batch {b.step} has {len(r.cold_keys)} cold "
+                                   f"slots, more than the {self.slots} staging slots")
+            counts = (int(np.count_nonzero(r.hot)), r.lookups, len(r.popular), r.samples)
+            st = self._staging(r.bank)[:len(r.cold_keys)]
+            if self.host.split_rows:
+                self._fetch_far_rows(st, r.cold_keys)
+            refresh_stale(st, r.cold_keys, self.prev)
+        for name, v in zip(("hot_lookups", "lookups", "popular_samples", "samples"), counts):
+            self.totals[name] += v
+        return r, counts
+
+    def _pull(self, b, keys, at) -> torch.Tensor:
+        """Batch ``b``'s rows for its unique ``keys`` (``at``: each lookup's position in them)."""
+        n = len(keys)
+        hot, slot = np.zeros(n, bool), np.zeros(n, np.int64)
+        bank, slot_keys = 0, np.zeros(0, np.uint32)
+        popular = np.arange(len(b.lengths))   # no lookups: every sample is popular
+        host_key = np.zeros(n, bool) if b.host_key is None else b.host_key
+        r, counts = self._pull_result(b)
+        if r is not None:
             if b.pushed is not b.lookups:   # the unique keys (``keys``) but the host's
                 at = np.flatnonzero(~host_key)
             # a key in several cold slots (an overflow) reads any: each holds its row
             hot[at], slot[at] = r.hot, r.slot
-            bank, slot_keys = r.bank, r.cold_keys
-            counts = (int(np.count_nonzero(r.hot)), r.lookups, len(r.popular), r.samples)
-            popular = r.popular
-            if len(slot_keys) > self.slots:
-                raise HotlineError(f"{self.url}: batch {b.step} has {len(slot_keys)} cold slots, "
-                                   f"more than the {self.slots} staging slots")
-        for name, v in zip(("hot_lookups", "lookups", "popular_samples", "samples"), counts):
-            self.totals[name] += v
+            bank, slot_keys, popular = r.bank, r.cold_keys, r.popular
         hp, cp = np.flatnonzero(hot), np.flatnonzero(~hot)
         cold_keys = keys[cp]
         extra = host_key[cp]
         st = self._staging(bank)
-        if self.host.split_rows:
-            self._fetch_far_rows(st[:len(slot_keys)], slot_keys)
-        refresh_stale(st[:len(slot_keys)], slot_keys, self.prev)
         cold_slots = slot[cp[~extra]]
         by_host = None   # the rows of the host's keys
         if extra.any():
@@ -555,6 +578,74 @@ class HotlineStore(RowStore):
         far = np.flatnonzero((g < lo) | (g >= hi))
         rows[far] = self.ranks.fetch(g[far], self.host.read_rows).numpy()
 
+    # -- batches for an in-place kernel ---------------------------------------------------
+    def fuses(self, lookups: int) -> bool:
+        """Whether a batch of ``lookups`` lookups can go through `gather_lookups`: one process,
+        and the lookups fit the staging slots (the device then gives every lookup its row: no
+        unique keys needed on the host)."""
+        return self.ranks is None and lookups <= self.slots
+
+    def gather_lookups(self) -> torch.Tensor:
+        """The prefetched batch for a kernel that updates rows in place (FBGEMM's TBE): each
+        lookup, in the order announced, as its row of `rows` (hot rows at their slots, then
+        the batch's cold rows in staging-slot order, stale rows fixed; after a cold-key set
+        overflow every lookup of a key gets the key's first slot). The kernel updates `rows`;
+        `scatter_lookups` takes the cold rows back. Needs `fuses`."""
+        b = self._next
+        if b is None:
+            raise HotlineError("gather_lookups: no batch prefetched (prefetch it first)")
+        if self._cur is not None:
+            raise HotlineError("gather_lookups: the batch gathered before was not scattered")
+        if not self.fuses(len(b.lookups)):
+            raise HotlineError(f"gather_lookups: a batch of {len(b.lookups)} lookups over "
+                               f"{self.slots} staging slots (or data parallel): use gather")
+        self._next = None
+        if self._loads(b.step):
+            self._load_scheduled(b.step)
+        if self._profile is not None:
+            self._profile.append(b.lookups)
+        if not b.in_flight:
+            self._push(b)
+        r, counts = self._pull_result(b)
+        if r is None:   # no lookups: every sample is popular
+            self._cur = _Fused(0, np.zeros(0, np.uint32), None, 0, counts,
+                               np.arange(len(b.lengths)))
+            return torch.zeros(0, dtype=torch.int64)
+        keys, n, hot_n = r.cold_keys, len(r.cold_keys), len(self.hot_table)
+        canon, unique = None, n
+        if r.overflow:
+            _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+            canon, unique = first[inverse], len(first)
+        cold = r.slot if canon is None else canon[r.slot]
+        index = np.where(r.hot, r.slot, hot_n + cold)
+        if n:
+            self.rows[hot_n:hot_n + n] = torch.from_numpy(self._staging(r.bank)[:n]).to(
+                self.device, non_blocking=True)
+            self.totals["bytes_h2d"] += n * self.layout.nbytes
+        self._cur = _Fused(r.bank, keys, canon, unique, counts, r.popular)
+        return torch.from_numpy(index)
+
+    def scatter_lookups(self) -> None:
+        """The batch of `gather_lookups` is done (its rows updated in place, or not): the cold
+        rows go back to their staging slots, and the device scatters them to host memory
+        while the next batch trains."""
+        g = self._cur
+        if not isinstance(g, _Fused):
+            raise HotlineError("scatter_lookups: no batch gathered by gather_lookups")
+        hot_n, n = len(self.hot_table), len(g.slot_keys)
+        new = self.rows[hot_n:hot_n + n]
+        if g.canon is not None:   # every slot of a key gets the row its lookups updated
+            new = new.index_select(0, torch.from_numpy(g.canon).to(self.device))
+        new = new.cpu().numpy()
+        if n:
+            self._staging(g.bank)[:n] = new
+            # not waited for (as `scatter`)
+            self.dev.scatter(g.bank, g.slot_keys, wait=False)
+            self.totals["bytes_d2h"] += n * self.layout.nbytes
+        self.totals["cold_rows"] += g.cold_rows
+        order = np.argsort(g.slot_keys, kind="stable")
+        self._done(g, (g.slot_keys[order], new[order]))
+
     def read(self, keys) -> torch.Tensor:
         """The current rows of ``keys`` (unique, ascending) without the device's pipeline
         (evaluation): hot rows from the hot table, the others from host memory after the
@@ -582,6 +673,9 @@ class HotlineStore(RowStore):
         g = self._cur
         if g is None:
             raise HotlineError(f"{what}: no batch gathered")
+        if isinstance(g, _Fused):
+            raise HotlineError(f"{what}: the batch was gathered by gather_lookups; give it back "
+                               f"with scatter_lookups")
         k = keys.detach().cpu().numpy() if torch.is_tensor(keys) else np.asarray(keys)
         if len(k) != len(g.keys) or not np.array_equal(k, g.keys):
             raise HotlineError(f"{what}: the keys are not the last gather's")

@@ -1,0 +1,59 @@
+"""FBGEMM's CPU TBE kernels over rows the caller owns (`TBEKernel`): the pooled forward and
+the backward with the optimizer fused, as TorchRec's DMP runs them on a CPU, updating the
+caller's row tensor in place.
+
+The "hotline" placement gives it its hot table and the batch's cold rows as one tensor
+(`HotlineStore.rows`) and each lookup's row in it, so the host neither sorts nor
+deduplicates a batch's keys: the accelerator did."""
+import torch
+
+from hotline.contract.errors import HotlineError
+
+
+def fbgemm_cpu() -> bool:
+    """Whether FBGEMM's CPU TBE loads here."""
+    try:
+        import fbgemm_gpu.split_table_batched_embeddings_ops_training  # noqa: F401  # lazy: seconds
+    except Exception:  # noqa: BLE001 (any failure: the torch path)
+        return False
+    return True
+
+
+class TBEKernel:
+    """FBGEMM's ``SplitTableBatchedEmbeddingBagsCodegen`` (EXACT_SGD, HOST, CPU) with its one
+    table's weights being ``rows`` (float32 [R, dim], contiguous, CPU: the same memory), every
+    one of ``features`` features looking up in it; ``mean``: mean pooling, else sum.
+
+    ``forward(indices, offsets, per_sample_weights=None) -> Tensor[B, F * dim]`` (FBGEMM's
+    layout; ``indices`` are rows of ``rows``); the output's backward updates ``rows`` in place
+    (w -= lr * the row's gradient summed over the batch), once per row. Indices are not
+    bounds-checked here: the caller's are rows it made."""
+
+    def __init__(self, rows: torch.Tensor, features: int, lr: float, mean: bool = False):
+        from fbgemm_gpu.split_embedding_configs import EmbOptimType  # lazy: fbgemm (seconds)
+        from fbgemm_gpu.split_table_batched_embeddings_ops_common import (
+            BoundsCheckMode, EmbeddingLocation, PoolingMode)
+        from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+            ComputeDevice, SplitTableBatchedEmbeddingBagsCodegen)
+        if rows.dtype != torch.float32 or rows.device.type != "cpu" or rows.dim() != 2 \
+                or not rows.is_contiguous():
+            raise HotlineError(f"TBEKernel: rows must be float32 [R, dim], contiguous, on the "
+                               f"CPU; got {rows.dtype} {tuple(rows.shape)} on {rows.device}")
+        self.rows = rows
+        self.tbe = SplitTableBatchedEmbeddingBagsCodegen(
+            [(rows.shape[0], rows.shape[1], EmbeddingLocation.HOST, ComputeDevice.CPU)],
+            feature_table_map=[0] * features, optimizer=EmbOptimType.EXACT_SGD,
+            learning_rate=lr, pooling_mode=PoolingMode.MEAN if mean else PoolingMode.SUM,
+            bounds_check_mode=BoundsCheckMode.NONE)
+        self.tbe.weights_host.data = rows.view(-1)   # FBGEMM reads and updates ``rows``
+
+        self.lr = lr
+
+    def set_lr(self, lr: float) -> None:
+        """Follow the optimizer's learning rate (a scheduler may change it)."""
+        if lr != self.lr:
+            self.tbe.set_learning_rate(lr)
+            self.lr = lr
+
+    def __call__(self, indices, offsets, per_sample_weights=None) -> torch.Tensor:
+        return self.tbe(indices, offsets, per_sample_weights=per_sample_weights)
