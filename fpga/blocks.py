@@ -73,10 +73,11 @@ FLOORPLANS = {("accelerator", "ecp5-85f", 1): ACCELERATOR_ECP5_BRAM}
 # module by module, the split would cut ABC9's optimisation at every stage boundary, and
 # with 8 more modules YoWASP yosys failed after ABC9 (docs/toolchain.md item 1).
 # (the engine's own stages are in one file with it: hw/cam_command_engine.py; the
-# Fragmenter's in hw/fragmenter.py, the learner's in hw/access_learner.py)
+# Fragmenter's in hw/fragmenter.py, the cold-key set's in hw/cold_key_set.py, the learner's
+# in hw/access_learner.py)
 STAGES = (CAMLookupPipeline, CAMCommandEngine, *CAMCommandEngine.STAGES, *Fragmenter.STAGES,
-          *AccessLearner.STAGES, RowCommandFront, RowWindowCheck, RowChunker, ReadEngine,
-          WriteEngine, RowDMACounters)
+          *ColdKeySet.STAGES, *AccessLearner.STAGES, RowCommandFront, RowWindowCheck,
+          RowChunker, ReadEngine, WriteEngine, RowDMACounters)
 BLOCK_FLOW = {"accelerator": {"synth_args": "-noflatten", "inline": STAGES,
                               # router2's alternate cost weights: with them the netlist of
                               # 5701b29 routed at 106.45 / 106.06 / 105.30 MHz at seeds

@@ -43,6 +43,13 @@ registers, and written one cycle late through registers; a read misses the inser
 comparisons with them are made at the start of the pipeline), so a key inserted by one beat
 is seen by the very next one. Timing paths end at flip-flops; the loop from one decision to
 the next is a few LUTs (forwarded hit, free-way count, way choice).
+
+Stages (``ColdKeySet.STAGES``, each a ``wiring.Component`` whose docstring states its latency,
+throughput and backpressure): `ColdInput` (the epochs, ``i.ready``, each lane's key to its
+partition's first register and its tables' read addresses: the partition-count branch), the
+partitions' pipelines (in the set itself: the tables, whose instance names the floorplan
+fixes, forwarding, match, decision and slot numbering), and `ColdLaneAnswers` (each
+partition's answer back to its lane, the register in front of the output queue).
 """
 from amaranth import *
 from amaranth.lib import data, stream, wiring
@@ -68,6 +75,151 @@ def _lanes_layout(fields, lanes):
         for n, w in fields.items()})
 
 
+def _lane(value, lanes, j):
+    """Lane ``j`` of a per-lane field (the field itself at one lane)."""
+    return value if lanes == 1 else value[j]
+
+
+class ColdInput(wiring.Component):
+    """The ColdKeySet ``cold``'s input stage: ``i`` beats -> each partition's first pipeline
+    register ``s1`` and its tables' read addresses.
+
+    ``i`` In: the set's input; ``i.ready`` = ``room`` (the output queue's), not ``clearing``,
+    and not waiting for the clearing pass after the last epoch's batch (it counts the batches'
+    epochs, 1 .. 2**epoch_bits - 1: after the end of the last epoch's batch no beat is taken
+    until the clearing pass is over, since the next beat must read the cleared tables).
+    ``s1`` Out (per partition, ``cold.front_layout``): the partition's key (one partition:
+    the beat's; with partitions, that of the lane whose key's partition hash names it, with
+    its ``lane``, ``insert`` = there is one), the beat's ``eob``, ``user`` and epoch, and the
+    key's bucket in each table; ``rd_addr`` Out [partition][table][bank]: those buckets' low
+    bits, one register per bank (`replica`), the tables' read addresses. ``fed``: a beat
+    enters ``s1`` at this edge.
+
+    Latency: a beat taken in cycle t is in ``s1`` in cycle t + 1 with one partition, t + 2
+    with partitions (``s0``: each partition's key selected from its lane, registered; timing:
+    the partition hashes and the select in front of the bucket hashes and their fan-out to
+    the read-address replicas made the 2-lane set's input paths, 10.8-11.1 ns). Throughput:
+    one beat per cycle. Backpressure: ``i.ready`` as above; past it nothing stalls.
+    """
+
+    def __init__(self, cold):
+        self.cold = cold
+        _, low_bits, banks = cold.banks()
+        super().__init__({
+            "i": In(cold.i.signature.flip()),
+            "room": In(1), "clearing": In(1),
+            "s1": Out(data.ArrayLayout(cold.front_layout, cold.partitions)),
+            "rd_addr": Out(data.ArrayLayout(data.ArrayLayout(
+                data.ArrayLayout(low_bits, len(banks)), 2), cold.partitions)),
+            "fed": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self.cold
+        P, L, parts, tables = c.partitions, c.lanes, range(c.partitions), (0, 1)
+        _, low_bits, banks = c.banks()
+        max_epoch = (1 << c.epoch_bits) - 1
+        sfx = ["" if P == 1 else f"_p{p}" for p in parts]
+        taken = self.i.valid & self.i.ready
+        ip = self.i.payload
+        in_epoch = Signal(c.epoch_bits, init=1)
+        wrap_wait = Signal()
+        m.d.comb += self.i.ready.eq(self.room & ~self.clearing & ~wrap_wait)
+        with m.If(taken & ip.eob):
+            m.d.sync += in_epoch.eq(Mux(in_epoch == max_epoch, 1, in_epoch + 1))
+            with m.If(in_epoch == max_epoch):
+                m.d.sync += wrap_wait.eq(1)
+        with m.If(self.clearing):
+            m.d.sync += wrap_wait.eq(0)
+
+        s1 = [Signal(c.front_layout, name=f"s1{sfx[p]}", reset_less=True) for p in parts]
+        s0 = [Signal(c.front_layout, name=f"s0{sfx[p]}", reset_less=True) for p in parts]
+        rd_addr = [[[replica(low_bits, f"rd_addr{t}_{b}{sfx[p]}") for b in banks] for t in tables]
+                   for p in parts]
+        m.d.comb += [self.s1[p].eq(s1[p]) for p in parts]
+        m.d.comb += [self.rd_addr[p][t][b].eq(rd_addr[p][t][b])
+                     for p in parts for t in tables for b in banks]
+        # Each lane's key to its partition's pipeline.
+        in_key = [_lane(ip.key, L, j) for j in range(L)]
+        in_insert = [_lane(ip.insert, L, j) for j in range(L)]
+        in_part = [Signal(ceil_log2(P), name=f"in_part{j}") for j in range(L)]
+        m.d.comb += [x.eq(c.partition_hash.expr(k)) for x, k in zip(in_part, in_key)]
+        if P == 1:
+            m.d.comb += self.fed.eq(taken)
+        else:
+            valid0 = Signal()
+            m.d.sync += valid0.eq(taken)
+            m.d.comb += self.fed.eq(valid0)
+        for p in parts:
+            if P == 1:
+                first, key, insert, at = s1[p], in_key[0], in_insert[0], C(0, 0)
+            else:
+                sel = [in_insert[j] & (in_part[j] == p) for j in range(L)]
+                first, key = s0[p], one_hot_select(sel, in_key)
+                insert, at = Cat(*sel).any(), lowest_index(sel)[1][:ceil_log2(L)]
+            m.d.sync += [
+                first.key.eq(key), first.insert.eq(insert), first.lane.eq(at),
+                first.eob.eq(ip.eob), first.user.eq(ip.user), first.epoch.eq(in_epoch),
+            ]
+            if P > 1:
+                m.d.sync += [getattr(s1[p], f).eq(getattr(s0[p], f))
+                             for f in ("key", "insert", "eob", "user", "epoch", "lane")]
+            for t in tables:
+                bucket = c.hashes[t].expr(s0[p].key if P > 1 else key)
+                m.d.sync += [s1[p].bucket[t].eq(bucket),
+                             *(a.eq(bucket[:low_bits]) for a in rd_addr[p][t])]
+        return m
+
+
+class ColdLaneAnswers(wiring.Component):
+    """The ColdKeySet ``cold``'s output register: each partition's decision back to its
+    key's lane.
+
+    ``decided`` In (per partition): the decided beat's ``key``, ``insert`` and ``lane``, and
+    its answer (``slot``, ``first``, ``overflow``); ``eob``, ``user`` and ``valid`` In: the
+    beat's. ``o`` Out (the set's ``o`` payload): one partition: its answer; with partitions,
+    lane j takes the answer of the partition whose inserted key came from lane j (``insert``:
+    there is one; else its fields are 0).
+
+    Latency: 1 cycle (a register). Throughput: one beat per cycle. Backpressure: none
+    (``o.ready`` is not looked at: the set's output queue has room for every beat).
+    """
+
+    def __init__(self, cold):
+        self.cold = cold
+        decided = data.StructLayout({"key": cold.key_width, "insert": 1,
+                                     "lane": ceil_log2(cold.lanes), "slot": cold.slot_width,
+                                     "first": 1, "overflow": 1})
+        super().__init__({
+            "decided": In(data.ArrayLayout(decided, cold.partitions)),
+            "eob": In(1), "user": In(cold.user_width), "valid": In(1),
+            "o": Out(cold.o.signature),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        P, L = self.cold.partitions, self.cold.lanes
+        sd = [self.decided[p] for p in range(P)]
+        so = Signal(self.o.payload.shape(), reset_less=True)
+        so_valid = Signal()
+        m.d.comb += [self.o.valid.eq(so_valid), self.o.payload.eq(so)]
+        m.d.sync += [so_valid.eq(self.valid), so.eob.eq(self.eob), so.user.eq(self.user)]
+        for j in range(L):
+            if P == 1:
+                sel = [C(1, 1)]
+                m.d.sync += _lane(so.insert, L, j).eq(sd[0].insert)
+            else:
+                sel = [sd[p].insert & (sd[p].lane == j) for p in range(P)]
+                m.d.sync += _lane(so.insert, L, j).eq(Cat(*sel).any())
+            m.d.sync += [
+                _lane(so.key, L, j).eq(one_hot_select(sel, [x.key for x in sd])),
+                *(_lane(getattr(so, f), L, j).eq(one_hot_select(sel, [x[f] for x in sd]))
+                  for f in ("slot", "first", "overflow")),
+            ]
+        return m
+
+
 class ColdKeySet(wiring.Component):
     """Batch-local dedup of keys: ``i`` {key, insert, eob, user} -> ``o`` {key, slot, first,
     insert, eob, overflow, user}, ``key``, ``insert`` (and ``slot``, ``first``, ``overflow``)
@@ -82,6 +234,8 @@ class ColdKeySet(wiring.Component):
     geometry defaults are the product configuration's (`hotline.contract.config.PRODUCT`).
     """
     LATENCY = 8   # one partition; with partitions, an input stage more (`latency`)
+    # Its stage components (see the module docstring).
+    STAGES = (ColdInput, ColdLaneAnswers)
     # Buckets per block-RAM bank (BucketTable's "ecp5" limit).
     BANK_DEPTH = 2048
     # Results the output queue holds besides its output register: enough for one beat per
@@ -120,6 +274,10 @@ class ColdKeySet(wiring.Component):
         self.hashes = [bucket_hash(s, key_width, ceil_log2(self.buckets), hash_family) for s in seeds]
         self.partition_hash = bucket_hash(COLD_PARTITION_SEED, key_width, ceil_log2(partitions),
                                           hash_family)
+        # A partition's first pipeline register (`ColdInput.s1`).
+        self.front_layout = data.StructLayout({
+            "key": key_width, "insert": 1, "eob": 1, "user": user_width, "epoch": epoch_bits,
+            "bucket": data.ArrayLayout(ceil_log2(self.buckets), 2), "lane": ceil_log2(lanes)})
         self.entry_layout = data.StructLayout({"epoch": epoch_bits, "key": key_width,
                                                "slot": self.slot_width})
         self.bucket_layout = data.ArrayLayout(self.entry_layout, ways)
@@ -138,6 +296,14 @@ class ColdKeySet(wiring.Component):
         bank, since every bank of both tables and all partitions is written at once."""
         return min(capacity // (2 * ways * partitions), cls.BANK_DEPTH)
 
+    def banks(self):
+        """(bank bits, low bits, banks) of a table's buckets: a table deeper than BANK_DEPTH
+        is split into banks, selected after the read registers, so each block RAM output goes
+        to flip-flops only (timing)."""
+        bucket_bits = ceil_log2(self.buckets)
+        bank_bits = max(0, bucket_bits - ceil_log2(self.BANK_DEPTH))
+        return bank_bits, bucket_bits - bank_bits, range(1 << bank_bits)
+
     @classmethod
     def latency(cls, partitions):
         """``i`` -> ``o`` latency of a set of ``partitions``: with more than one, the
@@ -146,46 +312,16 @@ class ColdKeySet(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        P, L, ways, tables = self.partitions, self.lanes, self.ways, (0, 1)
+        P, ways = self.partitions, self.ways
         parts = range(P)
         bucket_bits = ceil_log2(self.buckets)
         max_epoch = (1 << self.epoch_bits) - 1
         window = self.FORWARD
         sfx = ["" if P == 1 else f"_p{p}" for p in parts]   # signal name suffixes
 
-        def lane(value, j):
-            return value if L == 1 else value[j]
-
-        # The tables read every cycle, from a register (BucketTable). Writes reach them one
-        # cycle late through registers (timing), so a word read at s1 misses the writes of the
-        # ``window`` beats ahead of it: their effect is forwarded (see the decide stage).
-        # A table deeper than BANK_DEPTH is split into banks, selected after the read
-        # registers, so each block RAM output goes to flip-flops only (timing).
-        bank_bits = max(0, bucket_bits - ceil_log2(self.BANK_DEPTH))
-        low_bits = bucket_bits - bank_bits
-        # Every bank has its own copy of the address and data registers (`replica`): one
-        # register driving the pins of all the tables' block RAMs, spread over the die, made
-        # 14 ns routes (timing).
-        banks = range(1 << bank_bits)
-        table = [[[BucketTable(depth=self.buckets >> bank_bits, ways=ways,
-                               width=self.entry_layout.size, primitive=self.primitive)
-                   for b in banks] for t in tables] for p in parts]
-        rd_addr = [[[replica(low_bits, f"rd_addr{t}_{b}{sfx[p]}") for b in banks] for t in tables]
-                   for p in parts]
-        wr_addr = [[[replica(low_bits, f"wr_addr{t}_{b}{sfx[p]}") for b in banks] for t in tables]
-                   for p in parts]
-        wr_data = [[[replica(self.entry_layout.size, f"wr_data{t}_{b}{sfx[p]}") for b in banks]
-                    for t in tables] for p in parts]
-        wr_en = [[[Signal(ways, name=f"wr_en{t}_{b}{sfx[p]}") for b in banks] for t in tables]
-                 for p in parts]
-        for p in parts:
-            for t in tables:
-                for b, bank in enumerate(table[p][t]):
-                    m.submodules[f"table{t}_{b}{sfx[p]}"] = bank
-                    m.d.comb += [bank.read_addr.eq(rd_addr[p][t][b]),
-                                 bank.write_addr.eq(wr_addr[p][t][b]),
-                                 bank.write_en.eq(wr_en[p][t][b]),
-                                 bank.write_data.eq(wr_data[p][t][b])]
+        low_bits = self.banks()[1]
+        m.submodules.front = front = ColdInput(self)
+        table, wr_addr, wr_data, wr_en = self._tables(m, front.rd_addr, sfx)
 
         count = Signal(range(self.max_keys + 1))
         stash_key = [Array(Signal(self.key_width, name=f"stash_key{i}{sfx[p]}", reset_less=True)
@@ -202,20 +338,13 @@ class ColdKeySet(wiring.Component):
         # Comparisons with the ``window`` beats ahead, made at s1 and carried along:
         # same_key[k] / same_bucket[k][t]: the beat k + 1 ahead is valid, in the same batch,
         # an insert (same_key only) with the same key / the same bucket in table t.
+        # s1 is the input stage's (`ColdInput`).
         stages = 3 + BucketTable.LATENCY  # s1 .. sd
-        way_bits = max(1, ceil_log2(ways))
-        beat = data.StructLayout({
-            "key": self.key_width, "insert": 1, "eob": 1, "user": self.user_width,
-            "epoch": self.epoch_bits, "bucket": data.ArrayLayout(bucket_bits, 2),
-            "lane": ceil_log2(L), "same_key": window, "same_bucket": data.ArrayLayout(2, window)})
-        s = [[Signal(beat, name=f"s{j + 1}{sfx[p]}", reset_less=True) for j in range(stages)]
-             for p in parts]
+        beat = data.StructLayout({**self.front_layout.members, "same_key": window,
+                                  "same_bucket": data.ArrayLayout(2, window)})
+        s = [[front.s1[p]] + [Signal(beat, name=f"s{j + 1}{sfx[p]}", reset_less=True)
+                              for j in range(1, stages)] for p in parts]
         valid = Signal(stages)  # of s1 .. sd
-        # With partitions, s0: each partition's key, selected from its lane (timing: the
-        # partition hashes and the select in front of the bucket hashes and their fan-out to
-        # the read-address replicas made the 2-lane set's input paths, 10.8-11.1 ns).
-        s0 = [Signal(beat, name=f"s0{sfx[p]}", reset_less=True) for p in parts]
-        valid0 = Signal()
         vd = valid[-1]
         # What the last ``window`` beats decided (hist[0]: the beat decided in the last cycle).
         hist_layout = data.StructLayout({"wrote": 2, "stored": 1, "slot": self.slot_width})
@@ -233,62 +362,11 @@ class ColdKeySet(wiring.Component):
 
         taken = self.i.valid & self.i.ready
         queue, room = OutputQueue.behind_pipeline(m, self.o, self.QUEUE_DEPTH, taken)
-
-        # The input counts the batches. After the end of the last epoch's batch no beat is
-        # taken until the clearing pass is over: the next beat must read the cleared tables.
-        ip = self.i.payload
-        in_epoch = Signal(self.epoch_bits, init=1)
-        wrap_wait = Signal()
-        m.d.comb += self.i.ready.eq(room & ~clearing & ~wrap_wait)
-        with m.If(taken & ip.eob):
-            m.d.sync += in_epoch.eq(Mux(in_epoch == max_epoch, 1, in_epoch + 1))
-            with m.If(in_epoch == max_epoch):
-                m.d.sync += wrap_wait.eq(1)
-        with m.If(clearing):
-            m.d.sync += wrap_wait.eq(0)
-
-        # Each lane's key to its partition's pipeline.
-        in_key = [lane(ip.key, j) for j in range(L)]
-        in_insert = [lane(ip.insert, j) for j in range(L)]
-        in_part = [Signal(ceil_log2(P), name=f"in_part{j}") for j in range(L)]
-        m.d.comb += [x.eq(self.partition_hash.expr(k)) for x, k in zip(in_part, in_key)]
-        m.d.sync += valid.eq(Cat(taken if P == 1 else valid0, valid[:-1]))
-        if P > 1:
-            m.d.sync += valid0.eq(taken)
+        wiring.connect(m, wiring.flipped(self.i), front.i)
+        m.d.comb += [front.room.eq(room), front.clearing.eq(clearing)]
+        m.d.sync += valid.eq(Cat(front.fed, valid[:-1]))
         for p in parts:
-            if P == 1:
-                first, key, insert, at = s[p][0], in_key[0], in_insert[0], C(0, 0)
-            else:
-                sel = [in_insert[j] & (in_part[j] == p) for j in range(L)]
-                first, key = s0[p], one_hot_select(sel, in_key)
-                insert, at = Cat(*sel).any(), lowest_index(sel)[1][:ceil_log2(L)]
-            m.d.sync += [
-                first.key.eq(key), first.insert.eq(insert), first.lane.eq(at),
-                first.eob.eq(ip.eob), first.user.eq(ip.user), first.epoch.eq(in_epoch),
-            ]
-            if P > 1:
-                m.d.sync += [getattr(s[p][0], f).eq(getattr(s0[p], f))
-                             for f in ("key", "insert", "eob", "user", "epoch", "lane")]
-            for t in tables:
-                bucket = self.hashes[t].expr(s0[p].key if P > 1 else key)
-                m.d.sync += [s[p][0].bucket[t].eq(bucket),
-                             *(a.eq(bucket[:low_bits]) for a in rd_addr[p][t])]
-        carried = ("key", "insert", "eob", "user", "epoch", "bucket", "lane")
-        for p in parts:
-            for j in range(1, stages):
-                m.d.sync += [getattr(s[p][j], f).eq(getattr(s[p][j - 1], f)) for f in carried]
-                if j >= 2:
-                    m.d.sync += [s[p][j].same_key.eq(s[p][j - 1].same_key),
-                                 s[p][j].same_bucket.eq(s[p][j - 1].same_bucket)]
-            ahead = ([(valid[j], s[p][j]) for j in range(1, stages)] + [(last_valid, last[p])])
-            ahead = ahead[:window]
-            assert len(ahead) == window
-            for k, (v, b) in enumerate(ahead):
-                in_batch = valid[0] & v & (b.epoch == s[p][0].epoch)
-                m.d.sync += s[p][1].same_key[k].eq(in_batch & b.insert & (b.key == s[p][0].key))
-                for t in tables:
-                    m.d.sync += s[p][1].same_bucket[k][t].eq(
-                        in_batch & (b.bucket[t] == s[p][0].bucket[t]))
+            self._carry(m, s[p], valid, last[p], last_valid)
 
         decided = [self._match_and_decide(m, p, sfx[p], s[p], valid, hist[p], table[p],
                                           stash_key[p], stash_slot[p], stash_valid[p], low_bits)
@@ -311,59 +389,20 @@ class ColdKeySet(wiring.Component):
             below = Signal(P, init=sum(1 << k for k in range(P) if k < self.max_keys))
             room_keys = [below.bit_select(k, 1) for k in before]
         n_new = popcount([decided[p]["new"] & room_keys[p] for p in parts])
-        placed = []
-        for p in parts:
-            d, b = decided[p], base[p]
-            new = d["new"]
-            any_way = d["any0"] | d["any1"]
-            to_table = new & room_keys[p] & any_way
-            to_stash = new & room_keys[p] & ~any_way & d["stash_free"]
-            overflow = new & ~(to_table | to_stash)
-            wrote = Cat(to_table & ~d["use1"], to_table & d["use1"])
-            slot = Mux(sd[p].insert, Mux(d["found"], d["found_slot"], Mux(room_keys[p], b, 0)), 0)
-            placed.append(dict(slot=slot, first=new, overflow=overflow))
-            m.d.sync += [
-                hist[p][0].wrote.eq(wrote),
-                hist[p][0].stored.eq(vd & sd[p].insert & (d["found"] | to_table | to_stash)),
-                hist[p][0].slot.eq(slot),
-                *(hist[p][k].eq(hist[p][k - 1]) for k in range(1, window)),
-                last[p].key.eq(sd[p].key), last[p].epoch.eq(sd[p].epoch),
-                last[p].insert.eq(sd[p].insert), last[p].bucket.eq(sd[p].bucket),
-            ]
-            entry = Signal(self.entry_layout, name=f"entry{sfx[p]}")
-            m.d.comb += [entry.epoch.eq(sd[p].epoch), entry.key.eq(sd[p].key), entry.slot.eq(b)]
-            for t in tables:
-                addr = Mux(clearing, clear_addr, sd[p].bucket[t])[:low_bits]
-                for k in banks:
-                    hit = wrote[t] & (sd[p].bucket[t][low_bits:] == k) if bank_bits else wrote[t]
-                    m.d.sync += [
-                        wr_addr[p][t][k].eq(addr),
-                        wr_data[p][t][k].eq(Mux(clearing, 0, entry)),
-                        wr_en[p][t][k].eq(Mux(clearing, -1, Mux(hit, C(1, ways) << d["way"][t], 0))),
-                    ]
-            with m.If(to_stash):
-                m.d.sync += [stash_valid[p].eq(stash_valid[p] | (1 << d["stash_index"])),
-                             stash_key[p][d["stash_index"]].eq(sd[p].key),
-                             stash_slot[p][d["stash_index"]].eq(b)]
+        placed = [self._place(m, p, sd[p], vd, decided[p], base, room_keys, hist[p], last[p],
+                              (wr_addr[p], wr_data[p], wr_en[p]), clear_addr,
+                              (stash_key[p], stash_slot[p], stash_valid[p]), sfx[p])
+                  for p in parts]
         m.d.sync += last_valid.eq(vd & ~clearing)
 
         # Each partition's answer back to its key's lane.
-        so = Signal(self.o.payload.shape(), reset_less=True)
-        so_valid = Signal()
-        m.d.sync += [so_valid.eq(vd), so.eob.eq(sd[0].eob), so.user.eq(sd[0].user)]
-        for j in range(L):
-            if P == 1:
-                sel = [C(1, 1)]
-                m.d.sync += lane(so.insert, j).eq(sd[0].insert)
-            else:
-                sel = [sd[p].insert & (sd[p].lane == j) for p in parts]
-                m.d.sync += lane(so.insert, j).eq(Cat(*sel).any())
-            m.d.sync += [
-                lane(so.key, j).eq(one_hot_select(sel, [x.key for x in sd])),
-                *(lane(getattr(so, f), j).eq(one_hot_select(sel, [x[f] for x in placed]))
-                  for f in ("slot", "first", "overflow")),
-            ]
-        m.d.comb += [queue.i.valid.eq(so_valid), queue.i.payload.eq(so)]
+        m.submodules.back = back = ColdLaneAnswers(self)
+        m.d.comb += [back.valid.eq(vd), back.eob.eq(sd[0].eob), back.user.eq(sd[0].user)]
+        for p in parts:
+            d = back.decided[p]
+            m.d.comb += [d.key.eq(sd[p].key), d.insert.eq(sd[p].insert), d.lane.eq(sd[p].lane),
+                         *(d[f].eq(placed[p][f]) for f in ("slot", "first", "overflow"))]
+        wiring.connect(m, back.o, queue.i)
 
         with m.If(vd):
             m.d.sync += count.eq(count + n_new)
@@ -388,6 +427,100 @@ class ColdKeySet(wiring.Component):
                 with m.If(vd & sd[0].eob & (sd[0].epoch == max_epoch)):
                     m.next = "CLEAR"
         return m
+
+    def _carry(self, m, s, valid, last, last_valid):
+        """One partition's pipeline registers ``s`` (s1 .. sd) carry the beat along; at s1 it
+        is compared with the ``FORWARD`` beats ahead (``same_key``, ``same_bucket``), the last
+        of them the one decided in the last cycle (``last``)."""
+        window, tables = self.FORWARD, (0, 1)
+        carried = ("key", "insert", "eob", "user", "epoch", "bucket", "lane")
+        for j in range(1, len(s)):
+            m.d.sync += [getattr(s[j], f).eq(getattr(s[j - 1], f)) for f in carried]
+            if j >= 2:
+                m.d.sync += [s[j].same_key.eq(s[j - 1].same_key),
+                             s[j].same_bucket.eq(s[j - 1].same_bucket)]
+        ahead = ([(valid[j], s[j]) for j in range(1, len(s))] + [(last_valid, last)])
+        ahead = ahead[:window]
+        assert len(ahead) == window
+        for k, (v, b) in enumerate(ahead):
+            in_batch = valid[0] & v & (b.epoch == s[0].epoch)
+            m.d.sync += s[1].same_key[k].eq(in_batch & b.insert & (b.key == s[0].key))
+            for t in tables:
+                m.d.sync += s[1].same_bucket[k][t].eq(
+                    in_batch & (b.bucket[t] == s[0].bucket[t]))
+
+    def _place(self, m, p, sd, vd, d, base, room_keys, hist, last, writes, clear_addr, stash,
+               sfx):
+        """Partition ``p``'s decision carried out: a new key (``d`` from `_match_and_decide`,
+        slot ``base[p]`` if ``room_keys[p]``) into its way, the stash, or flagged overflow;
+        the table write registers ``writes`` (the clearing pass's too), the stash, ``hist``
+        and ``last``. Returns its answer {slot, first, overflow}."""
+        ways, window, clearing = self.ways, self.FORWARD, self.clearing
+        bank_bits, low_bits, banks = self.banks()
+        wr_addr, wr_data, wr_en = writes
+        stash_key, stash_slot, stash_valid = stash
+        new, b = d["new"], base[p]
+        any_way = d["any0"] | d["any1"]
+        to_table = new & room_keys[p] & any_way
+        to_stash = new & room_keys[p] & ~any_way & d["stash_free"]
+        overflow = new & ~(to_table | to_stash)
+        wrote = Cat(to_table & ~d["use1"], to_table & d["use1"])
+        slot = Mux(sd.insert, Mux(d["found"], d["found_slot"], Mux(room_keys[p], b, 0)), 0)
+        m.d.sync += [
+            hist[0].wrote.eq(wrote),
+            hist[0].stored.eq(vd & sd.insert & (d["found"] | to_table | to_stash)),
+            hist[0].slot.eq(slot),
+            *(hist[k].eq(hist[k - 1]) for k in range(1, window)),
+            last.key.eq(sd.key), last.epoch.eq(sd.epoch),
+            last.insert.eq(sd.insert), last.bucket.eq(sd.bucket),
+        ]
+        entry = Signal(self.entry_layout, name=f"entry{sfx}")
+        m.d.comb += [entry.epoch.eq(sd.epoch), entry.key.eq(sd.key), entry.slot.eq(b)]
+        for t in (0, 1):
+            addr = Mux(clearing, clear_addr, sd.bucket[t])[:low_bits]
+            for k in banks:
+                hit = wrote[t] & (sd.bucket[t][low_bits:] == k) if bank_bits else wrote[t]
+                m.d.sync += [
+                    wr_addr[t][k].eq(addr),
+                    wr_data[t][k].eq(Mux(clearing, 0, entry)),
+                    wr_en[t][k].eq(Mux(clearing, -1, Mux(hit, C(1, ways) << d["way"][t], 0))),
+                ]
+        with m.If(to_stash):
+            m.d.sync += [stash_valid.eq(stash_valid | (1 << d["stash_index"])),
+                         stash_key[d["stash_index"]].eq(sd.key),
+                         stash_slot[d["stash_index"]].eq(b)]
+        return dict(slot=slot, first=new, overflow=overflow)
+
+    def _tables(self, m, rd_addr, sfx):
+        """The tables' banks (submodules ``table{t}_{b}{sfx}``, read at ``rd_addr``:
+        `ColdInput`'s) and their write registers: (table, wr_addr, wr_data, wr_en), each
+        [partition][table][bank]."""
+        # The tables read every cycle, from a register (BucketTable). Writes reach them one
+        # cycle late through registers (timing), so a word read at s1 misses the writes of the
+        # ``FORWARD`` beats ahead of it: their effect is forwarded (see the decide stage).
+        # Every bank has its own copy of the address and data registers (`replica`): one
+        # register driving the pins of all the tables' block RAMs, spread over the die, made
+        # 14 ns routes (timing).
+        bank_bits, low_bits, banks = self.banks()
+        parts, tables, ways = range(self.partitions), (0, 1), self.ways
+        table = [[[BucketTable(depth=self.buckets >> bank_bits, ways=ways,
+                               width=self.entry_layout.size, primitive=self.primitive)
+                   for b in banks] for t in tables] for p in parts]
+        wr_addr = [[[replica(low_bits, f"wr_addr{t}_{b}{sfx[p]}") for b in banks] for t in tables]
+                   for p in parts]
+        wr_data = [[[replica(self.entry_layout.size, f"wr_data{t}_{b}{sfx[p]}") for b in banks]
+                    for t in tables] for p in parts]
+        wr_en = [[[Signal(ways, name=f"wr_en{t}_{b}{sfx[p]}") for b in banks] for t in tables]
+                 for p in parts]
+        for p in parts:
+            for t in tables:
+                for b, bank in enumerate(table[p][t]):
+                    m.submodules[f"table{t}_{b}{sfx[p]}"] = bank
+                    m.d.comb += [bank.read_addr.eq(rd_addr[p][t][b]),
+                                 bank.write_addr.eq(wr_addr[p][t][b]),
+                                 bank.write_en.eq(wr_en[p][t][b]),
+                                 bank.write_data.eq(wr_data[p][t][b])]
+        return table, wr_addr, wr_data, wr_en
 
     def _match_and_decide(self, m, p, sfx, s, valid, hist, table, stash_key, stash_slot,
                           stash_valid, low_bits):

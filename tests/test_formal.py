@@ -5,6 +5,8 @@ with its counterexample VCD saved and named. They start Yosys and yosys-smtbmc: 
 import pytest
 from amaranth import *
 from amaranth.hdl import Assert, Assume
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
 
 import hotline.hw.row_window_check as row_window_block
 from hotline.sim.formal.__main__ import main as formal_main
@@ -39,6 +41,43 @@ def test_runner_verdicts(tmp_path):
     assert failed.status == "failed" and not failed.holds
     assert failed.vcd == tmp_path / "wrap10" / "wrap10.vcd" and failed.vcd.exists()
     assert str(failed.vcd) in failed.message
+
+
+class RegisterPort(wiring.Component):
+    """A stage whose ``q`` Out port is its reset-less register of ``d`` (as `ColdInput.s1`)."""
+
+    def __init__(self):
+        super().__init__({"d": In(2), "q": Out(2)})
+
+    def elaborate(self, platform):
+        m = Module()
+        q = Signal(2, reset_less=True)
+        m.d.sync += q.eq(self.d)
+        m.d.comb += self.q.eq(q)
+        return m
+
+
+class ConstantIntoRegisterPort(Elaboratable):
+    """The stage with its ``d[1]`` tied to 0 by its parent; asserts ``q[1]`` stays 0."""
+
+    def __init__(self):
+        self.x = Signal()
+        self.ports = [self.x]
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.stage = stage = RegisterPort()
+        m.d.comb += [Assume(~ResetSignal()), stage.d.eq(Cat(self.x, C(0, 1))),
+                     Assert(stage.q[1] == 0)]
+        return m
+
+
+@pytest.mark.rtl
+def test_constant_bit_of_a_register_port(tmp_path):
+    # Yosys gave "Conflicting init values" here (the port and the register both carry init;
+    # opt_dff cleared one when it dropped the constant flip-flop): the flow's first opt_clean.
+    r = prove(ConstantIntoRegisterPort(), "constant_register_port", 3, workdir=tmp_path)
+    assert r.status == "bounded", r.message
 
 
 @pytest.mark.rtl

