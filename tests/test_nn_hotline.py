@@ -448,6 +448,42 @@ def test_collection_in_place_equals_fbgemm_tbe(pooling, weighted, prefetch):
         hot.close()
 
 
+@pytest.mark.parametrize("kernel", ["fbgemm", "torch"])
+def test_evaluation_passes_the_pipeline_by(kernel):
+    """A forward under no_grad with no batch announced (an evaluation) reads the current rows
+    (hot ones from the hot table) past the device: host's outputs, and the device neither
+    counts it nor steps the hot-set schedule; training then goes on as host's."""
+    from hotline.nn import EmbeddingBagCollection  # lazy: (see above)
+    sizes = [200, 80]
+    tables = [type("Config", (), dict(name=f"t{t}", num_embeddings=n, embedding_dim=8,
+                                      feature_names=[f"f{t}"], pooling="SUM"))()
+              for t, n in enumerate(sizes)]
+    host = EmbeddingBagCollection(tables, placement="host", lr=0.1, device="cpu")
+    hot = EmbeddingBagCollection(tables, placement="hotline", lr=0.1, device="cpu", hot_rows=40,
+                                 hot_set="learn", learn_window=3, refresh="every:4",
+                                 batch_lookups=3 * 2 * 16, batch_size=16, kernel=kernel)
+    hot.load_state_dict(host.state_dict())
+    batches = fbgemm_batches(sizes, 12, 16)
+    try:
+        for i, (indices, offsets) in enumerate(batches[:8]):
+            for m in (host, hot):
+                m(indices, offsets).square().sum().backward()
+            if i in (2, 5):
+                before = hot.store.counters()
+                with torch.no_grad():
+                    for ev, eo in batches[8:]:
+                        assert torch.allclose(hot(ev, eo), host(ev, eo), rtol=0, atol=1e-6)
+                after = hot.store.counters()
+                for k in ("lookups", "samples", "steps", "loads"):
+                    assert after[k] == before[k], k
+        assert [r["step"] for r in hot.store.counters()["loads"]] == [3, 7]   # 8 steps trained
+        for t in range(2):
+            assert torch.allclose(hot.store.read_table(t), host.store.read_table(t), rtol=0,
+                                  atol=1e-6)
+    finally:
+        hot.close()
+
+
 def test_kernel_choice():
     """kernel="fbgemm" where it cannot run says why in one line; "auto" then takes the
     torch path; a batch of more lookups than the staging slots goes the torch way."""

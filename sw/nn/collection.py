@@ -3,6 +3,7 @@ FBGEMM-style optimizer fused into backward (docs/nn.md)."""
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -158,8 +159,9 @@ class EmbeddingBagCollection(nn.Module):
         self.layout = RowLayout(self.dim, self.optimizer.state_floats(self.dim))
         self.features = [f for c in self._configs for f in c.feature_names]
         feature_table = [t for t, c in enumerate(self._configs) for _ in c.feature_names]
-        self._feature_table = torch.tensor(feature_table, dtype=torch.int64)
-        self._feature_rows = torch.tensor([self._configs[t].num_embeddings for t in feature_table])
+        self._feature_table = np.asarray(feature_table, np.int64)
+        self._feature_rows = np.asarray([self._configs[t].num_embeddings for t in feature_table],
+                                        np.int64)
         self._feature_mean = torch.tensor([self._pooling(self._configs[t]) == "MEAN"
                                            for t in feature_table])
         self._any_mean = bool(self._feature_mean.any())
@@ -315,25 +317,27 @@ class EmbeddingBagCollection(nn.Module):
             self.store.prefetch(keys)
             return None
         order, per_sample = self._sample_order(offsets, batch, keys.numel())
+        by_sample = keys.numpy()[order.numpy()]
         if getattr(self.store, "takes_positions", False):
-            self.store.prefetch(keys[order], per_sample, checked=True, unique=unique)
+            self.store.prefetch(by_sample, per_sample, checked=True, unique=unique)
         else:
-            self.store.prefetch(keys[order], per_sample)
+            self.store.prefetch(torch.from_numpy(by_sample), per_sample)
         return order
 
     def _sample_order(self, offsets, batch, lookups) -> tuple[torch.Tensor, torch.Tensor]:
         """(the lookups' order sample by sample, features in order within a sample, as a
-        stable sort by sample would give; lookups per sample), in O(lookups)."""
+        stable sort by sample would give; lookups per sample), in O(lookups), on the CPU."""
         n_features = len(self.features)
-        lengths = offsets.diff()
-        # bag f * batch + s taken sample by sample: bag s * F + f of the new order
-        by_sample = torch.arange(n_features * batch, device=offsets.device).view(
-            n_features, batch).t().reshape(-1)
-        lens, starts = lengths[by_sample], offsets[:-1][by_sample]
-        begin = torch.cumsum(lens, 0) - lens   # each bag's first lookup in the new order
-        order = torch.arange(lookups, device=offsets.device) + (starts - begin).repeat_interleave(
-            lens, output_size=lookups)
-        return order, lengths.view(n_features, batch).sum(0)
+        off = offsets.cpu().numpy()
+        lengths = np.diff(off).reshape(n_features, batch)
+        if lookups == n_features * batch and (lengths == 1).all():   # single-hot: a transpose
+            order = np.arange(lookups).reshape(n_features, batch).T.ravel()
+        else:
+            # bag f * batch + s taken sample by sample: bag s * F + f of the new order
+            lens, starts = lengths.T.ravel(), off[:-1].reshape(n_features, batch).T.ravel()
+            begin = np.cumsum(lens) - lens   # each bag's first lookup in the new order
+            order = np.arange(lookups) + np.repeat(starts - begin, lens)
+        return torch.from_numpy(order), torch.from_numpy(lengths.sum(0))
 
     def close(self) -> None:
         self.store.close()
@@ -359,7 +363,8 @@ class EmbeddingBagCollection(nn.Module):
         return kjt.values(), kjt.offsets(), weights
 
     def _keys(self, indices, offsets):
-        """Checked lookups -> (keys, offsets as int64, batch size)."""
+        """Checked lookups -> (keys, offsets, as int64 CPU tensors; batch size). The host's
+        work is numpy's on the CPU: the accelerator and the host stores take keys there."""
         for what, t in (("indices", indices), ("offsets", offsets)):
             if not isinstance(t, torch.Tensor) or t.dtype not in (torch.int32, torch.int64) or t.dim() != 1:
                 raise HotlineError(f"{what}: a 1-D int32 or int64 tensor expected, got "
@@ -371,20 +376,26 @@ class EmbeddingBagCollection(nn.Module):
             raise HotlineError(f"offsets: {offsets.numel()} entries, expected F * B + 1 with F = "
                                f"{n_features} features")
         batch = bags // n_features
-        indices, offsets = indices.long(), offsets.long()
-        if offsets[0] != 0 or offsets[-1] != indices.numel() or (offsets.diff() < 0).any():
-            raise HotlineError(f"offsets: must rise from 0 to len(indices) = {indices.numel()}")
-        dev = indices.device
-        counts = offsets[torch.arange(n_features + 1, device=dev) * batch].diff()
-        feature = torch.arange(n_features, device=dev).repeat_interleave(counts, output_size=indices.numel())
-        bad = (indices < 0) | (indices >= self._feature_rows.to(dev)[feature])
-        if bad.any():
-            i = int(bad.nonzero()[0])
-            f = int(feature[i])
-            c = self._configs[int(self._feature_table[f])]
-            raise HotlineError(f"feature {self.features[f]!r}: id {int(indices[i])} is beyond table "
-                               f"{c.name!r} ({c.num_embeddings} rows)")
-        return (self._feature_table.to(dev)[feature] << ROW_BITS) | indices, offsets, batch
+        ind = indices.detach().cpu().numpy().astype(np.int64, copy=False)
+        off = offsets.detach().cpu().numpy().astype(np.int64, copy=False)
+        if off[0] != 0 or off[-1] != len(ind) or (np.diff(off) < 0).any():
+            raise HotlineError(f"offsets: must rise from 0 to len(indices) = {len(ind)}")
+        starts = off[np.arange(n_features + 1) * batch]
+        counts = np.diff(starts)
+        used = np.flatnonzero(counts)
+        if len(used):   # each feature's ids within its table: its segment's min and max
+            seg = starts[used]
+            bad = (np.minimum.reduceat(ind, seg) < 0) | \
+                (np.maximum.reduceat(ind, seg) >= self._feature_rows[used])
+            if bad.any():
+                f = int(used[np.argmax(bad)])
+                part = ind[starts[f]:starts[f + 1]]
+                i = int(np.argmax((part < 0) | (part >= self._feature_rows[f])))
+                c = self._configs[int(self._feature_table[f])]
+                raise HotlineError(f"feature {self.features[f]!r}: id {int(part[i])} is beyond "
+                                   f"table {c.name!r} ({c.num_embeddings} rows)")
+        keys = ind | np.repeat(self._feature_table << ROW_BITS, counts)
+        return torch.from_numpy(keys), torch.from_numpy(off), batch
 
     def _lookup(self, indices, offsets, weights):
         if offsets is None:
@@ -400,22 +411,17 @@ class EmbeddingBagCollection(nn.Module):
         if weights is not None and self._any_mean:
             raise HotlineError("per_sample_weights need sum pooling (a table pools by mean)")
         self._flush()
-        self._announced, order = None, None
-        if self._in_place(keys.numel()) and (a is None or same or (
+        self._announced = None
+        # evaluation (no grad, nothing announced): the current rows, past the device's
+        # pipeline, so its learner and the hot-set schedule see training batches only
+        evaluate = not torch.is_grad_enabled() and a is None
+        if not evaluate and self._in_place(keys.numel()) and (a is None or same or (
                 torch.equal(keys, a.checked[0]) and torch.equal(offsets, a.checked[1]))):
             return self._lookup_in_place(keys, offsets, batch, weights, a)
         unique, inverse = a.unique if same and a.unique is not None else torch.unique(
             keys, sorted=True, return_inverse=True)
-        if self.store.counts_lookups:
-            if a is None:
-                order = self._announce(keys, offsets, batch, unique)
-            else:   # the batch announced may not be this one: the store checks it is
-                order = a.order if same else self._sample_order(offsets, batch, keys.numel())[0]
-        if order is not None and getattr(self.store, "takes_positions", False):
-            # each announced lookup's place in ``unique``: the store checks it, sparing a search
-            rows = self.store.gather(unique, positions=inverse[order])
-        else:
-            rows = self.store.gather(unique)
+        rows = self.store.read(unique) if evaluate else \
+            self._gather(keys, offsets, batch, unique, inverse, a, same)
         dev = rows.device
         scale = None
         if self._any_mean:
@@ -428,17 +434,33 @@ class EmbeddingBagCollection(nn.Module):
             bags = _Lookup.apply(self._anchor, self, batch_rows)
         else:
             bags = self._pool(batch_rows)
-            self.store.scatter(unique, rows)
+            if not evaluate:
+                self.store.scatter(unique, rows)
         n = len(self.features)
         return bags.view(n, batch, self.dim).transpose(0, 1).reshape(batch, n * self.dim).to(self._device)
+
+    def _gather(self, keys, offsets, batch, unique, inverse, a, same) -> torch.Tensor:
+        """The rows of the batch's ``unique`` keys from the store (announced first where the
+        store counts lookups and ``a``, the batch announced, is none)."""
+        order = None
+        if self.store.counts_lookups:
+            if a is None:
+                order = self._announce(keys, offsets, batch, unique)
+            else:   # the batch announced may not be this one: the store checks it is
+                order = a.order if same else self._sample_order(offsets, batch, keys.numel())[0]
+        if order is not None and getattr(self.store, "takes_positions", False):
+            # each announced lookup's place in ``unique``: the store checks it, sparing a search
+            return self.store.gather(unique, positions=inverse[order])
+        return self.store.gather(unique)
 
     def _lookup_in_place(self, keys, offsets, batch, weights, announced) -> torch.Tensor:
         """The batch through `TBEKernel` on the store's rows: [B, F * dim]."""
         order = announced.order if announced is not None else \
             self._announce(keys, offsets, batch, None)
         at = self.store.gather_lookups()   # each announced lookup's row, sample by sample
-        indices = torch.empty_like(at)
-        indices[order] = at
+        indices = np.empty(len(at), np.int64)
+        indices[order.numpy()] = at.numpy()
+        indices = torch.from_numpy(indices)
         self._kernel.set_lr(self.optimizer.lr)
         if torch.is_grad_enabled():
             self._pending = _InPlace()
