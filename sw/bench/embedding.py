@@ -5,7 +5,8 @@ one torch thread, for FBGEMM's `SplitTableBatchedEmbeddingBagsCodegen` on the CP
 EXACT_SGD: the kernels TorchRec's DMP runs on a CPU), a plain `torch.nn.EmbeddingBag` per table
 with sparse gradients and `torch.optim.SGD` (the PyTorch reference), and `hotline.nn`'s
 `EmbeddingBagCollection` in the placements host, device and hotline (model://) where this
-checkout has them (`nn_placements`).
+checkout has them (`nn_placements`); the hotline placement twice, with FBGEMM's kernel in
+place (``kernel="auto"``: the module's choice) and with the torch path (``(torch)``).
 
 Configurations (`CONFIGS`): Criteo's 26 tables on `make train`'s data (the generator's 500,000
 samples folded with --max-ind-range 1000000) at dim 16 and 128, and a multi-hot one with the
@@ -15,8 +16,9 @@ B = 1024 and 8192. The hotline placement's hot set is the exact top 10% of the r
 whole stream (`make train`'s).
 
 Each path's time per batch is split (`TimeSplit`) into ``host`` (CPU work a GPU node's CPU would
-still do: the host placement's row gathers and put-backs in host memory; the hotline store's
-main-thread work besides waiting for the accelerator), ``device`` (tensor compute on the torch
+still do: the collection's key checks, sample order and unique keys, the host placement's row
+gathers and put-backs in host memory, the hotline store's main-thread work besides waiting for
+the accelerator: `HostClock`), ``device`` (tensor compute on the torch
 device: pooling, gradients, the optimizer, the device placements' row moves), and
 ``accelerator`` (the caller's wait for the model:// agent); the agent's own busy time and the
 RTL's cycles at its Fmax for the same batch (`rtl_estimate`) stand beside it. `project_gpu_step`
@@ -183,17 +185,21 @@ class TimeSplit:
         return {f"{k}_ms": v * 1e3 for k, v in dataclasses.asdict(self).items()}
 
 
-class StoreClock:
-    """Main-thread seconds inside a `RowStore`'s gather / scatter / prefetch (outermost calls
-    only: a method calling another is counted once), wrapped on the instance."""
+class HostClock:
+    """Main-thread seconds of host-side work (outermost calls only: a method calling another
+    is counted once): a `RowStore`'s gather / scatter / prefetch and in-place batches, and the
+    collection's key checks, sample order, announcements and unique keys (numpy and torch on
+    the CPU, which a GPU node's CPU would do too); wrapped on the instances."""
 
-    METHODS = ("gather", "scatter", "prefetch", "gather_lookups", "scatter_lookups")
+    STORE = ("gather", "scatter", "prefetch", "gather_lookups", "scatter_lookups")
+    COLLECTION = ("_keys", "_sample_order", "_announce", "_unique")
 
-    def __init__(self, store):
+    def __init__(self, store, collection=None):
         self.seconds, self._depth = 0.0, 0
-        for name in self.METHODS:
-            if hasattr(store, name):
-                setattr(store, name, self._timed(getattr(store, name)))
+        for obj, names in ((store, self.STORE), (collection, self.COLLECTION)):
+            for name in names if obj is not None else ():
+                if hasattr(obj, name):
+                    object.__setattr__(obj, name, self._timed(getattr(obj, name)))
 
     def _timed(self, fn):
         def call(*args, **kw):
@@ -295,14 +301,14 @@ class NNPath(Path):
     """`hotline.nn.EmbeddingBagCollection` in one placement (FBGEMM's input layout)."""
 
     def __init__(self, placement, sizes, dim, lr=LR, hot_keys=None, torch_device="cpu",
-                 batch_size=None, batch_lookups=None):
+                 batch_size=None, batch_lookups=None, kernel="auto"):
         # lazy: torchrec and the collection load torch and fbgemm_gpu (seconds); the
         # collection may be absent (`nn_placements`)
         from torchrec.modules.embedding_configs import EmbeddingBagConfig
         from hotline.host.device import Device
         from hotline.nn.collection import EmbeddingBagCollection
         from hotline.nn.stores import RowStore
-        self.name = f"hotline.nn {placement}"
+        self.name = f"hotline.nn {placement}" + ("" if kernel == "auto" else f" ({kernel})")
         self.placement = placement
         tables = [EmbeddingBagConfig(name=f"t{t}", embedding_dim=dim, num_embeddings=int(n),
                                      feature_names=[f"f{t}"]) for t, n in enumerate(sizes)]
@@ -313,11 +319,11 @@ class NNPath(Path):
             kw = {"device_url": "model://", "hot_keys": hot_keys, "batch_size": batch_size,
                   "batch_lookups": min(batch_lookups, Device.max_slots)}
         self.ebc = EmbeddingBagCollection(tables=tables, placement=placement, optimizer="sgd",
-                                          lr=lr, device=torch_device, **kw)
+                                          lr=lr, device=torch_device, kernel=kernel, **kw)
         self.store = self.ebc.store
         assert isinstance(self.store, RowStore)
         self.device = next((v for v in vars(self.store).values() if isinstance(v, Device)), None)
-        self.clock = StoreClock(self.store)
+        self.clock = HostClock(self.store, self.ebc)
         self.prefetch = placement == "hotline" and hasattr(self.ebc, "prefetch")
 
     def step(self, batch, grad, next_batch):
@@ -335,11 +341,12 @@ class NNPath(Path):
         return self.clock.seconds - wait, wait, busy
 
     def info(self):
+        out = {"kernel": "fbgemm" if self.ebc._kernel is not None else "torch"}
         counters = getattr(self.store, "counters", None)
         if counters is None:
-            return {}
+            return out
         c = counters()
-        return {k: c[k] for k in ("hot_share", "popular_share", "overlap") if k in c}
+        return {**out, **{k: c[k] for k in ("hot_share", "popular_share", "overlap") if k in c}}
 
     def close(self):
         self.store.close()
@@ -423,11 +430,15 @@ def paths_for(sizes, dim, hot_keys, placements, torch_device="cpu", batch_size=N
     reference, then `hotline.nn`'s."""
     out = [("fbgemm-tbe", lambda: TBEPath(sizes, dim))] if torch_device == "cpu" else []
     out.append(("torch-embeddingbag", lambda: TorchPath(sizes, dim, device=torch_device)))
+    # the hotline placement with each kernel: the choice is made by this measurement
+    kernels = {"hotline": ("auto", "torch")}
     for p in placements:
-        out.append((f"hotline.nn {p}",
-                    lambda p=p: NNPath(p, sizes, dim, hot_keys=hot_keys,
-                                       torch_device=torch_device, batch_size=batch_size,
-                                       batch_lookups=batch_lookups)))
+        for k in kernels.get(p, ("auto",)):
+            out.append((f"hotline.nn {p}" + ("" if k == "auto" else f" ({k})"),
+                        lambda p=p, k=k: NNPath(p, sizes, dim, hot_keys=hot_keys,
+                                                torch_device=torch_device,
+                                                batch_size=batch_size,
+                                                batch_lookups=batch_lookups, kernel=k)))
     return out
 
 

@@ -297,12 +297,16 @@ class EmbeddingBagCollection(nn.Module):
         if not isinstance(features, torch.Tensor):
             features, offsets, _ = self._unpack(features)
         checked = self._keys(features, offsets)
-        unique = None if self._in_place(checked[0].numel()) else \
-            torch.unique(checked[0], sorted=True, return_inverse=True)
+        unique = None if self._in_place(checked[0].numel()) else self._unique(checked[0])
         order = self._announce(*checked, None if unique is None else unique[0])
         # the forward of these same tensors (unmodified) reuses the checked keys and unique
         self._announced = _Announced(features, offsets, features._version, offsets._version,
                                      checked, order, unique)
+
+    @staticmethod
+    def _unique(keys) -> tuple[torch.Tensor, torch.Tensor]:
+        """A batch's unique keys (ascending) and each lookup's place in them."""
+        return torch.unique(keys, sorted=True, return_inverse=True)
 
     def _in_place(self, lookups: int) -> bool:
         """Whether a batch of ``lookups`` goes through the in-place kernel."""
@@ -418,8 +422,7 @@ class EmbeddingBagCollection(nn.Module):
         if not evaluate and self._in_place(keys.numel()) and (a is None or same or (
                 torch.equal(keys, a.checked[0]) and torch.equal(offsets, a.checked[1]))):
             return self._lookup_in_place(keys, offsets, batch, weights, a)
-        unique, inverse = a.unique if same and a.unique is not None else torch.unique(
-            keys, sorted=True, return_inverse=True)
+        unique, inverse = a.unique if same and a.unique is not None else self._unique(keys)
         rows = self.store.read(unique) if evaluate else \
             self._gather(keys, offsets, batch, unique, inverse, a, same)
         dev = rows.device
