@@ -17,6 +17,7 @@ import torch
 
 from helpers import real_file
 from hotline.data.spec import open_data
+from hotline.nn.inputs import fbgemm_layout
 from hotline.train import TrainConfig, prepare_data
 from hotline.train import trainer as trainer_module
 from test_train import assert_same_run, reference_train, tables_of
@@ -172,7 +173,7 @@ def emulated_ranks(data, cfg, world):
     class Emulated(trainer_module.Trainer):
         def train_batch(self, j, prefetch):
             store = self.embedding.store   # the host tables (a HostStore)
-            tensor = lambda k: torch.from_numpy(k.astype(np.int64))
+            dim, F = self.cfg.dim, self.F
             s0, s1 = self.batch_range(j)
             n, total, ids, grads = s1 - s0, 0.0, [], []
             self.opt.zero_grad(set_to_none=True)
@@ -180,22 +181,27 @@ def emulated_ranks(data, cfg, world):
                 a = s0 + r * (n // world) + min(r, n % world)
                 b = a + n // world + (r < n % world)
                 keys, lengths = self.batch_arrays(a, b)
-                uniq, inv = np.unique(keys, return_inverse=True)
-                rows = store.gather(tensor(uniq)).requires_grad_(True)
+                keys, offsets = fbgemm_layout(lengths, keys)     # bags feature-major
+                uniq, inv = torch.unique(keys, return_inverse=True)
+                rows = store.read(uniq)
+                bags = torch.nn.functional.embedding_bag(
+                    inv, rows[:, :dim], offsets, mode="sum",
+                    include_last_offset=True).requires_grad_(True)
                 dense, label = self.tensors(a, b)
-                bags = None if self.data.single_hot else self.select(lengths, np.arange(b - a))[1]
-                loss = self.loss_sum(rows, inv, bags, dense, label)
+                loss = self.loss_sum(bags.view(F, b - a, dim).transpose(0, 1), dense, label)
                 (loss / n).backward()
                 total += float(loss.detach())
-                ids.append(uniq)
-                grads.append(rows.grad if rows.grad is not None else torch.zeros_like(rows))
+                # each lookup's bag gradient summed into its row, in lookup order
+                bag = torch.arange(F * (b - a)).repeat_interleave(offsets.diff())
+                ids.append(uniq.numpy())
+                grads.append(torch.zeros(len(uniq), dim).index_add_(
+                    0, inv, bags.grad.index_select(0, bag)))
             self.opt.step()
             u, inv = np.unique(np.concatenate(ids), return_inverse=True)
-            g = torch.zeros(len(u), grads[0].shape[1]).index_add_(
-                0, torch.from_numpy(inv), torch.cat(grads))
-            rows = store.gather(tensor(u))
-            self.update_rows(rows, g)
-            store.scatter(tensor(u), rows)
+            g = torch.zeros(len(u), dim).index_add_(0, torch.from_numpy(inv), torch.cat(grads))
+            rows = store.read(torch.from_numpy(u))
+            self.embedding.ebc.optimizer.apply(rows, g)
+            store.scatter(torch.from_numpy(u), rows)
             return total / n
 
     from hotline.train import run as run_module

@@ -376,22 +376,27 @@ def default_threads():
     torch.set_num_threads(1)
 
 
-def test_pool_gradient_sums_in_lookup_order_at_several_threads(default_threads):
-    """The rows' gradient is each row's lookup gradients summed in lookup order, whatever the
-    thread count (advanced indexing's backward adds them with parallel atomics instead, in
-    an order that changes from run to run)."""
-    from hotline.train.dlrm import pool
+def test_row_gradient_sums_in_lookup_order_at_several_threads(default_threads):
+    """The collection's row update (SGD, lr 1: the row minus its gradient) sums each row's
+    lookup gradients in lookup order, whatever the thread count (advanced indexing's backward
+    adds them with parallel atomics instead, in an order that changes from run to run)."""
+    from hotline.nn import EmbeddingBagCollection, TableConfig
     rng = np.random.default_rng(0)
-    R, L, D = 3000, 26 * 512, 16
-    idx = (rng.zipf(1.3, L) - 1) % R               # hot rows: many lookups per row
-    g = rng.standard_normal((L, D)).astype(np.float32)
-    rows = rng.standard_normal((R, D + 2)).astype(np.float32)
-    want = np.zeros((R, D + 2), np.float32)
-    np.add.at(want[:, :D], idx, g)                 # unbuffered, in lookup order
-    for _ in range(10):
-        r = torch.from_numpy(rows).requires_grad_()
-        pool(r, torch.from_numpy(idx), L, None, D).backward(torch.from_numpy(g))
-        np.testing.assert_array_equal(r.grad.numpy(), want)
+    R, B, D = 3000, 512, 16
+    tables = [TableConfig(f"t{t}", R, D, [f"f{t}"]) for t in range(26)]
+    idx = (rng.zipf(1.3, 26 * B) - 1) % R          # hot rows: many lookups per row
+    offsets = torch.arange(26 * B + 1)
+    g = rng.standard_normal((B, 26 * D)).astype(np.float32)
+    per_lookup = g.reshape(B, 26, D).transpose(1, 0, 2).reshape(-1, D)   # feature-major
+    for _ in range(5):
+        ebc = EmbeddingBagCollection(tables, placement="device", lr=1.0, device="cpu")
+        before = [ebc.state_dict()[f"embedding_bags.t{t}.weight"].numpy() for t in range(26)]
+        want = np.zeros((26, R, D), np.float32)
+        np.add.at(want, (np.repeat(np.arange(26), B), idx), per_lookup)   # in lookup order
+        ebc(torch.from_numpy(idx), offsets).backward(torch.from_numpy(g))
+        for t in range(26):
+            np.testing.assert_array_equal(
+                ebc.state_dict()[f"embedding_bags.t{t}.weight"].numpy(), before[t] - want[t])
 
 
 @pytest.mark.parametrize("mode", ["baseline", "hotline"])

@@ -5,9 +5,9 @@ The names below load on first use, so that importing a torch-free submodule
 """
 import importlib
 
-_HOME = {"EmbeddingBagCollection": "collection", "RowLayout": "layout", "OPTIMIZERS": "optim",
-         "RowOptimizer": "optim", "RowStore": "stores", "HostStore": "stores",
-         "DeviceStore": "stores"}
+_HOME = {"EmbeddingBagCollection": "collection", "TableConfig": "collection",
+         "RowLayout": "layout", "OPTIMIZERS": "optim", "RowOptimizer": "optim",
+         "RowStore": "stores", "HostStore": "stores", "DeviceStore": "stores"}
 __all__ = list(_HOME)
 
 

@@ -22,6 +22,17 @@ KERNELS = ("auto", "fbgemm", "torch")
 
 
 @dataclass
+class TableConfig:
+    """The fields of TorchRec's ``EmbeddingBagConfig`` the collection reads, for code that
+    runs without TorchRec."""
+    name: str
+    num_embeddings: int
+    embedding_dim: int
+    feature_names: list
+    pooling: str = "SUM"
+
+
+@dataclass
 class _Batch:
     """One forward's rows, kept until its backward updates them."""
     keys: torch.Tensor      # unique, ascending
@@ -100,7 +111,8 @@ class EmbeddingBagCollection(nn.Module):
             optional ``init_fn``); one ``embedding_dim`` for all.
         placement: "host" (rows in host memory), "device" (rows on ``device``) or "hotline"
             (hot rows on ``device``, cold rows in host memory through ``device_url``); or a
-            `RowStore` of these tables' rows and the optimizer's row layout (your own).
+            `RowStore` of these tables' rows and the optimizer's row layout (your own: its
+            rows are kept, not initialised, as `hotline train` gives its stores).
         optimizer: "sgd", "rowwise_adagrad" or "adam" (FBGEMM's math), learning rate ``lr``.
         kernel: "auto", "fbgemm" or "torch": how a batch is pooled and updated. "fbgemm"
             runs FBGEMM's CPU TBE kernels in place on the "hotline" store's rows (hot table
@@ -175,7 +187,8 @@ class EmbeddingBagCollection(nn.Module):
         except BaseException:
             self.store.close()
             raise
-        self._init_tables()
+        if not isinstance(placement, RowStore):
+            self._init_tables()
 
     # -- construction ---------------------------------------------------------------------
     @staticmethod

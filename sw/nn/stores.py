@@ -123,6 +123,8 @@ class HostStore(RowStore):
         self.split_rows = ranks is not None and ranks.nodes > 1
         if self.split_rows:
             ranks.row_space = nrows
+        # rows gathered to ``device`` and written back by this rank (`hotline train`'s traffic)
+        self.moved = {"read": 0, "written": 0}
 
     @staticmethod
     def alignment(layout: RowLayout) -> int:
@@ -186,11 +188,16 @@ class HostStore(RowStore):
         return self._row_base[keys >> ROW_BITS] + (keys & (MAX_ROWS - 1))
 
     def gather(self, keys):
+        self.moved["read"] += len(keys)
+        return self.read(keys)
+
+    def read(self, keys):
         if self.split_rows:
             return self.read_ids(self._ids(keys).numpy()).to(self.device)
         return self.rows.index_select(0, self._ids(keys)).to(self.device)
 
     def scatter(self, keys, rows):
+        self.moved["written"] += len(keys)
         self.rows.index_copy_(0, self._ids(keys), rows.detach().to("cpu"))
 
     def update(self, keys, rows, grad, optimizer) -> int:
@@ -201,6 +208,7 @@ class HostStore(RowStore):
         mine = self.read_rows(ids)
         optimizer.apply(mine, g)
         self.write_rows(ids, mine)
+        self.moved["written"] += len(ids)
         self.ranks.barrier()   # every owner's rows written before any rank gathers again
         return len(ids)
 

@@ -5,11 +5,10 @@ feature, dot interaction (pairwise dot products of the F + 1 vectors, strictly l
 concatenated with the bottom output) and top MLP (-> 1 logit). The default is the Criteo
 Kaggle configuration of the DLRM reference: dim 16, bottom 13-512-256-64-16, top 512-256-1.
 
-The embedding tables are *not* parameters of the module: the trainer gathers the rows a batch
-needs (from host memory, from the device-resident hot table or from the staging buffer, per
-training mode) into one tensor and passes it with the per-lookup row index; `pool` sums each
-bag (multi-hot) or picks its row (single-hot). Gradients then land on the gathered rows, and
-the trainer applies the sparse optimizer step and writes the rows back where they live.
+The embedding tables are *not* parameters of the module: the trainer's
+`hotline.nn.EmbeddingBagCollection` (its placement holds the rows where the training mode puts
+them) pools each bag and passes the pooled vectors [B, F, dim]; their backward updates the
+rows in the collection (a fused optimizer).
 """
 import math
 
@@ -58,28 +57,3 @@ class DLRM(nn.Module):
     def forward(self, dense, emb):
         """Logits [B] from dense [B, num_dense] and pooled embeddings [B, F, dim]."""
         return self.top(self.interact(self.bottom(dense), emb)).squeeze(1)
-
-
-def pool(rows, lookup_row, num_bags, bag_of_lookup=None, dim=None):
-    """Pooled embeddings [num_bags, dim] from gathered ``rows`` [R, >= dim].
-
-    ``lookup_row`` [L] is each lookup's row in ``rows``; ``bag_of_lookup`` [L] its bag
-    (sample * F + feature); None means single-hot (lookup l is bag l). Multi-hot bags are
-    summed; an empty bag is zero.
-    """
-    dim = rows.shape[1] if dim is None else dim
-    vec = rows[:, :dim] if dim != rows.shape[1] else rows
-    # Not ``vec[lookup_row]``: on CPU with several threads, the backward of advanced indexing
-    # accumulates a row's gradient with parallel atomic float adds, in an order that depends on
-    # thread scheduling, so two identical runs drift apart after a few steps. On CPU the
-    # backward of `index_select` (`index_add_`) sums each row's gradients in lookup order at
-    # any thread count, and is the fastest of the three; on CUDA `index_add_` uses atomics and
-    # `embedding`'s backward (sorted segments) is the deterministic one.
-    if vec.is_cuda:
-        picked = nn.functional.embedding(lookup_row, vec)
-    else:
-        picked = vec.index_select(0, lookup_row)
-    if bag_of_lookup is None:
-        return picked
-    out = torch.zeros(num_bags, dim, dtype=rows.dtype, device=rows.device)
-    return out.index_add(0, bag_of_lookup, picked)

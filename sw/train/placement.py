@@ -1,36 +1,44 @@
 """Where a run's embedding rows live (`Placement`): the trainer
-(`hotline.train.trainer.Trainer`) holds one and asks it, per step, for the batch's rows
-(`StepRows`) and gives it the rows' gradients back (`Placement.finish`: the fused sparse
-update and the write-back). The modes are `hotline.nn` stores:
+(`hotline.train.trainer.Trainer`) holds one; per step its `hotline.nn.EmbeddingBagCollection`
+(over the mode's store) pools the batch's bags for the DLRM, and the backward updates the rows
+(the fused sparse optimizer and the write-back, in the collection). The modes are
+`hotline.nn` stores:
 
 - ``baseline``: `HostStore` (host memory, the CPU gathers; `host_store`);
 - ``device-only``: `DeviceStore` (one tensor on the device; `device_store`);
 - ``hotline``: `HotlineStore` (hot rows on the device at their CAM slots, cold rows through
   the accelerator; `hotline.hotline_store`).
 """
-import time
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 
+from hotline.contract.keys import MAX_ROWS
+from hotline.nn.collection import EmbeddingBagCollection, TableConfig
+from hotline.nn.inputs import fbgemm_layout
 from hotline.nn.stores import DeviceStore, HostStore
+from hotline.nn.timing import HostClock
 
 from .rows import check_fits, init_table
 
 
 @dataclass
-class StepRows:
-    """One step's rows: ``rows`` (leaves that collect their gradients; ``lookup_row``: each of
-    this rank's lookups' row). ``early``, ``late``: the samples trained first and the others
-    (split micro-batches; None: one pass over the batch). ``state``: the placement's own, for
-    `Placement.finish`."""
-    rows: torch.Tensor
-    lookup_row: np.ndarray
+class StepBatch:
+    """One step's lookups in FBGEMM's layout (``indices``: rows within their tables,
+    ``offsets`` [F * B + 1]) for the collection, and, with split micro-batches, the samples
+    trained first (``early``: the popular ones) and the others (None: one pass)."""
+    indices: torch.Tensor
+    offsets: torch.Tensor
     early: np.ndarray | None = None
     late: np.ndarray | None = None
-    state: Any = None
+
+
+def step_batch(run, a, b) -> StepBatch:
+    """Samples [a, b) of ``run`` (a `Trainer`) in FBGEMM's layout."""
+    keys, lengths = run.batch_arrays(a, b)
+    keys, offsets = fbgemm_layout(lengths, np.asarray(keys))
+    return StepBatch(keys & (MAX_ROWS - 1), offsets)
 
 
 def host_store(run, extra_bytes=0) -> HostStore:
@@ -77,24 +85,28 @@ def write_tables(store, tables) -> None:
 
 
 class Placement:
-    """A run's rows in a `hotline.nn` store (`store`, made by `setup`), for the run ``run``
-    (the `Trainer`: data, config, row layout, torch device, ranks, the sparse optimizer and
-    the run's traffic counters). Per batch the unique rows are gathered into one tensor,
-    trained on as one batch, updated and written back (`RowStore.update`). ``kind``: "host"
-    (``baseline``), "device" (``device-only``) or "hotline" (the store is told each batch's
-    lookups, and the next batch's ahead, so the accelerator fragments and gathers it while
-    this one trains; with split micro-batches the popular samples train first)."""
+    """A run's rows in a `hotline.nn` store (`store`, made by `setup`) and the collection over
+    it (`ebc`), for the run ``run`` (the `Trainer`: data, config, row layout, torch device,
+    ranks and the run's traffic counters). ``kind``: "host" (``baseline``), "device"
+    (``device-only``) or "hotline" (the collection announces each batch's lookups to the store,
+    and the next batch's ahead, so the accelerator fragments and gathers it while this one
+    trains; with split micro-batches the popular samples train first). The collection's kernel
+    is FBGEMM's in place where it applies (hotline, CPU, one process, SGD: `hotline.nn`'s
+    ``kernel="auto"``)."""
 
     hot_keys = schedule = None   # hotline: the hot set and its schedule (set on a resume)
 
     def __init__(self, run, kind):
-        self.run, self.kind, self.store = run, kind, None
-        self.announced = None    # hotline: the batch given to the store ahead
+        self.run, self.kind, self.store, self.ebc = run, kind, None, None
+        self.announced = None    # (j, StepBatch) of the batch given to the collection ahead
         self.split = False       # hotline: the popular micro-batch first
         self.seen = (0, 0, 0)    # hotline: the store's bytes and loads already counted
+        self.clock = None        # baseline, device-only: the host's row work (`HostClock`)
+        self.moved = (0, 0)      # baseline: the host store's rows read and written, counted
 
     def setup(self) -> None:
-        """Allocate and initialise the tables (and open the device)."""
+        """Allocate and initialise the tables (and open the device); the collection over
+        them."""
         run = self.run
         if self.kind == "hotline":
             from .hotline import hotline_store  # lazy: the Device API, for this mode only
@@ -104,71 +116,67 @@ class Placement:
             self._count_store()
         else:
             self.store = host_store(run) if self.kind == "host" else device_store(run)
+        name, options = run.sparse
+        tables = [TableConfig(f"t{t}", int(n), run.cfg.dim, [f"f{t}"])
+                  for t, n in enumerate(run.data.table_sizes)]
+        self.ebc = EmbeddingBagCollection(tables, placement=self.store, optimizer=name,
+                                          lr=run.cfg.lr, device=run.dev,
+                                          optimizer_options=options)
+        if self.kind != "hotline":
+            # what an accelerator takes off the host: checking, finding, gathering and
+            # putting back rows
+            self.clock = HostClock(self.store, self.ebc)
 
     def resume_at(self, step) -> None:
         """The run goes on at global step ``step`` (a resume)."""
         if self.kind == "hotline":
             self.store.step = step
 
-    def _traffic(self, rows) -> int:
-        """Bytes of ``rows`` rows between host memory and the torch device, where the trainer
-        moves them itself (baseline)."""
-        return rows * self.run.lay.nbytes if self.kind == "host" else 0
-
-    def _announce(self, keys, lengths) -> None:
-        """Hotline: give the store a batch's lookups (``keys``, sample by sample, as
-        `Trainer.batch_arrays` gives them, with ``lengths``): the learner counts lookups, the
-        popular split samples."""
-        self.store.prefetch(torch.from_numpy(np.asarray(keys, np.int64)), lengths.sum(axis=1))
-
-    def rows(self, j, a, b, prefetch) -> StepRows:
-        """The rows of batch ``j`` (this rank's samples [a, b)) as leaves that collect their
-        gradients. ``prefetch``: the next batch may be started now."""
+    def forward(self, j, a, b, prefetch) -> tuple[torch.Tensor, StepBatch]:
+        """(the pooled bags [b - a, F, dim] of batch ``j``, this rank's samples [a, b); its
+        `StepBatch`). The backward of the bags updates the rows. ``prefetch``: the next batch
+        may be started now."""
         run = self.run
-        t0 = time.perf_counter()
-        keys, lengths = run.batch_arrays(a, b)
-        if self.kind == "hotline" and self.announced != j:
-            self._announce(keys, lengths)
-        uniq, inv = np.unique(keys, return_inverse=True)
-        k = torch.from_numpy(uniq.astype(np.int64))
-        rows = self.store.gather(k).requires_grad_(True)
-        step = StepRows(rows, inv, state=k)
-        if self.kind != "hotline":
-            run.bytes_h2d += self._traffic(len(k))
-            # what an accelerator takes off the host: finding, gathering and putting back rows
-            run.host_rows_seconds += time.perf_counter() - t0
-            return step
+        held, self.announced = self.announced, None
+        batch = held[1] if held is not None and held[0] == j else step_batch(run, a, b)
+        pooled = self.ebc(batch.indices, batch.offsets)
         if self.split:
-            step.early = self.store.popular
-            step.late = np.setdiff1d(np.arange(b - a), step.early, assume_unique=True)
-        # Double buffering: the device fragments and gathers batch j + 1 while j trains (the
-        # store does not send it across a hot-set change)
-        self.announced = None
-        if prefetch and j + 1 < run.num_batches():
-            self._announce(*run.batch_arrays(*run.my_range(*run.batch_range(j + 1))))
-            self.announced = j + 1
-        return step
+            batch.early = self.store.popular
+            batch.late = np.setdiff1d(np.arange(b - a), batch.early, assume_unique=True)
+        if self.kind == "hotline" and prefetch and j + 1 < run.num_batches():
+            # Double buffering: the device fragments and gathers batch j + 1 while j trains
+            # (the store does not send it across a hot-set change)
+            nxt = step_batch(run, *run.my_range(*run.batch_range(j + 1)))
+            self.ebc.prefetch(nxt.indices, nxt.offsets)
+            self.announced = (j + 1, nxt)
+        return pooled.view(b - a, run.F, run.cfg.dim), batch
 
-    def finish(self, step, loss_sum) -> float:
-        """After the step's backward: the sparse update of its rows (their gradients summed
-        over the ranks) and the write-back. Returns ``loss_sum`` summed over the ranks."""
-        run, rows, k = self.run, step.rows, step.state
-        grad = rows.grad if rows.grad is not None else torch.zeros_like(rows)
-        if run.ranks is None:
-            run.update_rows(rows.data, grad)
-            t = time.perf_counter()
-            self.store.scatter(k, rows.data)
-            written = len(k)
-        else:   # the gradients summed over the ranks, in the store
-            t = time.perf_counter()
-            written = self.store.update(k, rows.data, grad[:, :run.cfg.dim], run.sparse)
+    def finish(self, loss_sum) -> float:
+        """After the step's backward (the rows updated): the traffic counted. Returns
+        ``loss_sum`` summed over the ranks."""
+        run = self.run
         if self.kind == "hotline":
             self._count_store()
-        else:
-            run.bytes_d2h += self._traffic(written)
-            run.host_rows_seconds += time.perf_counter() - t
+        elif self.kind == "host":
+            moved = self.store.moved["read"], self.store.moved["written"]
+            run.bytes_h2d += (moved[0] - self.moved[0]) * run.lay.nbytes
+            run.bytes_d2h += (moved[1] - self.moved[1]) * run.lay.nbytes
+            self.moved = moved
+        if self.clock is not None:
+            run.host_rows_seconds += self.clock.seconds
+            self.clock.seconds = 0.0
         # the loss's all-reduce also ends the step: every rank's row writes are done
         return run.sum_over_ranks(loss_sum)
+
+    def pooled(self, s0, s1) -> torch.Tensor:
+        """Evaluation: the pooled bags [s1 - s0, F, dim] of samples [s0, s1) from wherever
+        the rows live now (past the accelerator's pipeline; under no_grad)."""
+        batch = step_batch(self.run, s0, s1)
+        counted = self.clock.seconds if self.clock is not None else 0.0
+        out = self.ebc(batch.indices, batch.offsets).view(s1 - s0, self.run.F, self.run.cfg.dim)
+        if self.clock is not None:   # not the steps' row work
+            self.clock.seconds = counted
+        return out
 
     def _count_store(self) -> None:
         """Hotline: the store's traffic since the last count into the run's, and the learned
@@ -182,11 +190,6 @@ class Placement:
                 self.schedule.records.append(coverage_record(self.run, load))
         self.seen = (t["bytes_h2d"], t["bytes_d2h"], len(self.store.loads))
         self.hot_keys = self.store.hot_keys
-
-    def eval_rows(self, keys) -> tuple[torch.Tensor, np.ndarray]:
-        """(rows tensor, lookup -> row index) for evaluation, from wherever rows live now."""
-        uniq, inv = np.unique(keys, return_inverse=True)
-        return self.store.read(torch.from_numpy(uniq.astype(np.int64))), inv
 
     def tables(self) -> list[np.ndarray]:
         """The current tables, one float32 array [rows, layout floats] per table (copies)."""

@@ -13,10 +13,9 @@ from hotline.contract.errors import HotlineError
 from hotline.data.report import fmt_bytes
 from hotline.nn.dist import Ranks
 from hotline.nn.layout import RowLayout
-from hotline.nn.optim import make_optimizer
 
 from .config import ADAGRAD_EPS, HOT_MEMORY_SHARE, torch_device
-from .dlrm import DLRM, pool
+from .dlrm import DLRM
 from .metrics import auc
 from .placement import Placement
 from .rows import available_ram
@@ -43,9 +42,9 @@ class Trainer:
             self.opt = torch.optim.SGD(params, lr=cfg.lr)
         else:
             self.opt = torch.optim.Adagrad(params, lr=cfg.lr, eps=ADAGRAD_EPS)
-        self.sparse = make_optimizer("sgd" if cfg.optimizer == "sgd" else "rowwise_adagrad",
-                                     cfg.lr, **({} if cfg.optimizer == "sgd"
-                                                else {"eps": ADAGRAD_EPS}))
+        # the fused row optimizer of the run's collection: (hotline.nn name, options)
+        self.sparse = ("sgd", {}) if cfg.optimizer == "sgd" else \
+            ("rowwise_adagrad", {"eps": ADAGRAD_EPS})
         self.F = data.num_tables
         # data-parallel: this process's place among the ranks (None: one process)
         self.ranks = Ranks.current()
@@ -159,43 +158,15 @@ class Trainer:
         l0, l1 = d.offsets[s0], d.offsets[s1]
         return d.keys[l0:l1], d.lengths[s0:s1]
 
-    def tensors(self, s0, s1, sel=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """(dense, label) tensors of samples [s0, s1), or of the batch-local samples ``sel``."""
-        dense, label = self.data.dense[s0:s1], self.data.label[s0:s1]
-        if sel is not None:
-            dense, label = dense[sel], label[sel]
-        return (torch.from_numpy(np.ascontiguousarray(dense)).to(self.dev),
-                torch.from_numpy(np.ascontiguousarray(label)).to(self.dev))
+    def tensors(self, s0, s1) -> tuple[torch.Tensor, torch.Tensor]:
+        """(dense, label) tensors of samples [s0, s1)."""
+        return (torch.from_numpy(np.ascontiguousarray(self.data.dense[s0:s1])).to(self.dev),
+                torch.from_numpy(np.ascontiguousarray(self.data.label[s0:s1])).to(self.dev))
 
-    def select(self, lengths, sel) -> tuple[np.ndarray, np.ndarray | None]:
-        """(lookup index into the batch, bag id per lookup or None) of samples ``sel``."""
-        F = self.F
-        if self.data.single_hot:
-            return (sel[:, None] * F + np.arange(F)).ravel(), None
-        bag_len = lengths.ravel().astype(np.int64)
-        bag_off = np.zeros(len(bag_len) + 1, np.int64)
-        np.cumsum(bag_len, out=bag_off[1:])
-        bags = (sel[:, None] * F + np.arange(F)).ravel()
-        ls = bag_len[bags]
-        starts = bag_off[bags]
-        total = int(ls.sum())
-        excl = np.cumsum(ls) - ls
-        idx = np.repeat(starts - excl, ls) + np.arange(total)
-        return idx, np.repeat(np.arange(len(bags)), ls)
-
-    def logits(self, rows, lookup_row, bags, dense) -> torch.Tensor:
-        """The model's logits for the samples of ``dense`` whose lookups read ``rows[lookup_row]``
-        (pooled into bags ``bags``; None: single-hot)."""
-        n = len(dense)
-        idx = torch.from_numpy(lookup_row).to(self.dev)
-        b = None if bags is None else torch.from_numpy(bags).to(self.dev)
-        emb = pool(rows, idx, n * self.F, b, self.cfg.dim).view(n, self.F, self.cfg.dim)
-        return self.model(dense, emb)
-
-    def loss_sum(self, rows, lookup_row, bags, dense, label) -> torch.Tensor:
-        """Summed BCE of a (micro-)batch whose lookups read ``rows[lookup_row]``."""
+    def loss_sum(self, emb, dense, label) -> torch.Tensor:
+        """Summed BCE of the samples of ``dense`` with pooled embeddings ``emb`` [n, F, dim]."""
         return torch.nn.functional.binary_cross_entropy_with_logits(
-            self.logits(rows, lookup_row, bags, dense), label, reduction="sum")
+            self.model(dense, emb), label, reduction="sum")
 
     def dense_step(self) -> None:
         """The dense optimizer step, on the gradients summed over the ranks."""
@@ -207,11 +178,6 @@ class Trainer:
         """A loss summed over this rank's samples, summed over the ranks."""
         return float(loss_sum) if self.ranks is None else float(self.ranks.sum([loss_sum])[0])
 
-    def update_rows(self, rows, grad) -> None:
-        """The sparse optimizer step on rows [n, layout floats] (weights and state, in place)
-        from their gradients (the weights' columns of ``grad`` are read)."""
-        self.sparse.apply(rows, grad[:, :self.cfg.dim])
-
     # -- a step -------------------------------------------------------------------------
     def setup(self) -> None:
         """Allocate and initialise the tables (and open the device)."""
@@ -222,30 +188,20 @@ class Trainer:
         be started now."""
         s0, s1 = self.batch_range(j)
         a, b = self.my_range(s0, s1)
-        step = self.embedding.rows(j, a, b, prefetch)
-        _, lengths = self.batch_arrays(a, b)
         self.opt.zero_grad(set_to_none=True)
-
-        def part(sel, rows):
-            """Forward and backward of the batch-local samples ``sel`` over ``rows``, the
-            gradient scaled by the global batch; their summed loss."""
-            idx, bags = self.select(lengths, sel)
-            dense, label = self.tensors(a, b, None if len(sel) == b - a else sel)
-            loss = self.loss_sum(rows, step.lookup_row[idx], bags, dense, label)
-            (loss / (s1 - s0)).backward()
-            return float(loss.detach())
-
-        if step.early is None:
-            total = part(np.arange(b - a), step.rows)
-        else:   # split micro-batches
-            total = sum(part(sel, step.rows) for sel in (step.early, step.late) if len(sel))
+        emb, batch = self.embedding.forward(j, a, b, prefetch)
+        dense, label = self.tensors(a, b)
+        if batch.early is None:
+            loss = self.loss_sum(emb, dense, label)
+        else:   # split micro-batches: the popular samples' MLP first, then the others'
+            parts = [torch.from_numpy(sel) for sel in (batch.early, batch.late) if len(sel)]
+            loss = sum(self.loss_sum(emb[sel], dense[sel], label[sel])
+                       for sel in parts or [torch.arange(b - a)])
+        (loss / (s1 - s0)).backward()   # the rows are updated here (the collection's)
         self.dense_step()
-        total = self.embedding.finish(step, total)
+        total = self.embedding.finish(float(loss.detach()))
         self.step += 1
         return total / (s1 - s0)
-
-    def eval_rows(self, keys) -> tuple[torch.Tensor, np.ndarray]:
-        return self.embedding.eval_rows(keys)
 
     def tables(self) -> list[np.ndarray]:
         """The current tables, one float32 array [rows, layout floats] per table (copies)."""
@@ -271,7 +227,7 @@ class Trainer:
         self.embedding.quiesce()
 
     def sync(self, count=False) -> None:
-        """Make `tables` / `eval_rows` see the latest rows (hotline: hot rows back to host)."""
+        """Make `tables` and evaluation see the latest rows (hotline: hot rows back to host)."""
         self.embedding.sync(count)
 
     def device_counters(self) -> dict:
@@ -298,11 +254,8 @@ class Trainer:
         with torch.no_grad():
             for s0 in range(d.n_train, d.num_samples, chunk):
                 s1 = min(s0 + chunk, d.num_samples)
-                keys, lengths = self.batch_arrays(s0, s1)
-                rows, lookup_row = self.eval_rows(keys)
-                idx, bags = self.select(lengths, np.arange(s1 - s0))
                 dense, label = self.tensors(s0, s1)
-                logits = self.logits(rows, lookup_row[idx], bags, dense)
+                logits = self.model(dense, self.embedding.pooled(s0, s1))
                 total += float(torch.nn.functional.binary_cross_entropy_with_logits(
                     logits, label, reduction="sum"))
                 scores.append(logits.cpu().numpy())
