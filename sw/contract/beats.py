@@ -45,6 +45,8 @@ def learner_sample(keys, sample_offsets, lanes: int, state=None):
     the beats k (from 0 in the batch) with k = b mod L, except one that comes fewer than L
     beats after the last beat taken. ``state`` (None at the learner's start): (b mod L, beats
     since the last beat taken, at most L - 1)."""
+    if lanes == 1:   # every beat is taken; the state stays (0, 0)
+        return np.asarray(keys), (0, 0)
     batch, since = state if state is not None else (0, lanes - 1)
     _, _, eob, empty = lookup_beats(keys, sample_offsets, len(sample_offsets) - 1)
     group = lane_groups(eob, lanes)
@@ -53,5 +55,7 @@ def learner_sample(keys, sample_offsets, lanes: int, state=None):
     if taken.size and since + taken[0] < lanes - 1:
         taken = taken[1:]
     since = min(lanes - 1, beats - 1 - int(taken[-1]) if taken.size else since + beats)
-    take = np.isin(group, taken)[~empty]
+    # taken: every L-th beat from taken[0] (the beats are 0 .. beats - 1)
+    take = ((group >= taken[0]) & ((group - taken[0]) % lanes == 0) if taken.size
+            else np.zeros(len(group), bool))[~empty]
     return np.asarray(keys)[take], ((batch + (beats > 0)) % lanes, since)

@@ -47,7 +47,7 @@ from hotline.contract.keys import MAX_ROWS, MAX_TABLES, ROW_BITS
 from hotline.contract.regmap import DEVICE_COUNTERS
 from hotline.model.cold_key_set import ColdKeySetModel
 from hotline.model.access_learner import AccessLearnerModel, top_k
-from hotline.model.device_model import (Counters, DeviceModel, HotPlacement, place_hot_set,
+from hotline.model.device_model import (DeviceModel, HotPlacement, place_hot_set,
                                         update_hot_set)
 from hotline.model.popularity_cam import PopularityCAMModel
 from hotline.model.dma_model import RowDMAModel
@@ -58,6 +58,11 @@ __all__ = ["open", "register_backend", "Device", "ModelDevice", "BatchResult", "
            "LearnerReadout", "TableDescriptor", "StagingDescriptor", "COUNTER_NAMES"]
 
 COUNTER_NAMES = DEVICE_COUNTERS
+
+#: ``model://`` indexes its hot set densely (`hotline.model.device_model.HotIndex`: one gather
+#: per lookup; 8 bytes per registered table row, 512 MiB at this limit) while the registered
+#: tables hold at most this many rows, and binary-searches it beyond (same results, slower).
+MODEL_DENSE_INDEX_ROWS = 1 << 26
 
 
 @dataclass
@@ -496,13 +501,29 @@ class ModelDevice(Device):
         self._learner = None    # AccessLearnerModel, made at the first learner_start
         self._counting = False
         self._c = dict.fromkeys(COUNTER_NAMES, 0)
+        self._index_stale = False
         self._load_hot_set(np.zeros(0, np.uint32))
 
     def info(self) -> dict:
         return {**super().info(), "max_burst_beats": self.max_burst_beats}
 
     def _write_table(self, table, d):
+        old = self.dma.descriptors.get(table)
         self.dma.write_descriptor(table, d.window.base, d.rows, d.row_bytes)
+        # the hot index covers the registered rows: rebuilt before the next batch
+        self._index_stale |= old is None or old.rows != self.dma.descriptors[table].rows
+
+    def _table_sizes(self):
+        """Rows of the registered tables 0 .. the last (0: not registered), or None when
+        there are none or more than `MODEL_DENSE_INDEX_ROWS` rows (the hot index then
+        binary-searches)."""
+        self._index_stale = False
+        rows = {t: d.rows for t, d in self.dma.descriptors.items() if d.rows}
+        if not rows or sum(rows.values()) > MODEL_DENSE_INDEX_ROWS:
+            return None
+        sizes = np.zeros(max(rows) + 1, np.int64)
+        sizes[list(rows)] = list(rows.values())
+        return sizes
 
     def _write_staging(self, d):
         self.dma.set_staging(d.window.base, d.stride, d.slots, d.banks)
@@ -510,7 +531,7 @@ class ModelDevice(Device):
     def _load_hot_set(self, keys):
         self._cam = PopularityCAMModel(**self.config.cam_kwargs())
         placement = place_hot_set(keys, self.config, self._cam)
-        self._model = DeviceModel(placement.keys, placement.slots, None,
+        self._model = DeviceModel(placement.keys, placement.slots, self._table_sizes(),
                                   ColdKeySetModel(**self.config.cold_kwargs()))
         return placement
 
@@ -518,7 +539,8 @@ class ModelDevice(Device):
         placement = update_hot_set(self._cam, held, keys, self.config)
         # lookups see what the CAM holds (a key not deleted still hits); the cold-key set is
         # not touched by CAM commands (its epoch goes on)
-        self._model = DeviceModel(*self._cam.contents(), None, self._model.cold_set)
+        self._model = DeviceModel(*self._cam.contents(), self._table_sizes(),
+                                  self._model.cold_set)
         return placement
 
     def _learner_start(self):
@@ -539,18 +561,20 @@ class ModelDevice(Device):
             counted, self._learner_state = learner_sample(keys, offsets, self.config.lanes,
                                                           self._learner_state)
             self._learner.update(counted)
-        before = Counters(**self._model.counters.as_dict())
+        if self._index_stale:
+            self._model.set_table_sizes(self._table_sizes())
         run = self._model.fragment(keys, offsets, len(offsets) - 1)
-        for k, v in self._model.counters.as_dict().items():
-            self._c[k] += v - getattr(before, k)
+        for k, v in run.counters.as_dict().items():   # this batch's counts
+            self._c[k] += v
         b = run.batch(0)
         bank = batch_id % self.staging.banks if self.staging is not None else 0
         gather = {"rows": 0, "errors": 0}
         if self.staging is not None and len(b["cold_keys"]):
             gather = self._dma("gather", b["cold_keys"], bank)
             self._c["gather_rows"] += gather["rows"]
-        return BatchResult(batch_id, bank, len(offsets) - 1, b["hot"].copy(), b["slot"].copy(),
-                           b["popular"], b["non_popular"], b["cold_keys"].copy(),
+        # the run's arrays are this batch's own (nothing else holds them): no copies
+        return BatchResult(batch_id, bank, len(offsets) - 1, b["hot"], b["slot"],
+                           b["popular"], b["non_popular"], b["cold_keys"],
                            bool(run.overflow[0]), gather)
 
     def _scatter(self, bank, cold_keys):

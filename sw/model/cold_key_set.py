@@ -55,11 +55,16 @@ class ColdKeySetModel:
 
     def partition_of(self, keys):
         """The partition of each key (0 with one partition)."""
+        if self.partitions == 1:   # the 0-bit hash
+            return np.zeros(np.shape(keys), np.int64)
         return self.partition_hash.np(np.asarray(keys, np.uint64)).astype(np.int64)
 
     def buckets_of(self, keys):
         """Per table, each key's bucket numbered across partitions (partition * buckets +
         bucket in its partition's table)."""
+        keys = np.ascontiguousarray(keys, "<u8")   # converted once for every hash
+        if self.partitions == 1:
+            return [h.np(keys) for h in self.hashes]
         base = self.partition_of(keys) * self.buckets
         return [base + h.np(keys) for h in self.hashes]
 
@@ -67,9 +72,9 @@ class ColdKeySetModel:
         """Sufficient condition for a batch with distinct keys ``uniq`` to place every key."""
         if len(uniq) > self.max_keys:
             return False
-        h = self.buckets_of(uniq)
-        fits = [np.bincount(h[t])[h[t]] <= self.ways for t in (0, 1)]
-        return bool(np.all(fits[0] | fits[1]))
+        h0, h1 = self.buckets_of(uniq)
+        return bool(((np.bincount(h0)[h0] <= self.ways) | (np.bincount(h1)[h1] <= self.ways))
+                    .all())
 
     def batch(self, keys, window=0):
         """(slot, first, overflow) per key of one batch's inserted keys, in order; ``window``

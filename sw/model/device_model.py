@@ -15,22 +15,25 @@ import numpy as np
 
 from hotline.contract.config import AcceleratorConfig, repeat_window
 from hotline.contract.errors import HotlineError
-from hotline.contract.keys import MAX_ROWS, ROW_BITS
+from hotline.contract.keys import MAX_TABLES, ROW_BITS
 from hotline.contract.beats import lane_groups, lookup_beats
 
 from .cold_key_set import ColdKeySetModel, first_appearance
 from .popularity_cam import PopularityCAMModel
 
-# A dense key -> slot array costs 4 bytes per table row; beyond this, binary search instead.
+# Dense mode holds two int32 arrays (key -> slot, dedup scratch) over every table row: 8 bytes
+# per row. Beyond this many rows, binary search instead.
 DENSE_INDEX_LIMIT = 1 << 28
 
 
 class HotIndex:
     """Vectorised key -> hot slot lookup (-1 = miss) over a placed hot set.
 
-    With table sizes known and small enough, a dense array indexed by global row answers in
-    one gather (and doubles as scratch space for the cold-key dedup); otherwise it binary
-    searches the sorted hot keys.
+    With ``table_sizes`` (rows of tables 0, 1, ...; 0: no such table) whose sum is at most
+    `DENSE_INDEX_LIMIT`, a dense array indexed by global row answers in one gather (a second
+    one is the cold-key dedup's scratch). A batch with a key outside those rows (a table beyond
+    them, or a row beyond its table) takes the binary search over the sorted hot keys, as
+    every batch does without table sizes: both give the same answers.
     """
 
     def __init__(self, keys, slots, table_sizes=None):
@@ -43,46 +46,66 @@ class HotIndex:
         if len(np.unique(slots)) != len(slots) or (slots.size and slots.min() < 0):
             raise HotlineError("hot slots must be distinct and non-negative")
         self.keys, self.slots = keys, slots
+        order = np.argsort(keys)
+        self.sorted_keys, self.sorted_slots = keys[order], slots[order].astype(np.int32)
         self.offsets = None
         if table_sizes is not None and int(np.sum(table_sizes)) <= DENSE_INDEX_LIMIT:
-            sizes = np.asarray(table_sizes, np.int64)
+            sizes = np.zeros(MAX_TABLES, np.int64)
+            sizes[:len(table_sizes)] = table_sizes
             self.offsets = np.concatenate([[0], np.cumsum(sizes)])
-            # global row = key + delta[table], computed modulo 2^32 (one gather, one add).
-            self.delta = (self.offsets[:-1] - (np.arange(len(sizes), dtype=np.int64) << ROW_BITS)
-                          ).astype(np.uint32)
+            # a key's global row = key + delta[table] (one gather, one add); the key is inside
+            # the tables iff that is below its table's end
+            self.delta = self.offsets[:-1] - (np.arange(MAX_TABLES, dtype=np.int64) << ROW_BITS)
+            self.end = self.offsets[1:]
             self.dense = np.full(int(self.offsets[-1]), -1, np.int32)
-            self.scratch = np.empty(int(self.offsets[-1]), np.int32)
-            t, r = keys >> np.uint32(ROW_BITS), keys & np.uint32(MAX_ROWS - 1)
-            inside = t < len(sizes)
-            inside[inside] = r[inside] < sizes[t[inside]]
-            self.dense[self.offsets[t[inside]] + r[inside]] = slots[inside]
+            # written now (np.full writes, np.empty/zeros map lazily): no batch pays for the
+            # first touch of its pages
+            self.scratch = np.full(int(self.offsets[-1]), 0, np.int32)
+            rows, inside = self._rows(keys)
+            self.dense[rows[inside]] = slots[inside]
         else:
-            order = np.argsort(keys)
-            self.sorted_keys, self.sorted_slots = keys[order], slots[order].astype(np.int32)
+            self.delta = None
 
-    def global_rows(self, keys):
-        """Index of each key's row in the concatenation of all tables (dense mode only)."""
-        return keys + self.delta[keys >> np.uint32(ROW_BITS)]
+    def _rows(self, keys):
+        """(global row of each key, int64; the key is inside the tables), dense mode only."""
+        keys = keys.astype(np.int64)
+        table = keys >> ROW_BITS
+        rows = keys + self.delta.take(table)
+        return rows, rows < self.end.take(table)
+
+    def dense_rows(self, keys):
+        """The global rows of ``keys`` (uint32) when the dense mode covers all of them, else None."""
+        if self.delta is None or not keys.size:
+            return None
+        rows, inside = self._rows(keys)
+        return rows if inside.all() else None
 
     def lookup(self, keys):
-        keys = np.asarray(keys, np.uint32)
-        if self.offsets is not None:
-            return self.dense[self.global_rows(keys)]
-        if not self.sorted_keys.size:
-            return np.full(keys.shape, -1, np.int32)
-        pos = np.minimum(np.searchsorted(self.sorted_keys, keys), len(self.sorted_keys) - 1)
-        return np.where(self.sorted_keys[pos] == keys, self.sorted_slots[pos], -1).astype(np.int32)
+        return self.lookup_rows(keys)[0]
 
-    def first_appearance(self, keys):
-        """(cold slot of every key, unique keys in first-appearance order) for one batch."""
-        if self.offsets is None:
+    def lookup_rows(self, keys):
+        """(hot slot of each key or -1, `dense_rows` of the keys)."""
+        keys = np.asarray(keys, np.uint32)
+        rows = self.dense_rows(keys)
+        if rows is not None:
+            return self.dense.take(rows), rows
+        if not self.sorted_keys.size:
+            return np.full(keys.shape, -1, np.int32), None
+        pos = np.minimum(np.searchsorted(self.sorted_keys, keys), len(self.sorted_keys) - 1)
+        return (np.where(self.sorted_keys[pos] == keys, self.sorted_slots[pos], -1)
+                .astype(np.int32), None)
+
+    def first_appearance(self, keys, rows=None):
+        """(cold slot of every key, unique keys in first-appearance order) for one batch;
+        ``rows``: their `dense_rows` if known."""
+        g = self.dense_rows(keys) if rows is None else rows
+        if g is None:
             rank, uniq = first_appearance(keys)
             return rank.astype(np.int32), uniq
-        g = self.global_rows(keys)
         pos = np.arange(len(keys), dtype=np.int32)
         self.scratch[g] = len(keys)
         np.minimum.at(self.scratch, g, pos)
-        first = self.scratch[g]
+        first = self.scratch.take(g)
         is_first = first == pos
         slot_of_first = np.cumsum(is_first, dtype=np.int32) - 1
         return slot_of_first[first], keys[is_first]
@@ -242,6 +265,10 @@ class DeviceModel:
         self.max_batch_samples = max_batch_samples
         self.counters = Counters()
 
+    def set_table_sizes(self, table_sizes) -> None:
+        """Rebuild the hot index over the same hot set for new ``table_sizes`` (`HotIndex`)."""
+        self.index = HotIndex(self.index.keys, self.index.slots, table_sizes)
+
     @classmethod
     def for_config(cls, hot_keys, slots, config, table_sizes=None) -> "DeviceModel":
         return cls(hot_keys, slots, table_sizes, ColdKeySetModel(**config.cold_kwargs()),
@@ -254,30 +281,34 @@ class DeviceModel:
             raise HotlineError(f"--batch-size must be a positive integer, not {batch_size}")
         keys = np.asarray(keys, np.uint32)
         n = len(sample_offsets) - 1
-        hot_slot = self.index.lookup(keys)
-        hot = hot_slot >= 0
+        hot_slot, rows = self.index.lookup_rows(keys)
+        cold = hot_slot < 0
+        hot = ~cold
         # A sample is popular iff it has no cold lookup (an empty sample is popular). Segments
         # starting at the non-empty samples' offsets cover exactly those samples' lookups.
         starts = np.asarray(sample_offsets[:-1])
         nonempty = np.diff(sample_offsets) > 0
         popular = np.ones(n, bool)
         if nonempty.any():
-            popular[nonempty] = ~np.logical_or.reduceat(~hot, starts[nonempty])
+            popular[nonempty] = ~np.logical_or.reduceat(cold, starts[nonempty])
         slot = hot_slot  # cold entries are overwritten with cold slots below
         cold_keys, cold_offsets, overflow, overflows, oversized = [], [0], [], 0, 0
         for s0 in range(0, n, batch_size):
             s1 = min(s0 + batch_size, n)
             l0, l1 = sample_offsets[s0], sample_offsets[s1]
-            cold_pos = l0 + np.flatnonzero(~hot[l0:l1])
-            cold_slot, uniq = self.index.first_appearance(keys[cold_pos])
-            over = ()
+            cold_pos = l0 + np.flatnonzero(cold[l0:l1])
+            batch_keys = keys[cold_pos]
+            cold_slot, uniq = self.index.first_appearance(
+                batch_keys, None if rows is None else rows[cold_pos])
+            over = 0
             if self.cold_set is not None and not self.cold_set.overflow_impossible(uniq):
-                cold_slot, first, over = self.cold_set.replay(keys[cold_pos], self.window)
-                uniq = keys[cold_pos][first]
-                overflows += int(over.sum())
+                cold_slot, first, overflowed = self.cold_set.replay(batch_keys, self.window)
+                uniq = batch_keys[first]
+                over = int(overflowed.sum())
+                overflows += over
             too_many = self.max_batch_samples is not None and s1 - s0 > self.max_batch_samples
             oversized += too_many
-            overflow.append(bool(np.any(over)) or too_many)
+            overflow.append(over > 0 or too_many)
             slot[cold_pos] = cold_slot
             cold_keys.append(uniq)
             cold_offsets.append(cold_offsets[-1] + len(uniq))

@@ -84,7 +84,8 @@ class RowDMAModel:
         self.num_tables, self.row_bits, self.key_width = num_tables, row_bits, key_width
         self.max_burst_beats, self.counter_width = max_burst_beats, counter_width
         self.bus_bytes = data_width // 8
-        self.descriptors = {}
+        self.descriptors = {}   # changed by write_descriptor and reset only (_table_arrays)
+        self._tables = self._tables_state = None
         self.staging = StagingWindow()
         self.error_cause = 0
         self.clear_counters()
@@ -96,6 +97,7 @@ class RowDMAModel:
         RTL's descriptor port; a table id >= num_tables is ignored). rows = 0 invalidates."""
         if not 0 <= table < self.num_tables:
             return
+        self._tables = None
         self.descriptors[table] = TableDescriptor(base & ((1 << BASE_BITS) - 1),
                                                   rows & ((1 << (self.row_bits + 1)) - 1),
                                                   row_bytes & 0xFFFF)
@@ -107,6 +109,7 @@ class RowDMAModel:
     def reset(self):
         """Power-on state: no valid descriptor, counters and error bits zero."""
         self.descriptors = {}
+        self._tables = None
         self.error_cause = 0
         self.clear_counters()
 
@@ -189,6 +192,22 @@ class RowDMAModel:
             self.error_cause |= 1 << CAUSES.index("overflow")
         return value & ((1 << self.counter_width) - 1)
 
+    def _table_arrays(self):
+        """(base, rows, row_bytes, desc check failed) per table id, table ``num_tables``
+        standing for every id beyond; cached until a descriptor or the staging stride
+        changes."""
+        if self._tables is None or self._tables_state != self.staging.stride:
+            b, top, n = self.bus_bytes, 1 << self.addr_width, self.num_tables
+            base, nrows, rb = (np.zeros(n + 1, np.int64) for _ in range(3))
+            far = np.zeros(n + 1, bool)  # base >= top: refused (its 64 bits need not fit int64)
+            for t, d in self.descriptors.items():
+                far[t] = d.base >= top
+                base[t], nrows[t], rb[t] = 0 if far[t] else d.base, d.rows, d.row_bytes
+            bad = ((rb == 0) | (rb % b != 0) | (rb > self.staging.stride) | (base % b != 0)
+                   | far | (base + nrows * rb > top))
+            self._tables_state, self._tables = self.staging.stride, (base, nrows, rb, bad)
+        return self._tables
+
     def _fast_copies(self, direction, keys, bank):
         """(src, dst, row_bytes, causes) of a whole batch, vectorised, when every copy can be
         done as one fancy-indexed assignment with the sequential loop's result: all accepted
@@ -197,36 +216,38 @@ class RowDMAModel:
         if keys.size == 0:
             return None
         st, b, top = self.staging, self.bus_bytes, 1 << self.addr_width
-        n = self.num_tables
-        base, nrows, rb = (np.zeros(n + 1, np.int64) for _ in range(3))
-        far = np.zeros(n + 1, bool)  # base >= top: refused (its 64 bits need not fit int64)
-        for t, d in self.descriptors.items():
-            far[t] = d.base >= top
-            base[t], nrows[t], rb[t] = 0 if far[t] else d.base, d.rows, d.row_bytes
-        table = np.minimum(keys >> self.row_bits, n)
+        base, nrows, rb, bad = self._table_arrays()
+        table = np.minimum(keys >> self.row_bits, self.num_tables)
         row = keys & ((1 << self.row_bits) - 1)
-        desc_bad = ((rb == 0) | (rb % b != 0) | (rb > st.stride) | (base % b != 0) | far
-                    | (base + nrows * rb > top))[table]
+        rows_of = nrows.take(table)
         staging_bad = bool(st.base % b or st.stride % b or st.base >= top
                            or st.base + st.banks * st.slots * st.stride > top or bank >= st.banks)
         slot = np.arange(len(keys))
         cause = np.full(len(keys), -1, np.int64)
-        for name, bad in (("slot", staging_bad | (slot >= st.slots)), ("desc", desc_bad),
-                          ("row", row >= nrows[table]), ("table", nrows[table] == 0)):
-            cause[bad] = CAUSES.index(name)   # the last assignment is the first check
-        ok = cause < 0
-        sizes = np.unique(rb[table[ok]])
-        if sizes.size > 1:
+        # (a table without rows fails the row check too: one pass tells whether any row fails)
+        if (staging_bad or len(keys) > st.slots or bad.take(table).any()
+                or (row >= rows_of).any()):
+            for name, refused in (("slot", staging_bad | (slot >= st.slots)),
+                                  ("desc", bad.take(table)), ("row", row >= rows_of),
+                                  ("table", rows_of == 0)):
+                cause[refused] = CAUSES.index(name)   # the last assignment is the first check
+            ok = cause < 0
+            table, row, slot = table[ok], row[ok], slot[ok]
+        sizes = rb.take(table)
+        if sizes.size and (sizes != sizes[0]).any():
             return None
         size = int(sizes[0]) if sizes.size else 0
-        table_addr = base[table[ok]] + row[ok] * size
-        staging_addr = (0 if staging_bad else st.base) + (bank * st.slots + slot[ok]) * st.stride
+        table_addr = base.take(table) + row * size
+        staging_addr = (0 if staging_bad else st.base) + (bank * st.slots + slot) * st.stride
         src, dst = ((table_addr, staging_addr) if direction == "gather"
                     else (staging_addr, table_addr))
-        if src.size and not (src.max() + size <= dst.min() or dst.max() + size <= src.min()):
-            return None
-        if np.unique(dst).size != dst.size:  # repeated targets: the loop's order matters
-            return None
+        if src.size:
+            ascending = bool((dst[1:] > dst[:-1]).all())    # a gather's targets: distinct
+            ordered = dst if ascending else np.sort(dst)
+            if not (src.max() + size <= ordered[0] or ordered[-1] + size <= src.min()):
+                return None
+            if not ascending and (ordered[1:] == ordered[:-1]).any():
+                return None   # repeated targets: the loop's order matters
         return src, dst, size, cause
 
     def run(self, memory, direction, keys, bank, read_error=None, write_error=None,
@@ -246,10 +267,10 @@ class RowDMAModel:
             if src.size and max(src.max(), dst.max()) + size > len(memory):
                 raise ValueError(f"a copy reaches beyond the memory array ({len(memory)} bytes)")
             if src.size:
-                lane = np.arange(size, dtype=np.int64)
-                memory[(dst[:, None] + lane).ravel()] = memory[(src[:, None] + lane).ravel()]
-            errors = int((cause >= 0).sum())
-            for c in np.unique(cause[cause >= 0]).tolist():
+                copy_rows(memory, src, dst, size)
+            refused = cause[cause >= 0]
+            errors = len(refused)
+            for c in np.flatnonzero(np.bincount(refused)).tolist():
                 self.error_cause |= 1 << c
             self.window_errors = self._wrap(self.window_errors + errors)
             self.bytes_read = self._wrap(self.bytes_read + src.size * size)
@@ -296,6 +317,19 @@ class RowDMAModel:
             rows += 1
             self.rows = self._wrap(self.rows + 1)
         return {"rows": rows, "errors": min(errors, self.DONE_MAX)}
+
+
+def copy_rows(memory, src, dst, size):
+    """``memory[d:d + size] = memory[s:s + size]`` for each (s, d) of ``src``, ``dst`` in
+    order, every source read before the first write. In a 1-D byte array the rows are those of
+    a strided view (row i = bytes i .. i + size - 1): one row copy each, not one index a byte."""
+    if memory.ndim == 1 and memory.strides == (memory.itemsize,):
+        rows = np.lib.stride_tricks.as_strided(memory, (len(memory) - size + 1, size),
+                                               (memory.itemsize, memory.itemsize))
+        rows[dst] = rows[src]
+        return
+    lane = np.arange(size, dtype=np.int64)
+    memory[(dst[:, None] + lane).ravel()] = memory[(src[:, None] + lane).ravel()]
 
 
 def as_memory(size):
