@@ -30,10 +30,11 @@ class TBEKernel:
     bounds-checked here: the caller's are rows it made."""
 
     def __init__(self, rows: torch.Tensor, features: int, lr: float, mean: bool = False):
-        from fbgemm_gpu.split_embedding_configs import EmbOptimType  # lazy: fbgemm (seconds)
-        from fbgemm_gpu.split_table_batched_embeddings_ops_common import (
+        # lazy (each): fbgemm_gpu loads its operator libraries (seconds), for this kernel only
+        from fbgemm_gpu.split_embedding_configs import EmbOptimType  # lazy: (see above)
+        from fbgemm_gpu.split_table_batched_embeddings_ops_common import (  # lazy: (see above)
             BoundsCheckMode, EmbeddingLocation, PoolingMode)
-        from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+        from fbgemm_gpu.split_table_batched_embeddings_ops_training import (  # lazy: (see above)
             ComputeDevice, SplitTableBatchedEmbeddingBagsCodegen)
         if rows.dtype != torch.float32 or rows.device.type != "cpu" or rows.dim() != 2 \
                 or not rows.is_contiguous():
