@@ -49,9 +49,10 @@ MULTI_HOT_SIZES = (3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 
                    1, 1)
 LR = 0.05
 HOT_FRACTION = 0.1
-# The 1-lane accelerator's Fmax on LFE5U-85F-6 (docs/benchmarks.md, seed 1, the netlist before
-# issue 42's DMA fixes), and the width of the model:// device's DMA bus.
-RTL_FMAX_MHZ = 106.45
+# The 1-lane accelerator's Fmax on LFE5U-85F-6 (docs/hardware.md: seed 2 of e8f1e77, the one
+# of seeds 1-3 that routed in the flow's time limit), and the width of the model:// device's
+# DMA bus.
+RTL_FMAX_MHZ = 105.15
 DMA_BUS_BYTES = 8
 # The assumptions of `project_gpu_step` (a projection, not a measurement).
 PROJECTION = {
