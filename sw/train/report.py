@@ -20,14 +20,15 @@ def build_report(trainer, data, cfg, run, notes, clock) -> dict:
     losses, history, seconds, samples = run.losses, run.history, run.seconds, run.samples
     counters = trainer.device_counters()
     totals = trainer.totals()
-    world, coll = 1, np.zeros(4)
+    world, coll, step_seconds = 1, np.zeros(4), seconds
     if trainer.ranks is not None:
         r = trainer.ranks
         world = r.world
         # per rank, averaged over the ranks: time in the steps' collectives (waits for slower
-        # ranks included), payload bytes sent by kind
-        coll = r.sum([trainer.step_collective_seconds, r.bytes["dense"], r.bytes["hot"],
-                      r.bytes["cold"]]) / world
+        # ranks included), payload bytes sent by kind, and the steps' time (the share's
+        # denominator: a rank that reaches a step first waits longer in it than rank 0 steps)
+        *coll, step_seconds = r.sum([trainer.step_collective_seconds, r.bytes["dense"],
+                                     r.bytes["hot"], r.bytes["cold"], seconds]) / world
     # The device over the training steps (setup, such as the hot-set load, and the drains
     # before evaluation and checkpoints are outside them: device_other_seconds).
     busy, wait = (float(sum(v)) for v in zip(*run.step_device)) if run.step_device else (0.0, 0.0)
@@ -55,7 +56,7 @@ def build_report(trainer, data, cfg, run, notes, clock) -> dict:
         "hot_budget": budget,
         "world_size": world,
         "collective_seconds": float(coll[0]),
-        "collective_share": float(coll[0] / seconds) if seconds else 0.0,
+        "collective_share": float(coll[0] / step_seconds) if step_seconds else 0.0,
         "collective_bytes_per_step": {k: float(v / max(1, len(losses)))
                                       for k, v in zip(("dense", "hot", "cold"), coll[1:])},
         # how the hot rows' gradients were exchanged: touched slots gathered, or dense
