@@ -63,16 +63,21 @@ class PlaceRouteTimeout(PlaceRouteError):
 def pnr_progress(log):
     """How far nextpnr got, from its log text ``log``: ``estimate_mhz``, the slowest clock's
     Fmax after placement (before routing), and router2's last reported iteration
-    (``router_iteration``, ``overused``: wires used by more than one net). Only the keys it
-    reached are present."""
+    (``router_iteration``, ``overused``: wires used by more than one net; ``late_arcs``: its
+    ``tmgfail``, arcs still late at the frequency asked, where the log gives it). Only the
+    keys it reached are present."""
     placed, _, routing = log.partition("Running router2")
     out = {}
     estimates = re.findall(r"Max frequency for clock .*?: ([0-9.]+) MHz", placed)
     if estimates and (routing or "Routing globals" in placed):  # placement finished
         out["estimate_mhz"] = min(float(f) for f in estimates)
-    iterations = re.findall(r"iter=(\d+) wires=\d+ overused=(\d+)", routing)
+    iterations = re.findall(r"iter=(\d+) wires=\d+ overused=(\d+)(?: overuse=\d+)?"
+                            r"(?: tmgfail=(\d+))?", routing)
     if iterations:
-        out["router_iteration"], out["overused"] = map(int, iterations[-1])
+        iteration, overused, late = iterations[-1]
+        out["router_iteration"], out["overused"] = int(iteration), int(overused)
+        if late:
+            out["late_arcs"] = int(late)
     return out
 
 
@@ -378,6 +383,11 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
         reached = ""
         if "estimate_mhz" in progress:
             reached += f", estimate after placement {progress['estimate_mhz']:g} MHz"
+        # congestion solved, arcs still late: the router is chasing the frequency asked
+        late = progress.get("overused") == 0 and progress.get("late_arcs", 0) > 0
+        why = (f"routing did not meet timing: {progress['late_arcs']:,} arcs still late at "
+               f"the {pnr_freq_mhz or freq_mhz:g} MHz asked" if late
+               else "routing did not converge?")
         if "router_iteration" in progress:
             reached += (f", router2 {progress['overused']:,} wires overused at iteration "
                         f"{progress['router_iteration']:,}")
@@ -387,14 +397,15 @@ def synth_report(component, device, *, name, freq_mhz, build_dir="build/synth", 
                                      for kind in ("net", "coordinate"))
             if by_net.exists():
                 progress["congestion"] = congestion_by_block(by_net)
-                reached += ", most in " + ", ".join(
-                    f"{c['block']} ({c['share']:.0%})" for c in progress["congestion"][:3])
+                if progress["congestion"]:
+                    reached += ", most in " + ", ".join(
+                        f"{c['block']} ({c['share']:.0%})" for c in progress["congestion"][:3])
             if by_coordinate.exists():
                 plot_congestion(by_coordinate, heatmaps / "congestion.png",
                                 f"{name}, seed {seed}\nrouter2's overuse at iteration "
                                 f"{last:,} (stopped)")
         raise PlaceRouteTimeout(f"nextpnr did not finish in {pnr_timeout / 60:g} min (seed "
-                                f"{seed}: routing did not converge?{reached}); see "
+                                f"{seed}: {why}{reached}); see "
                                 f"{out / 'nextpnr.log'}, or try another seed",
                                 progress) from None
     if not (out / "report.json").exists():

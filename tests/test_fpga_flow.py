@@ -211,6 +211,37 @@ def test_pnr_progress_reads_how_far_nextpnr_got(cut, expect):
     assert pnr_progress(log) == expect
 
 
+# a run stopped after its congestion was solved, still chasing late arcs (seed 1 of the whole
+# accelerator at 106 MHz, 2026-12-05)
+LATE_LOG = STOPPED_LOG + """Info:     iter=841 wires=404756 overused=1 overuse=1 tmgfail=61 archfail=NA
+Info:     iter=842 wires=404761 overused=0 overuse=0 tmgfail=52 archfail=NA
+"""
+
+
+def test_a_time_out_with_late_arcs_says_so(tmp_path, monkeypatch):
+    """Stopped with no wire overused but arcs late, the error says timing, not convergence,
+    with the late arcs' count; an empty congestion heatmap names no block."""
+    import subprocess
+
+    from hotline.fpga import synth
+
+    def stopped(argv, log, timeout=None, poll=None):
+        heatmap = argv[argv.index("--router2-heatmap") + 1]
+        log.write_text(LATE_LOG)
+        (log.parent / f"{heatmap}_congestion_by_net_842.csv").write_text("")
+        raise subprocess.TimeoutExpired(argv, timeout)
+    monkeypatch.setattr(synth, "_yosys", lambda script, out: True)
+    monkeypatch.setattr(synth, "_run", stopped)
+    assert synth.pnr_progress(LATE_LOG) == {"estimate_mhz": 43.24, "router_iteration": 842,
+                                            "overused": 0, "late_arcs": 52}
+    with pytest.raises(synth.PlaceRouteTimeout, match=(
+            r"\(seed 1: routing did not meet timing: 52 arcs still late at the 44 MHz asked, "
+            r"estimate after placement 43.24 MHz, router2 0 wires overused at iteration 842\); "
+            r"see ")):
+        synth_report(StreamFork(8), "ecp5-85f", name="fork", freq_mhz=40, pnr_freq_mhz=44,
+                     build_dir=tmp_path, pnr_timeout=20 * 60, pnr_args=("--router", "router2"))
+
+
 def test_place_and_route_time_out_says_how_far_it_got(monkeypatch, tmp_path):
     """The error of a time-out names the estimate after placement and router2's overuse."""
     import subprocess
