@@ -466,6 +466,12 @@ class HotlineStore(RowStore):
         if b is None:
             b = self._batch(k, None, self.step)
             b.unique = k
+        self._take(b)
+        return self._pull(b, k, at)
+
+    def _take(self, b) -> None:
+        """Batch ``b`` is gathered now: the hot set loads first where the schedule says so,
+        the profiling window sees its lookups, and it goes to the device if it is not there."""
         self._next = None
         if self._loads(b.step):
             self._load_scheduled(b.step)
@@ -473,7 +479,6 @@ class HotlineStore(RowStore):
             self._profile.append(b.lookups)
         if not b.in_flight:
             self._push(b)
-        return self._pull(b, k, at)
 
     @classmethod
     def _position(cls, keys, lookups, at=None) -> np.ndarray:
@@ -599,13 +604,7 @@ class HotlineStore(RowStore):
         if not self.fuses(len(b.lookups)):
             raise HotlineError(f"gather_lookups: a batch of {len(b.lookups)} lookups over "
                                f"{self.slots} staging slots (or data parallel): use gather")
-        self._next = None
-        if self._loads(b.step):
-            self._load_scheduled(b.step)
-        if self._profile is not None:
-            self._profile.append(b.lookups)
-        if not b.in_flight:
-            self._push(b)
+        self._take(b)
         r, counts = self._pull_result(b)
         if r is None:   # no lookups: every sample is popular
             self._cur = _Fused(0, np.zeros(0, np.uint32), None, 0, counts,
