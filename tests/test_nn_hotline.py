@@ -326,6 +326,32 @@ def test_configuration_errors():
         HotlineStore([10], LAYOUT, hot_rows=4, hot_set="learn", learn_window=2, refresh="x")
 
 
+def table_configs(sizes, dim, names=None, pooling="SUM"):
+    """A collection's tables ``t0, t1, ...`` of ``sizes`` rows; table t's features
+    ``names[t]`` (default ``[f"f{t}"]``)."""
+    from hotline.nn import TableConfig  # lazy: (see test_collection_hotline_equals_host)
+    return [TableConfig(f"t{t}", n, dim, names[t] if names else [f"f{t}"], pooling)
+            for t, n in enumerate(sizes)]
+
+
+def train_alike(a, b, batches, head, prefetch, weights=None):
+    """Train ``a`` and ``b`` (FBGEMM's layout in, [B, F * dim] out) on ``batches``, each
+    step's loss ``tanh(pooled @ head)^2``, ``b`` prefetching the next batch when
+    ``prefetch``; every step's losses must be equal. ``weights(indices)``: the batch's
+    per-sample weights (None: unweighted)."""
+    for i, (indices, offsets) in enumerate(batches):
+        w = weights(indices) if weights is not None else None
+        losses = []
+        for model in (a, b):
+            pooled = model(indices, offsets, per_sample_weights=w)
+            if prefetch and i + 1 < len(batches) and model is b:
+                b.prefetch(*batches[i + 1])
+            loss = torch.tanh(pooled @ head).square().mean()
+            loss.backward()
+            losses.append(float(loss.detach()))
+        assert losses[0] == losses[1], f"step {i}: losses differ"
+
+
 def fbgemm_batches(sizes, steps, batch, seed=5):
     """(indices, offsets) in FBGEMM's layout (feature-major bags of 0-3 ids) over tables
     ``sizes``, their popular ids drifting by a few rows a step."""
@@ -349,9 +375,7 @@ def test_collection_hotline_equals_host(optimizer, prefetch):
     prefetch. (The FBGEMM kernel's case: `test_collection_in_place_equals_fbgemm_tbe`.)"""
     from hotline.nn import EmbeddingBagCollection  # lazy: skips cleanly if the module moves
     sizes = [300, 120, 40]
-    tables = [type("Config", (), dict(name=f"t{t}", num_embeddings=n, embedding_dim=8,
-                                      feature_names=[f"f{t}"], pooling="SUM"))()
-              for t, n in enumerate(sizes)]
+    tables = table_configs(sizes, 8)
     host = EmbeddingBagCollection(tables, placement="host", optimizer=optimizer, lr=0.1,
                                   device="cpu")
     hot = EmbeddingBagCollection(tables, placement="hotline", optimizer=optimizer, lr=0.1,
@@ -362,16 +386,7 @@ def test_collection_hotline_equals_host(optimizer, prefetch):
     head = torch.from_numpy(np.random.default_rng(9).standard_normal(3 * 8).astype(np.float32))
     batches = fbgemm_batches(sizes, 100, 16)
     try:
-        for i, (indices, offsets) in enumerate(batches):
-            losses = []
-            for ebc in (host, hot):
-                pooled = ebc(indices, offsets)
-                if prefetch and i + 1 < len(batches) and ebc is hot:
-                    ebc.prefetch(*batches[i + 1])
-                loss = torch.tanh(pooled @ head).square().mean()
-                loss.backward()
-                losses.append(float(loss.detach()))
-            assert losses[0] == losses[1], f"step {i}: losses differ"
+        train_alike(host, hot, batches, head, prefetch)
         a, b = host.state_dict(), hot.state_dict()
         assert a.keys() == b.keys()
         for k in a:
@@ -411,9 +426,7 @@ def test_collection_in_place_equals_fbgemm_tbe(pooling, weighted, prefetch):
     from hotline.nn import EmbeddingBagCollection  # lazy: (see above)
     sizes = [300, 120, 40]
     names = [["f0"], ["f1", "f1b"], ["f2"]]
-    tables = [type("Config", (), dict(name=f"t{t}", num_embeddings=n, embedding_dim=8,
-                                      feature_names=names[t], pooling=pooling))()
-              for t, n in enumerate(sizes)]
+    tables = table_configs(sizes, 8, names, pooling)
     features = [(f, t) for t, fs in enumerate(names) for f in fs]
     hot = EmbeddingBagCollection(tables, placement="hotline", lr=0.1, device="cpu",
                                  hot_rows=60, hot_set="learn", learn_window=5,
@@ -427,18 +440,9 @@ def test_collection_in_place_equals_fbgemm_tbe(pooling, weighted, prefetch):
     batches = fbgemm_batches(sizes[:1] + sizes[1:2] * 2 + sizes[2:], 80, 16)
     rng = np.random.default_rng(4)
     try:
-        for i, (indices, offsets) in enumerate(batches):
-            w = torch.from_numpy(rng.random(len(indices)).astype(np.float32)) if weighted else None
-            losses = []
-            for model in (ref, hot):
-                pooled = model(indices, offsets, per_sample_weights=w) if weighted else \
-                    model(indices, offsets)
-                if prefetch and i + 1 < len(batches) and model is hot:
-                    hot.prefetch(*batches[i + 1])
-                loss = torch.tanh(pooled @ head).square().mean()
-                loss.backward()
-                losses.append(float(loss.detach()))
-            assert losses[0] == losses[1], f"step {i}: losses differ"
+        train_alike(ref, hot, batches, head, prefetch, weights=(
+            lambda indices: torch.from_numpy(rng.random(len(indices)).astype(np.float32)))
+            if weighted else None)
         got = hot.state_dict()
         for t, w in enumerate(ref.split_embedding_weights()):
             assert torch.equal(got[f"embedding_bags.t{t}.weight"], w), f"table {t}"
@@ -455,9 +459,7 @@ def test_evaluation_passes_the_pipeline_by(kernel):
     counts it nor steps the hot-set schedule; training then goes on as host's."""
     from hotline.nn import EmbeddingBagCollection  # lazy: (see above)
     sizes = [200, 80]
-    tables = [type("Config", (), dict(name=f"t{t}", num_embeddings=n, embedding_dim=8,
-                                      feature_names=[f"f{t}"], pooling="SUM"))()
-              for t, n in enumerate(sizes)]
+    tables = table_configs(sizes, 8)
     host = EmbeddingBagCollection(tables, placement="host", lr=0.1, device="cpu")
     hot = EmbeddingBagCollection(tables, placement="hotline", lr=0.1, device="cpu", hot_rows=40,
                                  hot_set="learn", learn_window=3, refresh="every:4",
@@ -488,8 +490,7 @@ def test_kernel_choice():
     """kernel="fbgemm" where it cannot run says why in one line; "auto" then takes the
     torch path; a batch of more lookups than the staging slots goes the torch way."""
     from hotline.nn import EmbeddingBagCollection  # lazy: (see above)
-    tables = [type("Config", (), dict(name="t0", num_embeddings=50, embedding_dim=4,
-                                      feature_names=["f0"], pooling="SUM"))()]
+    tables = table_configs([50], 4)
     with pytest.raises(HotlineError, match="the store has no in-place batches"):
         EmbeddingBagCollection(tables, placement="host", kernel="fbgemm")
     with pytest.raises(HotlineError, match="keeps state in the row"):
@@ -564,9 +565,7 @@ def test_sample_order_is_a_stable_sort_by_sample():
     stable argsort of each lookup's sample (bags feature-major, empty bags included)."""
     from hotline.nn import EmbeddingBagCollection  # lazy: (see above)
     sizes = [50, 30, 20]
-    tables = [type("Config", (), dict(name=f"t{t}", num_embeddings=n, embedding_dim=4,
-                                      feature_names=[f"f{t}"], pooling="SUM"))()
-              for t, n in enumerate(sizes)]
+    tables = table_configs(sizes, 4)
     ebc = EmbeddingBagCollection(tables, placement="host", device="cpu")
     rng = np.random.default_rng(3)
     for batch in (0, 1, 7):
@@ -584,9 +583,7 @@ def test_collection_prefetch_reuses_only_the_same_unmodified_batch():
     announced is not this one), not trained on the keys announced."""
     from hotline.nn import EmbeddingBagCollection  # lazy: (see above)
     sizes = [40, 30]
-    tables = [type("Config", (), dict(name=f"t{t}", num_embeddings=n, embedding_dim=4,
-                                      feature_names=[f"f{t}"], pooling="SUM"))()
-              for t, n in enumerate(sizes)]
+    tables = table_configs(sizes, 4)
     host = EmbeddingBagCollection(tables, placement="host", lr=0.1, device="cpu")
     # batches of more lookups than the staging slots: pushed as the unique keys announced
     hot = EmbeddingBagCollection(tables, placement="hotline", lr=0.1, device="cpu",
