@@ -51,6 +51,8 @@ from hotline.contract.keys import KEY_BITS, ROW_BITS
 
 __all__ = ["TableDescriptor", "StagingWindow", "RowDMAModel"]
 
+_INT64_MAX = (1 << 63) - 1   # the vectorised batch path's addresses are int64
+
 
 @dataclass
 class TableDescriptor:
@@ -137,21 +139,31 @@ class RowDMAModel:
     def check(self, key, slot, bank):
         """(table address, staging address, bytes) of the row ``key`` into staging ``(bank,
         slot)``, or the refusal cause ('table', 'row', 'desc' or 'slot')."""
-        b, top, st = self.bus_bytes, 1 << self.addr_width, self.staging
+        st = self.staging
         table, row = self.split(key)
         d = self.descriptors.get(table)
         if table >= self.num_tables or d is None or d.rows == 0:
             return "table"
         if row >= d.rows:
             return "row"
-        if (d.row_bytes == 0 or d.row_bytes % b or d.row_bytes > st.stride or d.base % b
-                or d.base >= top or d.base + d.rows * d.row_bytes > top):
+        if not self._desc_ok(d):
             return "desc"
-        if (bank >= st.banks or slot >= st.slots or st.base % b or st.stride % b
-                or st.base >= top or st.base + st.banks * st.slots * st.stride > top):
+        if bank >= st.banks or slot >= st.slots or not self._staging_ok():
             return "slot"
         return (d.base + row * d.row_bytes, st.base + (bank * st.slots + slot) * st.stride,
                 d.row_bytes)
+
+    def _desc_ok(self, d):
+        """Descriptor ``d`` passes the ``desc`` checks (with the current staging stride)."""
+        b, top = self.bus_bytes, 1 << self.addr_width
+        return not (d.row_bytes == 0 or d.row_bytes % b or d.row_bytes > self.staging.stride
+                    or d.base % b or d.base >= top or d.base + d.rows * d.row_bytes > top)
+
+    def _staging_ok(self):
+        """The staging window passes its own checks (alignment, inside 2**addr_width)."""
+        st, b, top = self.staging, self.bus_bytes, 1 << self.addr_width
+        return not (st.base % b or st.stride % b or st.base >= top
+                    or st.base + st.banks * st.slots * st.stride > top)
 
     def chunks(self, src, dst, nbytes):
         """A row copy as (src, dst, bytes) chunks: no 4 KiB crossing, <= max_burst_beats."""
@@ -193,19 +205,20 @@ class RowDMAModel:
         return value & ((1 << self.counter_width) - 1)
 
     def _table_arrays(self):
-        """(base, rows, row_bytes, desc check failed) per table id, table ``num_tables``
-        standing for every id beyond; cached until a descriptor or the staging stride
-        changes."""
+        """(base, rows, row_bytes, desc check failed, window past int64) per table id, table
+        ``num_tables`` standing for every id beyond; cached until a descriptor or the staging
+        stride changes. A base that is refused, or whose window int64 cannot hold (a 64-bit
+        bus), is 0 here."""
         if self._tables is None or self._tables_state != self.staging.stride:
-            b, top, n = self.bus_bytes, 1 << self.addr_width, self.num_tables
+            n = self.num_tables
             base, nrows, rb = (np.zeros(n + 1, np.int64) for _ in range(3))
-            far = np.zeros(n + 1, bool)  # base >= top: refused (its 64 bits need not fit int64)
+            bad, wide = np.ones(n + 1, bool), np.zeros(n + 1, bool)
             for t, d in self.descriptors.items():
-                far[t] = d.base >= top
-                base[t], nrows[t], rb[t] = 0 if far[t] else d.base, d.rows, d.row_bytes
-            bad = ((rb == 0) | (rb % b != 0) | (rb > self.staging.stride) | (base % b != 0)
-                   | far | (base + nrows * rb > top))
-            self._tables_state, self._tables = self.staging.stride, (base, nrows, rb, bad)
+                bad[t] = not self._desc_ok(d)
+                wide[t] = not bad[t] and d.base + d.rows * d.row_bytes > _INT64_MAX
+                base[t] = 0 if bad[t] or wide[t] else d.base
+                nrows[t], rb[t] = d.rows, d.row_bytes
+            self._tables_state, self._tables = self.staging.stride, (base, nrows, rb, bad, wide)
         return self._tables
 
     def _fast_copies(self, direction, keys, bank):
@@ -215,13 +228,15 @@ class RowDMAModel:
         keys = np.asarray(keys, np.int64) & ((1 << self.key_width) - 1)
         if keys.size == 0:
             return None
-        st, b, top = self.staging, self.bus_bytes, 1 << self.addr_width
-        base, nrows, rb, bad = self._table_arrays()
+        st = self.staging
+        base, nrows, rb, bad, wide = self._table_arrays()
         table = np.minimum(keys >> self.row_bits, self.num_tables)
+        staging_bad = bank >= st.banks or not self._staging_ok()
+        if wide.take(table).any() or (
+                not staging_bad and st.base + st.banks * st.slots * st.stride > _INT64_MAX):
+            return None   # addresses past int64: the per-row path, in Python integers
         row = keys & ((1 << self.row_bits) - 1)
         rows_of = nrows.take(table)
-        staging_bad = bool(st.base % b or st.stride % b or st.base >= top
-                           or st.base + st.banks * st.slots * st.stride > top or bank >= st.banks)
         slot = np.arange(len(keys))
         cause = np.full(len(keys), -1, np.int64)
         # (a table without rows fails the row check too: one pass tells whether any row fails)
