@@ -53,6 +53,9 @@ HOT_FRACTION = 0.1
 # of seeds 1-3 that routed in the flow's time limit), and the width of the model:// device's
 # DMA bus.
 RTL_FMAX_MHZ = 105.15
+# The hotline placement's accelerator (model://?agent=process: the model in a process of its
+# own, see docs/device-api.md).
+MODEL_URL = "model://"
 DMA_BUS_BYTES = 8
 # The assumptions of `project_gpu_step` (a projection, not a measurement).
 PROJECTION = {
@@ -274,7 +277,8 @@ class NNPath(Path):
     """`hotline.nn.EmbeddingBagCollection` in one placement (FBGEMM's input layout)."""
 
     def __init__(self, placement, sizes, dim, lr=LR, hot_keys=None, torch_device="cpu",
-                 batch_size=None, batch_lookups=None, kernel="auto"):
+                 batch_size=None, batch_lookups=None, kernel="auto",
+                 device_url=MODEL_URL):
         # lazy: torchrec and the collection load torch and fbgemm_gpu (seconds); the
         # collection may be absent (`nn_placements`)
         from torchrec.modules.embedding_configs import EmbeddingBagConfig
@@ -289,7 +293,7 @@ class NNPath(Path):
         if placement == "hotline":
             # staging holds at most the device's 65,535 slots: a batch's cold keys beyond
             # them are the host's to move (the store's rule), in host time
-            kw = {"device_url": "model://", "hot_keys": hot_keys, "batch_size": batch_size,
+            kw = {"device_url": device_url, "hot_keys": hot_keys, "batch_size": batch_size,
                   "batch_lookups": min(batch_lookups, Device.max_slots)}
         self.ebc = EmbeddingBagCollection(tables=tables, placement=placement, optimizer="sgd",
                                           lr=lr, device=torch_device, kernel=kernel, **kw)

@@ -350,7 +350,7 @@ class Device(abc.ABC):
         keys = keys.astype(np.uint32)
         # The agent also collects the batch's results, so a pull waits for this batch alone,
         # not for the batches pushed after it.
-        pushed = self._agent_submit(lambda: self._pull(self._push(batch_id, keys, offsets)))
+        pushed = self._agent_submit(self._push_pull, batch_id, keys, offsets)
         self._next_batch += 1
         self._in_flight.append(pushed)
         return batch_id
@@ -402,7 +402,7 @@ class Device(abc.ABC):
         """Wait for every call made so far (the batches in flight stay to be pulled); raises
         the error of a scatter not waited for."""
         self._check_open()
-        self._agent_call(lambda: None)
+        self._agent_call(self._nothing)
         self._check_scatters(wait=True)
 
     # -- misc ---------------------------------------------------------------------------
@@ -450,6 +450,12 @@ class Device(abc.ABC):
 
     def _pull(self, result):
         return result
+
+    def _push_pull(self, batch_id, keys, offsets):
+        return self._pull(self._push(batch_id, keys, offsets))
+
+    def _nothing(self):
+        pass
 
     def _update_hot_set(self, held, keys):
         raise HotlineError(f"{self.url}: the {self.backend} backend cannot update the hot set "
@@ -601,7 +607,25 @@ class ModelDevice(Device):
         return c
 
 
-_BACKENDS = {"model": ModelDevice}
+def _open_model(url, **options) -> Device:
+    """``model://`` (the agent a thread of this process) or ``model://?agent=process`` (the
+    agent a process of its own: `hotline.host.model_agent`)."""
+    query = url.partition("://")[2]
+    agent = options.pop("agent", "thread")
+    if query:
+        key, eq, value = query.removeprefix("?").partition("=")
+        if not query.startswith("?") or key != "agent" or not eq or "&" in value:
+            raise HotlineError(f"{url}: model:// takes one option, ?agent=thread|process")
+        agent = value
+    if agent == "thread":
+        return ModelDevice(url, **options)
+    if agent == "process":
+        from .model_agent import ProcessModelDevice   # lazy: it imports this module
+        return ProcessModelDevice(url, **options)
+    raise HotlineError(f"{url}: unknown model agent {agent!r} (thread or process)")
+
+
+_BACKENDS = {"model": _open_model}
 _SHIPPED = ("model", "sim", "serial")  # the others register on import (hotline.<scheme>_device)
 
 

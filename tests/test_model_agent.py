@@ -1,0 +1,89 @@
+"""model://?agent=process (`hotline.host.model_agent`): the model in a child process gives
+model://'s results bit for bit, in the same call order, and its errors and its death reach
+the caller as one-line HotlineErrors."""
+import os
+import signal
+
+import numpy as np
+import pytest
+
+import hotline
+from device_session import assert_sessions_match, dense_stream, session
+from hotline.contract.config import AcceleratorConfig
+from hotline.contract.errors import HotlineError
+from hotline.host.host_memory import HostMemory
+from hotline.model.planner import exact_hot_set
+
+PROCESS = "model://?agent=process"
+
+
+def test_process_agent_matches_the_thread_agent(tmp_path):
+    """A whole double-buffered session (tables, staging, hot set, pushes two deep, gathers,
+    +1 on the staging rows, scatters, counters) on the real Criteo stream (or the generator):
+    the same results, host memory bytes and counters as model://."""
+    ds = dense_stream(400)
+    hot = exact_hot_set(ds.keys, 300).keys
+    want = session("model://", ds, hot, 64, tmp_path, "thread")
+    got = session(PROCESS, ds, hot, 64, tmp_path, "process")
+    assert_sessions_match(got, want, batches=7)
+    assert got[4].info()["agent"] == "process"
+    assert got[4].time["busy_seconds"] > 0
+
+
+def test_process_agent_learner_and_hot_set_update_match(tmp_path):
+    """learner_start / learner_stop and update_hot_set run in the child in call order: the
+    readout and the new placement equal model://'s."""
+    ds = dense_stream(600)
+    keys, off = ds.keys, ds.sample_offsets
+    config = AcceleratorConfig.for_workload(200, 100, 26 * 100, learn=True,
+                                            distinct_keys=len(np.unique(keys)))
+    out = []
+    for url in ("model://", PROCESS):
+        with HostMemory(1 << 12) as mem, hotline.open(url, config=config, memory=mem) as dev:
+            dev.load_hot_set(exact_hot_set(keys[:off[100]], 200).keys)
+            dev.push_batch(keys[:off[100]], ds.lengths[:100])   # before the start: not counted
+            dev.learner_start()
+            for i in range(1, 5):
+                dev.push_batch(keys[off[i * 100]:off[(i + 1) * 100]],
+                               ds.lengths[i * 100:(i + 1) * 100])
+                dev.pull_batch()
+            dev.pull_batch()
+            r = dev.learner_stop()
+            placement = dev.update_hot_set(r.top(200))
+            dev.push_batch(keys[off[500]:off[600]], ds.lengths[500:600])
+            b = dev.pull_batch()
+            out.append((r, placement, b, dev.counters()))
+    (r0, p0, b0, c0), (r1, p1, b1, c1) = out
+    assert r1.counted == r0.counted > 0 and r1.dropped == r0.dropped
+    assert np.array_equal(r1.keys, r0.keys) and np.array_equal(r1.counts, r0.counts)
+    assert np.array_equal(p1.keys, p0.keys) and np.array_equal(p1.slots, p0.slots)
+    assert np.array_equal(b1.slot, b0.slot) and np.array_equal(b1.cold_keys, b0.cold_keys)
+    assert c1 == c0
+
+
+def test_process_agent_errors_reach_the_caller(tmp_path):
+    """A DMA error of a scatter not waited for is raised by the next counters(), as model://
+    does; a refused argument of the child's model (a hot set beyond the CAM) is raised by the
+    call; a bad URL option is refused; a child that dies is named by the next call."""
+    config = AcceleratorConfig.for_workload(4, 8, 16)
+    with HostMemory(1 << 16, tmp_path / "m.bin") as mem:
+        dev = hotline.open(PROCESS, config=config, memory=mem)
+        w = mem.alloc(16 * 32)
+        dev.set_table(0, w, 16, 32)
+        dev.set_staging(mem.alloc(2 * config.cold_max_keys * 32), 32, config.cold_max_keys)
+        dev.scatter(0, np.array([5 << 27], np.uint32), wait=False)   # table 5: no descriptor
+        with pytest.raises(HotlineError, match="scatter of staging bank 0 reported 1 DMA errors"):
+            dev.counters()
+        with pytest.raises(HotlineError, match="hot set"):
+            dev.load_hot_set(np.arange(config.hot_slots + 1, dtype=np.uint32))
+        os.kill(dev._proc.pid, signal.SIGKILL)
+        dev._proc.wait()
+        with pytest.raises(HotlineError, match=r"model agent process exited with status -9"):
+            dev.push_batch(np.arange(4, dtype=np.uint32), [2, 2])
+            dev.pull_batch()
+        dev.close()
+    for url, match in (("model://?agent=fork", "unknown model agent 'fork'"),
+                       ("model://?trace=1", "takes one option"),
+                       ("model://x", "takes one option")):
+        with pytest.raises(HotlineError, match=match):
+            hotline.open(url)
