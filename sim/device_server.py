@@ -43,6 +43,7 @@ from .runner import run_cocotb
 from .tb_accelerator import TB
 
 POLL_CYCLES = 8
+MAX_WINDOW = (1 << 32) - 1   # INFO's window_bytes and the MEM_* addresses are u32
 
 
 class Feeder:
@@ -135,6 +136,9 @@ class Server:
             return "DATA", pack_results(out, [len(getattr(tb.dut, f"{name}__payload"))
                                               for name in RESULT_STREAMS])
         if kind == "INFO":
+            if len(tb.mem) > MAX_WINDOW:
+                return "ERROR", f"INFO: a memory window of {len(tb.mem):,} bytes does not fit " \
+                                f"its 32-bit window_bytes".encode()
             return "DATA", INFO.pack(len(tb.mem), self.max_request, 0, 0)
         if kind in ("MEM_WRITE", "MEM_READ"):
             return self._memory(kind, payload)
@@ -245,6 +249,9 @@ def serve_in_background(config, memory_path, window_bytes, build_dir, simulator=
     ``window_bytes`` at ``memory_path``; yields its url (``serial://socket://127.0.0.1:PORT``)
     and ends the server on exit. ``options`` go into the spec (``max_request``,
     ``input_beats``)."""
+    if not 0 < window_bytes <= MAX_WINDOW:
+        raise ValueError(f"window_bytes {window_bytes:,}: the link's INFO and MEM_* frames "
+                         f"carry 32-bit sizes and addresses (1 .. {MAX_WINDOW:,})")
     memory_path = Path(memory_path)
     with open(memory_path, "wb") as f:
         f.truncate(window_bytes)

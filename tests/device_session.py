@@ -23,13 +23,17 @@ def session_config(hot, batch):
 
 
 def session(url, ds, hot, batch, tmp_path, name, config=None, memory_bytes=MEMORY_BYTES,
-            row_bytes=ROW_BYTES, align=4096, **options):
+            row_bytes=ROW_BYTES, align=4096, reserve=0, **options):
     """Open ``url``, register tables and staging in a fresh memory with the same contents,
     load the hot set, run every batch double-buffered (+1 on each staging byte, scatter);
-    return (results, memory bytes, counters, placement, the closed device)."""
+    return (results, memory bytes, counters, placement, the closed device). ``reserve``:
+    bytes allocated first, so that the tables and staging lie above them; the memory bytes
+    returned are those from there on."""
     ROW_BYTES = row_bytes
     config = config or session_config(hot, batch)
     mem = HostMemory(memory_bytes, tmp_path / f"{name}.bin")
+    if reserve:
+        mem.alloc(reserve, align, name="reserved")
     rng = np.random.default_rng(0)
     out = []
     with hotline.open(url, config=config, memory=mem, **options) as dev:
@@ -63,7 +67,7 @@ def session(url, ds, hot, batch, tmp_path, name, config=None, memory_bytes=MEMOR
             mem.array[lo:lo + n] += 1
             r.scatter = dev.scatter(r.bank, r.cold_keys)
         counters = dev.counters()
-    data = mem.array.copy()
+    data = mem.array[reserve:].copy()
     mem.close()
     return out, data, counters, placement, dev
 

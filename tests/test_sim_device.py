@@ -21,6 +21,41 @@ def test_sim_device_matches_model(tmp_path, simulator_or_skip):
     assert_sessions_match(got, want, batches=4)
 
 
+@pytest.mark.slow
+def test_sim_device_above_4gib_matches_model(tmp_path, simulator_or_skip):
+    """Issue 44: a HostMemory of more than 4 GiB gives sim:// (and model://) a 33-bit bus by
+    default; tables and staging placed above a reserved window that ends 16 KiB below 4 GiB
+    (the first table straddles 2**32, the rest lie above it) are gathered and scattered by the
+    RTL exactly as model:// does on the same memory contents (DESC_BASE_HI and
+    STAGING_BASE_HI set)."""
+    simulator_or_skip("verilator")
+    ds = open_data(str(real_file("criteo_kaggle/train_random4584.csv.gz"))).head(128)
+    hot = exact_hot_set(ds.keys, 300).keys
+    reserve = (1 << 32) - (16 << 10)
+    big = dict(memory_bytes=reserve + (4 << 20), reserve=reserve)
+    want = session("model://", ds, hot, 64, tmp_path, "model", **big)
+    got = session("sim://verilator", ds, hot, 64, tmp_path, "sim",
+                  build_dir=tmp_path / "build", **big)
+    assert got[4].addr_width == want[4].addr_width == 33
+    assert got[4].staging.window.base >= 1 << 32
+    assert got[2]["gather_rows"] > 0 and got[2]["scatter_rows"] > 0 and got[2]["window_errors"] == 0
+    assert_sessions_match(got, want, batches=2)
+
+
+def test_sim_device_refuses_an_addr_width_short_of_its_memory(tmp_path):
+    """sim:// with an addr_width that cannot reach every byte of its HostMemory, or outside
+    32..64, is refused in one line before any simulator starts."""
+    from hotline.contract.errors import HotlineError
+
+    config = AcceleratorConfig.for_workload(16, 8, 64)
+    with HostMemory((1 << 32) + 4096, tmp_path / "m.bin") as mem:
+        for bad, why in ((32, "exceeds the 32-bit AXI address space"),
+                         (65, "addr_width must be an integer 32..64"),
+                         ("40", "addr_width must be an integer 32..64")):
+            with pytest.raises(HotlineError, match=why):
+                hotline.open("sim://verilator", config=config, memory=mem, addr_width=bad)
+
+
 class FlakySocket:
     """Wraps the link socket: flips one bit of the next frame sent or of the next bytes
     received, once each when armed."""

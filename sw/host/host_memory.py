@@ -17,6 +17,12 @@ from hotline.contract.errors import HotlineError
 from hotline.data.report import fmt_bytes
 
 
+def address_bits(size) -> int:
+    """The bus address bits that reach every byte of a ``size``-byte memory, at least 32:
+    the default ``addr_width`` of a device over such a memory."""
+    return max(32, (int(size) - 1).bit_length())
+
+
 @dataclass(frozen=True)
 class Window:
     """A byte range of host memory: bus address ``base``, ``size`` bytes, a name for messages."""

@@ -20,6 +20,7 @@ from hotline.contract.errors import HotlineError
 from hotline.contract.link import encode
 
 from .device import register_backend
+from .host_memory import address_bits
 from .link import LinkError
 from .link_device import LinkDevice
 from .simulators import SIMULATORS, simulator_available
@@ -39,13 +40,14 @@ def start_server(module, spec, build) -> tuple:
     return proc, log, log_path
 
 
-def spawn_server(spec, build_dir, config, simulator, data_width) -> tuple:
-    """Start `hotline.sim.device_server` on ``spec`` (plus the build's config, simulator, data
-    width and directory) with `start_server`. Returns (process, open log file, log path)."""
+def spawn_server(spec, build_dir, config, simulator, data_width, addr_width=32) -> tuple:
+    """Start `hotline.sim.device_server` on ``spec`` (plus the build's config, simulator, bus
+    widths and directory, one per build) with `start_server`. Returns (process, open log
+    file, log path)."""
     tag = "_".join(str(v) for v in config.as_dict().values())
-    build = Path(build_dir) / f"{simulator}_{data_width}_{tag}"
+    build = Path(build_dir) / f"{simulator}_{data_width}_a{addr_width}_{tag}"
     spec = {**spec, "config": config.as_dict(), "data_width": data_width,
-            "simulator": simulator, "build_dir": str(build.resolve())}
+            "addr_width": addr_width, "simulator": simulator, "build_dir": str(build.resolve())}
     return start_server("hotline.sim.device_server", spec, build)
 
 
@@ -61,14 +63,16 @@ def kill_server(proc) -> None:
 class SimDevice(LinkDevice):
     """The accelerator RTL in a co-simulation process (see the module docstring).
 
-    Options: ``data_width`` (64), ``build_dir``, ``start_timeout`` (s, includes the RTL build),
+    Options: ``data_width`` (64), ``addr_width`` (the AXI4 master's address bits, 32..64;
+    default: what ``memory`` needs, at least 32), ``build_dir`` (one build per configuration
+    and bus widths under it, reused), ``start_timeout`` (s, includes the RTL build),
     ``timeout`` (s per request), ``retries`` (resends of a frame answered NAK or lost).
     """
 
     backend = "sim"
 
-    def __init__(self, url, config=None, memory=None, data_width=64, build_dir="build/simdev",
-                 start_timeout=900.0, timeout=120.0, retries=3):
+    def __init__(self, url, config=None, memory=None, data_width=64, addr_width=None,
+                 build_dir="build/simdev", start_timeout=900.0, timeout=120.0, retries=3):
         super().__init__(url, config, memory, timeout, retries)
         simulator = url.partition("://")[2] or "verilator"
         if simulator not in SIMULATORS:
@@ -76,12 +80,16 @@ class SimDevice(LinkDevice):
                                f"{' or '.join('sim://' + s for s in SIMULATORS)})")
         if memory is None:
             raise HotlineError(f"{url}: the simulated device needs a HostMemory (memory=...)")
+        self.data_width = int(data_width)
+        self.addr_width = address_bits(memory.size) if addr_width is None else addr_width
+        if type(self.addr_width) is not int or not 32 <= self.addr_width <= 64:
+            raise HotlineError(f"{url}: addr_width must be an integer 32..64, not "
+                               f"{self.addr_width!r}")
+        if memory.size > 1 << self.addr_width:
+            raise HotlineError(f"{url}: host memory of {memory.size:,} bytes exceeds the "
+                               f"{self.addr_width}-bit AXI address space (addr_width)")
         if not simulator_available(simulator):
             raise HotlineError(f"{url}: {simulator} is not available here")
-        self.data_width, self.addr_width = int(data_width), 32
-        if memory.size > 1 << 32:
-            raise HotlineError(f"{url}: host memory of {memory.size:,} bytes exceeds the 32-bit "
-                               f"AXI address space")
         self.proc = None
         self.log = None
         self.sock = None
@@ -89,7 +97,8 @@ class SimDevice(LinkDevice):
         try:
             spec = {"port": listener.getsockname()[1], "memory": str(memory.path)}
             self.proc, self.log, self.log_path = spawn_server(spec, build_dir, self.config,
-                                                              simulator, self.data_width)
+                                                              simulator, self.data_width,
+                                                              self.addr_width)
             listener.settimeout(1.0)
             deadline = time.monotonic() + start_timeout
             while True:
