@@ -244,11 +244,11 @@ async def serve(dut):
 
 @contextlib.contextmanager
 def serve_in_background(config, memory_path, window_bytes, build_dir, simulator="verilator",
-                        data_width=64, start_timeout=900.0, **options):
-    """Run a listen-mode server for ``config`` whose memory window is a new zeroed file of
-    ``window_bytes`` at ``memory_path``; yields its url (``serial://socket://127.0.0.1:PORT``)
-    and ends the server on exit. ``options`` go into the spec (``max_request``,
-    ``input_beats``)."""
+                        data_width=64, start_timeout=900.0, addr_width=32, **options):
+    """Run a listen-mode server for ``config`` (a top with ``data_width`` / ``addr_width``
+    bus) whose memory window is a new zeroed file of ``window_bytes`` at ``memory_path``;
+    yields its url (``serial://socket://127.0.0.1:PORT``) and ends the server on exit.
+    ``options`` go into the spec (``max_request``, ``input_beats``)."""
     if not 0 < window_bytes <= MAX_WINDOW:
         raise ValueError(f"window_bytes {window_bytes:,}: the link's INFO and MEM_* frames "
                          f"carry 32-bit sizes and addresses (1 .. {MAX_WINDOW:,})")
@@ -259,7 +259,8 @@ def serve_in_background(config, memory_path, window_bytes, build_dir, simulator=
     ready.unlink(missing_ok=True)
     spec = {"listen": True, "port": 0, "ready": str(ready.resolve()),
             "memory": str(memory_path.resolve()), **options}
-    proc, log, log_path = spawn_server(spec, build_dir, config, simulator, data_width)
+    proc, log, log_path = spawn_server(spec, build_dir, config, simulator, data_width,
+                                       addr_width)
     try:
         deadline = time.monotonic() + start_timeout
         while not ready.exists():

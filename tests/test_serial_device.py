@@ -3,7 +3,8 @@ memory window is a separate file, so every byte the DMA moves was mirrored by Se
 
 One server (one Verilator build) for the module, with a small max_request (the server refuses
 anything larger, so every payload path must split) and an input buffer of one request (so
-LOOKUPS meet BUSY). Parity with model:// on a real stream (or the built-in generator), host
+LOOKUPS meet BUSY), built with a 36-bit bus (the width serial:// reports is the device's).
+Parity with model:// on a real stream (or the built-in generator), host
 memory coherence, the open-time checks, and link faults through a damaging TCP proxy."""
 
 import numpy as np
@@ -20,6 +21,7 @@ from hotline.model.planner import exact_hot_set
 
 BATCH = 64
 MAX_REQUEST = 4096
+ADDR_WIDTH = 36   # not the default 32: serial:// must take the width from ADDR_WIDTH
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +35,7 @@ def board(tmp_path_factory, simulator_or_skip):
     tmp = tmp_path_factory.mktemp("board")
     with serve_in_background(session_config(hot, BATCH), tmp / "window.bin", MEMORY_BYTES,
                              tmp / "build", max_request=MAX_REQUEST,
-                             input_beats=MAX_REQUEST // 8) as url:
+                             input_beats=MAX_REQUEST // 8, addr_width=ADDR_WIDTH) as url:
         yield ds, hot, url, tmp / "window.bin"
 
 
@@ -65,6 +67,7 @@ def test_open_checks_memory_window_and_configuration(board, tmp_path):
         with hotline.open(url, config=config, memory=mem) as dev:
             info = dev.info()
             assert (info["window_bytes"], info["data_width"]) == (MEMORY_BYTES, 64)
+            assert info["addr_width"] == dev.regs.read("ADDR_WIDTH") == ADDR_WIDTH
 
 
 def test_open_needs_a_port_that_opens(tmp_path):

@@ -11,11 +11,12 @@ session's nonce), asks ``INFO`` (memory window, largest request), checks the ID 
 soft-resets the accelerator (CONTROL.soft_reset: CAM, cold-key set, learner, streams,
 counters and registers to their power-on state), checks that the device's CAM_ENTRIES,
 COLD_MAX_KEYS, MAX_BATCH_SAMPLES and LANES match ``config``, and takes the bus widths from
-DATA_WIDTH / ADDR_WIDTH. So nothing of an earlier session (a host that died mid-batch
+DATA_WIDTH / ADDR_WIDTH (the boards' tops are 32-bit). So nothing of an earlier session (a host that died mid-batch
 included) reaches this one.
 
 Memory: the device's DMA reaches its own memory window, not the host's RAM. The window mirrors
-`HostMemory` at the same addresses (so the host memory must fit in it), and this backend
+`HostMemory` at the same addresses (so the host memory must fit in it: at most 4 GiB - 1, as
+``INFO`` and the ``MEM_*`` frames carry 32-bit sizes and addresses), and this backend
 copies bytes at the points of the Hotline usage protocol, and only there:
 
 - ``set_table`` uploads the table's rows. The host fills a table before registering it and
