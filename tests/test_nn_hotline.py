@@ -41,19 +41,21 @@ def run(ref, store, batches, prefetch="none", events=None, seed=1, in_place=Fals
     updates; check every gather and, at the end, every table. ``prefetch``: "none", "early"
     (the next batch announced before this one's scatter: its staging copy is stale), "late"
     (after the scatter) or "mixed". ``events[i]``: called with the store before batch i.
-    ``in_place``: the store's batches that fit go through `gather_lookups` (every lookup's
-    row checked), are updated in its ``rows`` through each key's first lookup (a key whose
-    lookups had several rows would keep an old one), and `scatter_lookups`."""
+    ``in_place``: the store's batches that fit (`fuses`) go through `gather_lookups` (every
+    lookup's row checked), are updated in its ``rows`` through each key's first lookup (a key
+    whose lookups had several rows would keep an old one), and `scatter_lookups`. Returns the
+    store's counters and ``fused``: whether each batch went in place."""
     rng = np.random.default_rng(seed)
     events = events or {}
-    announced = False
+    announced, fused_batches = False, []
     for i, (lookups, lengths) in enumerate(batches):
         if i in events:
             events[i](store)
             announced = False
         keys, inverse = torch.unique(lookups, return_inverse=True)
         want = ref.gather(keys)
-        fused = in_place and store.fuses(len(lookups))
+        fused = in_place and store.fuses(lookups.numpy())
+        fused_batches.append(fused)
         if fused:
             if not announced:
                 store.prefetch(lookups, lengths)
@@ -80,7 +82,7 @@ def run(ref, store, batches, prefetch="none", events=None, seed=1, in_place=Fals
             store.prefetch(*nxt)
     for t in range(len(ref.table_rows)):
         assert torch.equal(store.read_table(t), ref.read_table(t)), f"table {t} differs"
-    return store.counters()
+    return {**store.counters(), "fused": fused_batches}
 
 
 def dataset_batches(ds, batch):
@@ -178,6 +180,29 @@ def test_batches_beyond_the_staging_slots(prefetch, in_place):
     with store:
         c = run(ref, store, random_batches(sizes, 12, 120, alpha=1.1), prefetch, in_place=in_place)
     assert store.slots == 16 and c["host_rows"] > 0
+
+
+@pytest.mark.parametrize("prefetch", ["none", "early", "late", "mixed"])
+def test_batches_over_the_slots_with_few_cold_lookups_go_in_place(prefetch):
+    """16 staging slots, batches of 120 lookups: those with at most 16 cold lookups (counted
+    here against the hot keys) go through `gather_lookups` per lookup, the others through
+    `gather` (unique keys pushed, the host's beyond the slots); both equal the host store,
+    across a load of the same hot set."""
+    sizes = [300, 300]
+    hot = make_keys([0] * 60 + [1] * 60, np.r_[0:60, 0:60])
+    rng = np.random.default_rng(4)
+    batches, want = [], []
+    for i in range(12):
+        cold = (4, 16, 17, 40)[i % 4]
+        keys = np.r_[rng.choice(hot, 120 - cold), make_keys(rng.integers(0, 2, cold),
+                                                            rng.integers(60, 300, cold))]
+        batches.append((as_keys(rng.permutation(keys)), None))
+        want.append(cold <= 16)
+    ref, store = stores(sizes, hot_keys=hot, batch_lookups=16)
+    with store:
+        c = run(ref, store, batches, prefetch, in_place=True,
+                events={6: lambda s: s.load(hot[::-1].copy())})
+    assert store.slots == 16 and c["fused"] == want and c["host_rows"] > 0
 
 
 def overflowing_keys(table_rows, config, n):
@@ -586,9 +611,10 @@ def test_collection_prefetch_reuses_only_the_same_unmodified_batch():
     tables = table_configs(sizes, 4)
     host = EmbeddingBagCollection(tables, placement="host", lr=0.1, device="cpu")
     # batches of more lookups than the staging slots: pushed as the unique keys announced
+    # (the torch kernel: FBGEMM's would take a batch whose cold lookups fit, per lookup)
     hot = EmbeddingBagCollection(tables, placement="hotline", lr=0.1, device="cpu",
                                  hot_keys=make_keys(0, [0, 1, 2]), batch_lookups=16,
-                                 batch_size=8)
+                                 batch_size=8, kernel="torch")
     hot.load_state_dict(host.state_dict())
     batches = fbgemm_batches(sizes, 4, 8)
     try:

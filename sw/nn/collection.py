@@ -310,7 +310,7 @@ class EmbeddingBagCollection(nn.Module):
         if not isinstance(features, torch.Tensor):
             features, offsets, _ = self._unpack(features)
         checked = self._keys(features, offsets)
-        unique = None if self._in_place(checked[0].numel()) else self._unique(checked[0])
+        unique = None if self._in_place(checked[0]) else self._unique(checked[0])
         order = self._announce(*checked, None if unique is None else unique[0])
         # the forward of these same tensors (unmodified) reuses the checked keys and unique
         self._announced = _Announced(features, offsets, features._version, offsets._version,
@@ -321,9 +321,9 @@ class EmbeddingBagCollection(nn.Module):
         """A batch's unique keys (ascending) and each lookup's place in them."""
         return torch.unique(keys, sorted=True, return_inverse=True)
 
-    def _in_place(self, lookups: int) -> bool:
-        """Whether a batch of ``lookups`` goes through the in-place kernel."""
-        return self._kernel is not None and self.store.fuses(lookups)
+    def _in_place(self, keys: torch.Tensor) -> bool:
+        """Whether a batch of these (checked) keys goes through the in-place kernel."""
+        return self._kernel is not None and self.store.fuses(keys.numpy())
 
     def _announce(self, keys, offsets, batch, unique) -> torch.Tensor | None:
         """Give the store a batch's lookups (``unique``: their unique keys), sample by sample
@@ -432,7 +432,7 @@ class EmbeddingBagCollection(nn.Module):
         # evaluation (no grad, nothing announced): the current rows, past the device's
         # pipeline, so its learner and the hot-set schedule see training batches only
         evaluate = not torch.is_grad_enabled() and a is None
-        if not evaluate and self._in_place(keys.numel()) and (a is None or same or (
+        if not evaluate and self._in_place(keys) and (a is None or same or (
                 torch.equal(keys, a.checked[0]) and torch.equal(offsets, a.checked[1]))):
             return self._lookup_in_place(keys, offsets, batch, weights, a)
         unique, inverse = a.unique if same and a.unique is not None else self._unique(keys)

@@ -217,7 +217,8 @@ class HotlineStore(RowStore):
         self._next = None              # the announced batch not gathered yet (`_Batch`)
         self._cur = None               # the gathered batch not scattered yet (`_Gathered`)
         self._learning = False
-        self._index = None             # HotIndex of the placement (batches over the slots)
+        self._index = None             # HotIndex of the placement (`_hot_index`)
+        self._cold_count = None        # (step, lookups, cold lookups) `fuses` counted
         self._profile = [] if self.profile_batches else None
         self.schedule = schedule
         if schedule is None and hot_set == "learn":
@@ -389,7 +390,7 @@ class HotlineStore(RowStore):
             self.ranks.barrier()   # the rows that left are in host memory before any gather
         self.loads.append({"step": self.step, "source": source, "keys": int(len(keys)),
                            "held": int(len(new.keys)), "left": left, "entered": entered})
-        self.placement, self.prev, self._index = new, None, None
+        self.placement, self.prev, self._index, self._cold_count = new, None, None, None
         self.hot_keys = np.asarray(keys, np.uint32)
 
     # -- batches ------------------------------------------------------------------------
@@ -430,13 +431,12 @@ class HotlineStore(RowStore):
             return
         pushed, lengths = b.lookups, b.lengths
         b.host_key = None   # a batch pushed again (after a hot-set change) is split anew
-        if len(pushed) > self.slots:
-            # more lookups than staging slots: the unique keys, and the host's beyond the slots
+        if len(pushed) > self.slots and self._cold_lookups(pushed, b.step) > self.slots:
+            # more cold lookups than staging slots: the unique keys, and the host's beyond
+            # the slots
             pushed = b.unique if b.unique is not None else np.unique(pushed)
             lengths = [len(pushed)]
-            if self._index is None:
-                self._index = HotIndex(self.placement.keys, self.placement.slots)
-            beyond = np.flatnonzero(self._index.lookup(pushed) < 0)[self.slots:]
+            beyond = np.flatnonzero(self._hot_index().lookup(pushed) < 0)[self.slots:]
             if len(beyond):
                 b.host_key = np.zeros(len(pushed), bool)
                 b.host_key[beyond] = True
@@ -584,11 +584,35 @@ class HotlineStore(RowStore):
         rows[far] = self.ranks.fetch(g[far], self.host.read_rows).numpy()
 
     # -- batches for an in-place kernel ---------------------------------------------------
-    def fuses(self, lookups: int) -> bool:
-        """Whether a batch of ``lookups`` lookups can go through `gather_lookups`: one process,
-        and the lookups fit the staging slots (the device then gives every lookup its row: no
-        unique keys needed on the host)."""
-        return self.ranks is None and lookups <= self.slots
+    def fuses(self, lookups) -> bool:
+        """Whether a batch (``lookups``: its keys, or their count) can go through
+        `gather_lookups`: one process, and the device gives every lookup its row (no unique
+        keys needed on the host). That holds when the lookups fit the staging slots, or when
+        the batch's cold lookups do under the hot set it is gathered with: the announced
+        batch as it was pushed; one not announced yet counted now (one pass over the dense
+        hot index), unless the hot set changes before it."""
+        n = lookups if isinstance(lookups, int) else len(lookups)
+        if self.ranks is not None or n <= self.slots or isinstance(lookups, int):
+            return self.ranks is None and n <= self.slots
+        b = self._next
+        if b is not None and b.in_flight:
+            return b.pushed is b.lookups
+        step = b.step if b is not None else self.step + (self._cur is not None)
+        return not self._loads(step) and self._cold_lookups(lookups, step) <= self.slots
+
+    def _cold_lookups(self, keys, step) -> int:
+        """How many of batch ``step``'s lookups ``keys`` miss the hot set (counted once a
+        batch: `fuses` and the push of the same batch agree)."""
+        if self._cold_count is None or self._cold_count[:2] != (step, len(keys)):
+            cold = int(np.count_nonzero(self._hot_index().lookup(keys) < 0))
+            self._cold_count = (step, len(keys), cold)
+        return self._cold_count[2]
+
+    def _hot_index(self) -> HotIndex:
+        """The placement's `HotIndex`, dense over the store's tables."""
+        if self._index is None:
+            self._index = HotIndex(self.placement.keys, self.placement.slots, self.table_rows)
+        return self._index
 
     def gather_lookups(self) -> torch.Tensor:
         """The prefetched batch for a kernel that updates rows in place (FBGEMM's TBE): each
@@ -601,9 +625,10 @@ class HotlineStore(RowStore):
             raise HotlineError("gather_lookups: no batch prefetched (prefetch it first)")
         if self._cur is not None:
             raise HotlineError("gather_lookups: the batch gathered before was not scattered")
-        if not self.fuses(len(b.lookups)):
-            raise HotlineError(f"gather_lookups: a batch of {len(b.lookups)} lookups over "
-                               f"{self.slots} staging slots (or data parallel): use gather")
+        if not self.fuses(b.lookups):
+            raise HotlineError(f"gather_lookups: a batch of {len(b.lookups)} lookups with more "
+                               f"cold lookups than the {self.slots} staging slots (or data "
+                               f"parallel): use gather")
         self._take(b)
         r, counts = self._pull_result(b)
         if r is None:   # no lookups: every sample is popular
@@ -652,9 +677,7 @@ class HotlineStore(RowStore):
         k = self._keys(keys, "read", unique=True)
         self.dev.drain()
         out = self.host.read_ids(self._rows_of(k)).to(self.device)
-        if self._index is None:
-            self._index = HotIndex(self.placement.keys, self.placement.slots)
-        slot = self._index.lookup(k)
+        slot = self._hot_index().lookup(k)
         hot = np.flatnonzero(slot >= 0)
         if len(hot):
             out[self._index_tensor(hot)] = self.hot_table.index_select(
