@@ -51,7 +51,7 @@ def test_sim_device_refuses_an_addr_width_short_of_its_memory(tmp_path):
     with HostMemory((1 << 32) + 4096, tmp_path / "m.bin") as mem:
         for bad, why in ((32, "exceeds the 32-bit AXI address space"),
                          (65, "addr_width must be an integer 32..64"),
-                         ("40", "addr_width must be an integer 32..64")):
+                         ("x40", "addr_width must be an integer 32..64")):
             with pytest.raises(HotlineError, match=why):
                 hotline.open("sim://verilator", config=config, memory=mem, addr_width=bad)
 

@@ -81,10 +81,13 @@ class SimDevice(LinkDevice):
         if memory is None:
             raise HotlineError(f"{url}: the simulated device needs a HostMemory (memory=...)")
         self.data_width = int(data_width)
-        self.addr_width = address_bits(memory.size) if addr_width is None else addr_width
-        if type(self.addr_width) is not int or not 32 <= self.addr_width <= 64:
+        try:
+            self.addr_width = int(address_bits(memory.size) if addr_width is None else addr_width)
+        except (TypeError, ValueError):
+            self.addr_width = None
+        if self.addr_width is None or not 32 <= self.addr_width <= 64:
             raise HotlineError(f"{url}: addr_width must be an integer 32..64, not "
-                               f"{self.addr_width!r}")
+                               f"{addr_width!r}")
         if memory.size > 1 << self.addr_width:
             raise HotlineError(f"{url}: host memory of {memory.size:,} bytes exceeds the "
                                f"{self.addr_width}-bit AXI address space (addr_width)")
