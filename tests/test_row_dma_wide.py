@@ -5,8 +5,6 @@ bus; gathers then scatters, every AR/AW, done record, counter and memory byte ex
 refusal of a base at or above 2**addr_width. The memory is a sparse page map
 (`SparseMemory`): a flat array cannot hold such addresses.
 """
-import sys
-
 import numpy as np
 import pytest
 from helpers import simulate
@@ -22,13 +20,10 @@ GiB = 1 << 30
 
 class SparseMemory:
     """Bytes at any address below ``2**width``, zero until written, kept by 4 KiB page; sliced
-    like the model's memory array (``m[a:b]``, ``m[a:b] = data``)."""
+    like the model's memory array (``m[a:b]``, ``m[a:b] = data``; ``size`` bytes).""" 
 
     def __init__(self, width):
         self.size, self.pages = 1 << width, {}
-
-    def __len__(self):
-        return min(self.size, sys.maxsize)
 
     def __getitem__(self, s):
         out = bytearray()
@@ -55,45 +50,37 @@ class SparseMemory:
 
 
 def scenario(aw, seed=0):
-    """(descriptors [(table, base, rows, row_bytes)], steps): staging windows and batches
-    [("staging", base, stride, slots, banks) | ("batch", direction, bank, keys)], and the
-    initial memory [(addr, bytes)]."""
+    """(descriptors [(table, base, rows, row_bytes)], steps [("staging", base, stride, slots,
+    banks) | ("write", addr, bytes) | ("batch", direction, bank, keys)], initial memory
+    [(addr, bytes)]) at ``aw`` address bits."""
     rng = np.random.default_rng(seed)
     top = 1 << aw
     rb72 = 72   # a multiple of the bus width that is not a power of two: rows straddle pages
     tables = [
         (0, 5 * GiB + 0x28, 80, 64),                 # above 4 GiB; row 63 straddles a page
         (1, (1 << 33) - 2 * 64 - 0x18, 6, 64),       # row 2 straddles 2**33 (a carry at bit 33)
+        (2, top - 8 * rb72, 8, rb72),                # ends exactly at the top
+        # 48: at the top, refused (desc); 64: far above 48 bits
+        (3, top if aw == 48 else (1 << 62) + PAGE - 0x30, 8, rb72),
+        (4, top - 4 * rb72 + B, 4, rb72),            # ends past the top: refused (desc)
     ]
-    if aw == 48:
-        tables += [(2, top - 8 * rb72, 8, rb72),     # ends exactly at 2**48
-                   (3, top, 4, rb72),                # at 2**48: refused (desc)
-                   (4, top - 4 * rb72 + B, 4, rb72)]  # ends past 2**48: refused (desc)
-    else:
-        tables += [(2, (1 << 62) + PAGE - 0x30, 8, rb72),   # bits far above 48
-                   # ends at 2**63 (the model's memory has at most sys.maxsize bytes)
-                   (3, (1 << 63) - 8 * rb72 - 1024, 8, rb72)]
     init = [(base, rng.integers(0, 256, rows * r, dtype=np.uint8))
             for t, base, rows, r in tables if base + rows * r <= top]
     low = 5 * GiB + 0x10_0000 - 0x58                 # staging slots straddle a page
-    high = top - 2 * PAGE - 0x28 if aw == 48 else (1 << 40) + 0x18   # below table 2
+    high = top - 2 * PAGE - 0x28                     # below table 2
     gather_keys = ([ref.key(0, r) for r in (63, 0, 79, 17)] + [ref.key(1, r) for r in range(6)]
                    + [ref.key(2, r) for r in (7, 0, 3)] + [ref.key(3, 1), ref.key(4, 0),
                                                            ref.key(0, 80), ref.key(5, 0)])
-    if aw == 64:
-        gather_keys[12:14] = [ref.key(3, 7), ref.key(3, 2)]
     steps = []
     for base in (low, high):
         steps += [("staging", base, 80, 12, 2), ("batch", "gather", 1, gather_keys[:12]),
-                  ("batch", "gather", 0, gather_keys[12:])]
-        new = rng.integers(0, 256, 24 * 80, dtype=np.uint8)
-        init_step = ("write", base, new)
-        steps += [init_step, ("batch", "scatter", 1, gather_keys[:12]),
+                  ("batch", "gather", 0, gather_keys[12:]),
+                  ("write", base, rng.integers(0, 256, 24 * 80, dtype=np.uint8)),
+                  ("batch", "scatter", 1, gather_keys[:12]),
                   ("batch", "scatter", 0, gather_keys[12:])]
-    if aw == 48:
-        steps += [("staging", top, 80, 12, 2), ("batch", "gather", 0, gather_keys[:2]),
-                  ("staging", top - 12 * 80 + B, 80, 12, 1),
-                  ("batch", "gather", 0, gather_keys[:2])]
+    if aw < 64:   # a 64-bit base cannot be at 2**64
+        steps += [("staging", top, 80, 12, 2), ("batch", "gather", 0, gather_keys[:2])]
+    steps += [("staging", top - 12 * 80 + B, 80, 12, 1), ("batch", "gather", 0, gather_keys[:2])]
     return tables, steps, init
 
 
@@ -218,23 +205,28 @@ def test_rtl_wide_addresses_match_model(aw):
     assert got["done"] == want["done"]
     assert got["counters"] == want["counters"] and got["error_cause"] == want["error_cause"]
     assert got["memory"].nonzero_pages() == want["memory"].nonzero_pages()
-    # the scenario reaches what it is about (not only refusals)
-    assert any(a >> 32 for a, _ in got["ar"]) and any(a >> 32 for a, _ in got["aw"])
-    high = max(a for a, _ in got["ar"] + got["aw"])
-    assert high >> (aw - 1 if aw == 48 else 62)
+    # the scenario reaches what it is about (not only refusals), each way: bursts between
+    # 4 and 8 GiB, one ending exactly at the top, and at 64 bits some above 2**62
+    for k in ("ar", "aw"):
+        ends = [a + (ln + 1) * B for a, ln in got[k]]
+        assert any(1 << 32 < e <= 1 << 33 for e in ends) and max(ends) == 1 << aw, k
+        assert aw == 48 or any(1 << 62 < e < 1 << 63 for e in ends), k
     copied = sum(r for r, _ in want["done"])
     assert copied >= 40 and want["counters"]["rows"] == copied
 
 
-def test_model_wide_refusals_at_48():
-    """The scenario's refusals at 48 bits, by hand: tables 3 (base = 2**48) and 4 (end past
+def test_model_wide_refusals():
+    """The scenario's refusals, by hand: at 48 bits tables 3 (base = 2**48) and 4 (end past
     2**48) are desc, row 80 of table 0 is row, table 5 is table; staging at 2**48 and staging
-    ending past it are slot."""
+    ending past it are slot; at 64 bits table 3 (above 2**62) is copied, table 4 (end past
+    2**64) refused."""
     tables, steps, init = scenario(48)
     want = expect(48, tables, steps, init)
     assert want["done"][:2] == [(12, 0), (1, 4)]
     assert want["done"][-2:] == [(0, 2), (0, 2)]
     assert want["error_cause"] == sum(1 << CAUSES.index(c) for c in ("table", "row", "desc", "slot"))
+    wide = expect(64, *scenario(64))
+    assert wide["done"][:2] == [(12, 0), (2, 3)] and wide["done"][-1] == (0, 2)
 
 
 def test_model_batch_path_with_windows_past_int64():

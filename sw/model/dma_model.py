@@ -267,7 +267,8 @@ class RowDMAModel:
 
     def run(self, memory, direction, keys, bank, read_error=None, write_error=None,
             rlast_error=None):
-        """Copy one batch in ``memory`` (uint8, index = bus address); update the counters and
+        """Copy one batch in ``memory`` (uint8, index = bus address: a 1-D array, or with a
+        fault predicate any object with ``size`` and byte slices); update the counters and
         error bits; return the batch's done record {rows, errors}. ``read_error``,
         ``write_error``, ``rlast_error``: address predicates of the slave's faults (module
         docstring)."""
@@ -279,8 +280,8 @@ class RowDMAModel:
             fast = self._fast_copies(direction, keys, bank)
         if fast is not None:
             src, dst, size, cause = fast
-            if src.size and max(src.max(), dst.max()) + size > len(memory):
-                raise ValueError(f"a copy reaches beyond the memory array ({len(memory)} bytes)")
+            if src.size and max(src.max(), dst.max()) + size > memory.size:
+                raise ValueError(f"a copy reaches beyond the memory array ({memory.size} bytes)")
             if src.size:
                 copy_rows(memory, src, dst, size)
             refused = cause[cause >= 0]
@@ -301,9 +302,9 @@ class RowDMAModel:
                 self.error_cause |= 1 << CAUSES.index(r)
                 continue
             src, dst, n = r
-            if max(src, dst) + n > len(memory):
+            if max(src, dst) + n > memory.size:
                 raise ValueError(f"copy {src:#x} -> {dst:#x} ({n} bytes) is outside the memory "
-                                 f"array ({len(memory)} bytes)")
+                                 f"array ({memory.size} bytes)")
             for csrc, cdst, cn in self.chunks(src, dst, n):
                 if faults == (None, None, None):
                     memory[cdst:cdst + cn] = memory[csrc:csrc + cn]
