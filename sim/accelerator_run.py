@@ -18,7 +18,7 @@ from hotline.contract.errors import HotlineError
 from hotline.contract.keys import split_keys
 from hotline.contract.streams import BATCH_END, LANE_STREAMS, lane_count, lane_groups, \
     lookup_beats, pack_lookups, stream_layouts, unpack
-from hotline.host.host_memory import HostMemory
+from hotline.host.host_memory import HostMemory, address_bits
 from hotline.host.simulators import simulator_available
 from hotline.hw.accelerator import HotlineAccelerator
 from hotline.model.device_model import model_fragment
@@ -43,14 +43,12 @@ def gather_job(keys, sample_offsets, batch_size, insert_keys, config, table_size
     """(job, HostMemory, initial table bytes of every touched row) for `tb_accelerator`.
 
     Rows are ``4 * dim`` bytes rounded up to the bus width; only rows the stream touches get
-    (random) contents, the rest of the sparse memory file stays zero.
+    (random) contents, the rest of the sparse memory file stays zero. ``job["addr_width"]``:
+    the bus address bits the tables need (at least 32; `AcceleratorSim` builds the top so).
     """
     bus_bytes = data_width // 8
     row_bytes = -(-4 * dim // bus_bytes) * bus_bytes
     tables, staging, size = host_layout(table_sizes, row_bytes, config.cold_max_keys, banks)
-    if size > 1 << 32:
-        raise HotlineError(f"the tables need {size / 2**30:.1f} GiB of host memory, more than "
-                           f"the 4 GiB a 32-bit AXI master reaches (use --max-ind-range)")
     mem = HostMemory(size, memory_path)
     rng = np.random.default_rng(seed)
     touched = np.unique(np.asarray(keys, np.uint64))
@@ -66,7 +64,8 @@ def gather_job(keys, sample_offsets, batch_size, insert_keys, config, table_size
     batches = [beats[a:b] for a, b in zip([0] + ends[:-1], ends)]
     windows = [(b, b + max(r, 1) * rb) for b, r, rb in tables.values()]
     windows.append((staging[0], staging[0] + banks * staging[2] * staging[1]))
-    job = {"memory": str(mem.path), "tables": tables, "staging": staging, "windows": windows,
+    job = {"memory": str(mem.path), "addr_width": address_bits(size), "tables": tables,
+           "staging": staging, "windows": windows,
            "hot_keys": [int(k) for k in insert_keys], "batches": batches, "delta": delta,
            "busy_in": busy, "busy_out": busy}
     initial = dict(zip(touched.tolist(), content))
@@ -74,7 +73,8 @@ def gather_job(keys, sample_offsets, batch_size, insert_keys, config, table_size
 
 
 class AcceleratorSim:
-    """The top under cocotb on ``backend`` (verilator or icarus); one build per run."""
+    """The top under cocotb on ``backend`` (verilator or icarus); one build per run, with the
+    job's ``addr_width`` (32 without one)."""
 
     def __init__(self, config, backend="verilator", build_dir="build/accelerator", data_width=64,
                  num_tables=32, learner=None):
@@ -87,7 +87,8 @@ class AcceleratorSim:
         self.build_dir = Path(build_dir).resolve() / f"top_{backend}_{data_width}_{tag}"
 
     def run(self, job):
-        dut = HotlineAccelerator.from_config(self.config, self.data_width, 32, self.num_tables,
+        dut = HotlineAccelerator.from_config(self.config, self.data_width,
+                                             job.get("addr_width", 32), self.num_tables,
                                              self.learner)
         t0 = time.perf_counter()
         try:
@@ -234,7 +235,8 @@ def gather_run(ds, hot_rows, batch_size, dim=16, backend="verilator", profile_fr
                "lookups": ds.num_lookups, "hot_rows": int(placement.keys.size),
                "batch_size": batch_size, "batches": int(run.num_batches), "dim": dim,
                "lanes": lanes,
-               "row_bytes": row_bytes, "data_width": data_width, "staging_banks": banks,
+               "row_bytes": row_bytes, "data_width": data_width,
+               "addr_width": job["addr_width"], "staging_banks": banks,
                "memory_latency": "AxiRam (no added latency)", "notes": notes}
         try:
             out.update(check_gather(result, job, run, placement, initial, layouts, row_bytes, mem))

@@ -58,13 +58,25 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser():
+    """The `hotline` parser: one subcommand per command, `fpga` and `data` with their actions."""
     top = _Parser(
         prog="hotline",
         description="Hotline: learn the popular embedding rows, split mini-batches into popular "
                     "and non-popular micro-batches, and model/simulate the accelerator that does it.",
         epilog="Run 'hotline COMMAND --help' for each command's options and an example.")
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_profile_parser(sub)
+    _add_fragment_parser(sub)
+    _add_sim_parser(sub)
+    _add_gather_parser(sub)
+    train_command.add_parser(sub)  # hotline train (sw/cli/train_command.py)
+    _add_fpga_parser(sub)
+    _add_data_parser(sub)
+    return top
 
+
+def _add_profile_parser(sub):
+    """Register `hotline profile` on the CLI's subparsers."""
     p = sub.add_parser("profile", help="plan the hot set (exact top-K) and report its coverage",
                        epilog=EPILOG_DATA + "\n\nexample:\n  hotline profile "
                        "../shared/data/criteo_kaggle/train_random4584.csv.gz --hot-rows 2048 "
@@ -78,6 +90,9 @@ def build_parser():
     p.add_argument("--build-dir", default="build/rtl", help="where RTL builds are kept")
     p.set_defaults(func=cmd_profile)
 
+
+def _add_fragment_parser(sub):
+    """Register `hotline fragment` on the CLI's subparsers."""
     p = sub.add_parser("fragment", help="split every mini-batch into popular / non-popular "
                        "micro-batches and cold rows",
                        epilog=EPILOG_DATA + "\n\nexample:\n  hotline fragment synth:criteo-kaggle:"
@@ -94,6 +109,9 @@ def build_parser():
     p.add_argument("--build-dir", default="build/rtl", help="where RTL builds are kept")
     p.set_defaults(func=cmd_fragment)
 
+
+def _add_sim_parser(sub):
+    """Register `hotline sim` on the CLI's subparsers."""
     p = sub.add_parser("sim", help="run the accelerator on the built-in stream (and files) and "
                        "write a report (what `make sim` runs)",
                        epilog="example:\n  hotline sim --samples 100000 --hot-rows 16384 "
@@ -119,6 +137,9 @@ def build_parser():
     p.add_argument("--out", default="build/sim", help="directory for JSON and PNG (default build/sim)")
     p.set_defaults(func=cmd_sim)
 
+
+def _add_gather_parser(sub):
+    """Register `hotline gather` on the CLI's subparsers."""
     p = sub.add_parser("gather", help="co-simulate the whole accelerator: fragment, gather every "
                        "batch's cold rows from real host tables by DMA, scatter them back",
                        epilog=EPILOG_DATA + "\n\nThe host tables live in a file-backed memory "
@@ -149,8 +170,9 @@ def build_parser():
     _lanes_arg(p)
     p.set_defaults(func=cmd_gather)
 
-    train_command.add_parser(sub)  # hotline train (sw/cli/train_command.py)
 
+def _add_fpga_parser(sub):
+    """Register `hotline fpga` and its actions (report, build, cosim, rtlil)."""
     f = sub.add_parser("fpga", help="FPGA synthesis reports (yosys + nextpnr from YoWASP)")
     fsub = f.add_subparsers(dest="fpga_command", required=True, metavar="ACTION")
     p = fsub.add_parser("report", help="synthesise, place and route one block; report LUT4, FF, "
@@ -223,6 +245,9 @@ def build_parser():
     p.add_argument("--out", required=True, help="output .il file")
     p.set_defaults(func=cmd_fpga_rtlil)
 
+
+def _add_data_parser(sub):
+    """Register `hotline data` and its actions (synth, convert, stats, calibrate)."""
     d = sub.add_parser("data", help="generate, convert and inspect index streams")
     dsub = d.add_subparsers(dest="data_command", required=True, metavar="ACTION")
     p = dsub.add_parser("synth", help="draw a calibrated synthetic stream",
@@ -269,7 +294,6 @@ def build_parser():
     p.add_argument("data", metavar="CSV")
     p.add_argument("--json", metavar="OUT")
     p.set_defaults(func=cmd_calibrate)
-    return top
 
 
 def _load(args):
@@ -377,6 +401,7 @@ def cmd_gather(args):
                  ("batches", res["batches"]), ("hot rows", res["hot_rows"]),
                  ("lookup lanes", res["lanes"]),
                  ("row bytes / bus bits", f"{res['row_bytes']} / {res['data_width']}"),
+                 ("bus address bits", res["addr_width"]),
                  ("rows gathered", res["rows_gathered"]), ("rows scattered", res["rows_scattered"]),
                  ("mismatched staging rows", res["mismatched_rows"]),
                  ("mismatched table rows", res["mismatched_table_rows"]),
