@@ -42,11 +42,12 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def configs(sizes, pooling="SUM"):
+def configs(sizes, pooling="SUM", dims=None):
     poolings = pooling if isinstance(pooling, list) else [pooling] * len(sizes)
-    return [EmbeddingBagConfig(name=f"t{t}", embedding_dim=DIM, num_embeddings=int(n),
+    dims = dims or [DIM] * len(sizes)
+    return [EmbeddingBagConfig(name=f"t{t}", embedding_dim=d, num_embeddings=int(n),
                                feature_names=[f"f{t}"], pooling=PoolingType[p])
-            for t, (n, p) in enumerate(zip(sizes, poolings))]
+            for t, (n, p, d) in enumerate(zip(sizes, poolings, dims))]
 
 
 def synth(samples=12_800, rows=500, seed=3, features=8):
@@ -78,9 +79,10 @@ def loss_of(out, step):
     return ((out @ proj - target) ** 2).mean()
 
 
-def weights_of(ds, seed=7):
+def weights_of(ds, seed=7, dims=None):
     g = torch.Generator().manual_seed(seed)
-    return [torch.rand(int(n), DIM, generator=g) * 0.2 - 0.1 for n in ds.table_sizes]
+    dims = dims or [DIM] * len(ds.table_sizes)
+    return [torch.rand(int(n), d, generator=g) * 0.2 - 0.1 for n, d in zip(ds.table_sizes, dims)]
 
 
 def close(a, b, what):
@@ -93,7 +95,8 @@ def close(a, b, what):
 def ours(ds, weights, optimizer, placement="host", pooling="SUM", eps=1e-8):
     # "hotline": a hot set planned from the first 8 batches loads mid-run (model://)
     store = {"hot_rows": 1000, "profile_batches": 8} if placement == "hotline" else {}
-    ebc = EmbeddingBagCollection(configs(ds.table_sizes, pooling), placement=placement,
+    dims = [w.shape[1] for w in weights]
+    ebc = EmbeddingBagCollection(configs(ds.table_sizes, pooling, dims), placement=placement,
                                  optimizer=optimizer, lr=0.05, device="cpu",
                                  optimizer_options=None if optimizer == "sgd" else {"eps": eps},
                                  **store)
@@ -103,7 +106,8 @@ def ours(ds, weights, optimizer, placement="host", pooling="SUM", eps=1e-8):
 
 def tbe_reference(ds, weights, optimizer, pooling="SUM", eps=1e-8):
     tbe = tbe_ops.SplitTableBatchedEmbeddingBagsCodegen(
-        [(int(n), DIM, EmbeddingLocation.HOST, tbe_ops.ComputeDevice.CPU) for n in ds.table_sizes],
+        [(int(n), w.shape[1], EmbeddingLocation.HOST, tbe_ops.ComputeDevice.CPU)
+         for n, w in zip(ds.table_sizes, weights)],
         optimizer=TBE_OPTIM[optimizer], learning_rate=0.05, eps=eps,
         pooling_mode=PoolingMode[pooling])
     for dst, w in zip(tbe.split_embedding_weights(), weights):
@@ -165,6 +169,41 @@ def test_matches_fbgemm_tbe_on_generator(optimizer, placement, pooling, hot, wei
         sd = ebc.state_dict()
         for t, s in enumerate(ref.split_optimizer_states()):
             close(sd[f"embedding_bags.t{t}.momentum1"][:, 0], s[0], f"table {t} accumulator")
+
+
+MIXED_DIMS = [8, 4, 12, 4, 8, 4, 12, 8]
+
+
+@pytest.mark.parametrize("optimizer,placement", [
+    ("sgd", "host"), ("sgd", "hotline"), ("rowwise_adagrad", "device"),
+    ("rowwise_adagrad", "hotline"), ("adam", "host"), ("adam", "hotline")])
+def test_tables_of_several_dims(optimizer, placement):
+    """Tables of dims 4..12 (stored zero-padded to 12; FBGEMM's TBE takes multiples of 4):
+    losses, tables and row-wise
+    accumulators equal FBGEMM's TBE with those dims (Adam: SparseAdam), multi-hot, over a
+    hot-set load; the output and the KeyedTensor give each feature its own dim; FBGEMM's
+    in-place kernel runs where it applies (SGD, hotline)."""
+    ds = multi_hot(synth())
+    w = weights_of(ds, dims=MIXED_DIMS)
+    eps = EPS_ROWWISE["multi"] if optimizer == "rowwise_adagrad" else 1e-8
+    ebc = ours(ds, w, optimizer, placement, eps=eps)
+    assert (ebc._kernel is not None) == (optimizer == "sgd" and placement == "hotline")
+    ref = SparseAdamReference(w) if optimizer == "adam" else tbe_reference(ds, w, optimizer,
+                                                                          eps=eps)
+    run_both(ebc, ref, ds, 64, 120, after=ref.update if optimizer == "adam" else None)
+    compare_tables(ebc, ref.tables() if optimizer == "adam" else ref.split_embedding_weights())
+    if optimizer == "rowwise_adagrad":
+        sd = ebc.state_dict()
+        for t, s in enumerate(ref.split_optimizer_states()):
+            close(sd[f"embedding_bags.t{t}.momentum1"][:, 0], s[0], f"table {t} accumulator")
+    kjt = KeyedJaggedTensor(keys=[f"f{t}" for t in range(8)], values=torch.tensor([1] * 8),
+                            lengths=torch.ones(8, dtype=torch.int64))
+    with torch.no_grad():
+        kt = ebc(kjt)
+    assert kt.length_per_key() == MIXED_DIMS and kt.values().shape == (1, sum(MIXED_DIMS))
+    for t in (1, 3):   # a narrow table's state_dict holds its own dim
+        assert ebc.state_dict()[f"embedding_bags.t{t}.weight"].shape[1] == MIXED_DIMS[t]
+    ebc.close()
 
 
 @pytest.mark.realdata
@@ -358,10 +397,10 @@ def test_bad_construction_raises_one_line(kw, message):
 
 
 def test_bad_tables_raise_one_line():
-    mixed = configs([10, 5])
-    mixed[1].embedding_dim = 4
-    with pytest.raises(HotlineError, match="table 't1': embedding_dim 4, but table 't0' has 8"):
-        EmbeddingBagCollection(mixed)
+    bad = configs([10, 5])
+    bad[1].embedding_dim = 0
+    with pytest.raises(HotlineError, match="table 't1': embedding_dim 0, expected a positive"):
+        EmbeddingBagCollection(bad)
     with pytest.raises(HotlineError, match="table 't0' is configured twice"):
         EmbeddingBagCollection(configs([10]) + configs([5]))
 

@@ -108,7 +108,8 @@ class EmbeddingBagCollection(nn.Module):
     Args:
         tables: TorchRec ``EmbeddingBagConfig``s (or objects with its ``name``,
             ``num_embeddings``, ``embedding_dim``, ``feature_names``, ``pooling`` SUM/MEAN and
-            optional ``init_fn``); one ``embedding_dim`` for all.
+            optional ``init_fn``). Tables may differ in ``embedding_dim``: rows are stored
+            zero-padded to the largest, each feature's bags have its table's dim.
         placement: "host" (rows in host memory), "device" (rows on ``device``) or "hotline"
             (hot rows on ``device``, cold rows in host memory through ``device_url``); or a
             `RowStore` of these tables' rows and the optimizer's row layout (your own: its
@@ -117,8 +118,8 @@ class EmbeddingBagCollection(nn.Module):
         kernel: "auto", "fbgemm" or "torch": how a batch is pooled and updated. "fbgemm"
             runs FBGEMM's CPU TBE kernels in place on the "hotline" store's rows (hot table
             and the batch's cold rows, each lookup given its row by the accelerator: no sort
-            on the host); it needs the "hotline" placement on the CPU, one process, SGD, an
-            even ``embedding_dim`` and one pooling for all tables. "torch": the batch's unique
+            on the host); it needs the "hotline" placement on the CPU, one process, SGD, a
+            largest ``embedding_dim`` that is a multiple of 4, and one pooling for all tables. "torch": the batch's unique
             rows are gathered, pooled and updated with torch ops (every placement, optimizer
             and device). "auto": "fbgemm" where it applies (a batch of more lookups than the
             staging slots goes the torch way), else "torch".
@@ -163,14 +164,23 @@ class EmbeddingBagCollection(nn.Module):
         super().__init__()
         self._configs = list(tables)
         self._check_tables()
-        self.dim = self._configs[0].embedding_dim
+        self._dims = [int(c.embedding_dim) for c in self._configs]
+        # every row holds max(dims) weights: a narrower table's are zero-padded (zero
+        # gradients keep them so), and its bags are narrowed back (`_narrow`)
+        self.dim = max(self._dims)
         self._is_weighted = is_weighted
         self._device = torch.device(device if device is not None
                                     else "cuda" if torch.cuda.is_available() else "cpu")
-        self.optimizer = make_optimizer(optimizer, lr, **(optimizer_options or {}))
+        options = dict(optimizer_options or {})
+        if optimizer == "rowwise_adagrad" and len(set(self._dims)) > 1:
+            options.setdefault("row_dims", True)
+        self.optimizer = make_optimizer(optimizer, lr, **options)
         self.layout = RowLayout(self.dim, self.optimizer.state_floats(self.dim))
         self.features = [f for c in self._configs for f in c.feature_names]
         feature_table = [t for t, c in enumerate(self._configs) for _ in c.feature_names]
+        self._feature_dims = [self._dims[t] for t in feature_table]
+        self._columns = None if len(set(self._dims)) == 1 else torch.cat(
+            [f * self.dim + torch.arange(d) for f, d in enumerate(self._feature_dims)])
         self._feature_table = np.asarray(feature_table, np.int64)
         self._feature_rows = np.asarray([self._configs[t].num_embeddings for t in feature_table],
                                         np.int64)
@@ -210,10 +220,9 @@ class EmbeddingBagCollection(nn.Module):
                 raise HotlineError(f"table {c.name!r}: pooling {self._pooling(c)}, expected SUM or MEAN")
             if not 0 < c.num_embeddings <= MAX_ROWS:
                 raise HotlineError(f"table {c.name!r}: {c.num_embeddings} rows, expected 1 to {MAX_ROWS}")
-            if c.embedding_dim != self._configs[0].embedding_dim:
-                raise HotlineError(f"table {c.name!r}: embedding_dim {c.embedding_dim}, but table "
-                                   f"{self._configs[0].name!r} has {self._configs[0].embedding_dim} "
-                                   f"(one dim for all tables)")
+            if not 0 < c.embedding_dim:
+                raise HotlineError(f"table {c.name!r}: embedding_dim {c.embedding_dim}, expected "
+                                   f"a positive number")
             for f in c.feature_names:
                 if f in features:
                     raise HotlineError(f"feature {f!r} is configured in two tables")
@@ -256,8 +265,9 @@ class EmbeddingBagCollection(nn.Module):
             why = "data parallel (the gradients are summed over the ranks first)"
         elif not isinstance(self.optimizer, SGD):
             why = f"optimizer {type(self.optimizer).__name__} keeps state in the row"
-        elif self.layout.floats != self.dim:
-            why = f"embedding_dim {self.dim} is odd (rows are padded)"
+        elif self.layout.floats != self.dim or self.dim % 4:
+            why = (f"embedding_dim {self.dim} is not a multiple of 4 (FBGEMM's CPU kernels "
+                   f"need one)")
         elif len(poolings) > 1:
             why = "the tables pool differently (SUM and MEAN)"
         elif not fbgemm_cpu():
@@ -273,7 +283,7 @@ class EmbeddingBagCollection(nn.Module):
         """Each table's weights by its config's ``init_fn`` (TorchRec's default:
         uniform(-sqrt(1 / rows), sqrt(1 / rows))), state zero; data parallel: rank 0's."""
         for t, c in enumerate(self._configs):
-            w = torch.empty(c.num_embeddings, self.dim)
+            w = torch.empty(c.num_embeddings, c.embedding_dim)
             init = getattr(c, "init_fn", None)
             if init is None:
                 a = math.sqrt(1 / c.num_embeddings)
@@ -297,12 +307,12 @@ class EmbeddingBagCollection(nn.Module):
 
     def forward(self, features, offsets=None, per_sample_weights=None):
         """A KeyedJaggedTensor -> KeyedTensor; or FBGEMM's (indices, offsets[,
-        per_sample_weights]) -> Tensor[B, F * dim]."""
+        per_sample_weights]) -> Tensor[B, sum of the features' dims]."""
         if isinstance(features, torch.Tensor):
             return self._lookup(features, offsets, per_sample_weights)
         from torchrec.sparse.jagged_tensor import KeyedTensor  # lazy: TorchRec only for its own types
         values = self._lookup(*self._unpack(features))
-        return KeyedTensor(keys=list(self.features), length_per_key=[self.dim] * len(self.features),
+        return KeyedTensor(keys=list(self.features), length_per_key=list(self._feature_dims),
                            values=values)
 
     def prefetch(self, features, offsets=None) -> None:
@@ -453,7 +463,13 @@ class EmbeddingBagCollection(nn.Module):
             if not evaluate:
                 self.store.scatter(unique, rows)
         n = len(self.features)
-        return bags.view(n, batch, self.dim).transpose(0, 1).reshape(batch, n * self.dim).to(self._device)
+        return self._narrow(bags.view(n, batch, self.dim).transpose(0, 1)
+                            .reshape(batch, n * self.dim).to(self._device))
+
+    def _narrow(self, out: torch.Tensor) -> torch.Tensor:
+        """[B, F * dim] -> each feature's columns of its table's dim (tables of several dims;
+        the backward pads the gradient with zeros)."""
+        return out if self._columns is None else out.index_select(1, self._columns.to(out.device))
 
     def _gather(self, keys, offsets, batch, unique, inverse, a, same) -> torch.Tensor:
         """The rows of the batch's ``unique`` keys from the store (announced first where the
@@ -485,7 +501,7 @@ class EmbeddingBagCollection(nn.Module):
         else:
             bags = self._kernel(indices, offsets, weights)
             self.store.scatter_lookups()
-        return bags.to(self._device)
+        return self._narrow(bags.to(self._device))
 
     def _kernel_update(self, b: _InPlace, grad: torch.Tensor) -> None:
         """Backward of an in-place batch: FBGEMM's fused update of the store's rows, then
@@ -530,21 +546,27 @@ class EmbeddingBagCollection(nn.Module):
             self.store.scatter(b.keys, b.rows)
 
     # -- state_dict -----------------------------------------------------------------------
-    def _state_slices(self):
-        """(name, first float, end float) of the optimizer state in a row."""
+    def _state_slices(self, t=None, constants=False):
+        """(name, first float, end float) of the optimizer state in a row of table ``t`` (a
+        per-value part, of ``dim`` floats, narrowed to the table's dim); the optimizer's
+        constants instead with ``constants``."""
         lo, out = self.dim, []
         for name, n in self.optimizer.state_parts(self.dim):
-            out.append((name, lo, lo + n))
+            if (name in self.optimizer.constants) == constants:
+                width = self._dims[t] if t is not None and n == self.dim else n
+                out.append((name, lo, lo + width))
             lo += n
         return out
 
     def _write(self, t: int, weight: torch.Tensor, state: dict) -> None:
         """Table ``t`` from its weights and its named state (absent state: zero)."""
         rows = torch.zeros(self._configs[t].num_embeddings, self.layout.floats)
-        rows[:, :self.dim] = weight
-        for name, lo, hi in self._state_slices():
+        rows[:, :self._dims[t]] = weight
+        for name, lo, hi in self._state_slices(t):
             if name in state:
                 rows[:, lo:hi] = state[name]
+        for name, lo, hi in self._state_slices(t, constants=True):   # only "row_dim"
+            rows[:, lo:hi] = self._dims[t]
         self.store.write_table(t, rows)
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
@@ -552,8 +574,8 @@ class EmbeddingBagCollection(nn.Module):
         state as "embedding_bags.<name>.<state>"; "optimizer_step" with a stateful optimizer."""
         for t, c in enumerate(self._configs):
             rows = self.store.read_table(t)
-            destination[f"{prefix}embedding_bags.{c.name}.weight"] = rows[:, :self.dim].clone()
-            for name, lo, hi in self._state_slices():
+            destination[f"{prefix}embedding_bags.{c.name}.weight"] = rows[:, :self._dims[t]].clone()
+            for name, lo, hi in self._state_slices(t):
                 destination[f"{prefix}embedding_bags.{c.name}.{name}"] = rows[:, lo:hi].clone()
         if self._state_slices():
             destination[f"{prefix}optimizer_step"] = torch.tensor(self.optimizer.step)
@@ -571,9 +593,9 @@ class EmbeddingBagCollection(nn.Module):
             if key not in state_dict:
                 missing_keys.append(key)
                 continue
-            shapes = {key: (c.num_embeddings, self.dim)}
+            shapes = {key: (c.num_embeddings, self._dims[t])}
             state = {}
-            for name, lo, hi in self._state_slices():
+            for name, lo, hi in self._state_slices(t):
                 skey = f"{prefix}embedding_bags.{c.name}.{name}"
                 if skey in state_dict:
                     shapes[skey] = (c.num_embeddings, hi - lo)

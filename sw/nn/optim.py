@@ -13,7 +13,10 @@ from hotline.contract.errors import HotlineError
 
 class RowOptimizer(abc.ABC):
     """Updates rows ``[n, width]`` (weights, then state) in place from their gradients
-    ``[n, dim]``. ``state_parts(dim)``: the state's named slices, FBGEMM's names."""
+    ``[n, dim]``. ``state_parts(dim)``: the state's named slices, FBGEMM's names; those named
+    in ``constants`` are set when a table is written (its own facts, not optimizer state)."""
+
+    constants: tuple[str, ...] = ()
 
     def __init__(self, lr: float):
         self.lr = lr
@@ -47,17 +50,21 @@ class SGD(RowOptimizer):
 class RowwiseAdagrad(RowOptimizer):
     """One accumulator per row: ``G += sum(g * g) / dim; w -= g * (lr / (sqrt(G) + eps))``
     (FBGEMM's EXACT_ROWWISE_ADAGRAD, rounded as its CPU kernel: the sum and the weight update
-    in double, the multiplier in float, ``lr / x`` a division, not a reciprocal's product)."""
+    in double, the multiplier in float, ``lr / x`` a division, not a reciprocal's product).
+    ``row_dims``: rows of tables of several dims share one width (zero-padded); each row then
+    carries its table's dim (the constant "row_dim"), the divisor above."""
 
-    def __init__(self, lr: float, eps: float = 1e-8):
+    def __init__(self, lr: float, eps: float = 1e-8, row_dims: bool = False):
         super().__init__(lr)
         self.eps = eps
+        self.constants = ("row_dim",) if row_dims else ()
 
     def state_parts(self, dim):
-        return [("momentum1", 1)]
+        return [("momentum1", 1)] + [(name, 1) for name in self.constants]
 
     def _update(self, rows, g, d):
-        s = rows[:, d].double() + (g * g).double().sum(dim=1) / d
+        div = rows[:, d + 1].double() if self.constants else d
+        s = rows[:, d].double() + (g * g).double().sum(dim=1) / div
         rows[:, d] = s.float()
         # sqrtf, correctly rounded: torch's float32 sqrt on the CPU may be 1 ulp off
         root = s.float().double().sqrt().float()
