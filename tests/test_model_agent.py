@@ -87,3 +87,33 @@ def test_process_agent_errors_reach_the_caller(tmp_path):
                        ("model://x", "takes one option")):
         with pytest.raises(HotlineError, match=match):
             hotline.open(url)
+
+
+def test_collection_trains_the_same_over_the_process_agent():
+    """hotline.nn's hotline placement over model://?agent=process: every loss and the final
+    tables equal model://'s bit for bit (prefetch on, a hot set planned from the first
+    batches loading mid-run, FBGEMM's kernel in place)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("fbgemm_gpu")
+    from hotline.nn import EmbeddingBagCollection, TableConfig
+    from hotline.nn.inputs import batches
+    ds = dense_stream(1200)
+    tables = [TableConfig(f"t{t}", int(n), 8, [f"f{t}"]) for t, n in enumerate(ds.table_sizes)]
+    runs = []
+    for url in ("model://", PROCESS):
+        torch.manual_seed(0)
+        ebc = EmbeddingBagCollection(tables, placement="hotline", device_url=url, lr=0.1,
+                                     device="cpu", hot_rows=300, profile_batches=4)
+        losses, data = [], list(batches(ds, 64))
+        for i, (idx, off) in enumerate(data):
+            out = ebc(idx, off)
+            if i + 1 < len(data):
+                ebc.prefetch(*data[i + 1])
+            loss = (out * out).mean()
+            loss.backward()
+            losses.append(loss.item())
+        runs.append((losses, ebc.state_dict(), ebc._kernel is not None))
+        ebc.close()
+    (l0, s0, k0), (l1, s1, k1) = runs
+    assert l1 == l0 and k0 and k1
+    assert all(torch.equal(s1[k], s0[k]) for k in s0)

@@ -52,7 +52,7 @@ from hotline.model.device_model import (DeviceModel, HotPlacement, place_hot_set
 from hotline.model.popularity_cam import PopularityCAMModel
 from hotline.model.dma_model import RowDMAModel
 
-from .host_memory import HostMemory, Window
+from .host_memory import HostMemory, Window, address_bits
 
 __all__ = ["open", "register_backend", "Device", "ModelDevice", "BatchResult", "HotPlacement",
            "LearnerReadout", "TableDescriptor", "StagingDescriptor", "COUNTER_NAMES"]
@@ -494,8 +494,7 @@ class ModelDevice(Device):
                                f"0..{MAX_TABLES - 1}")
         self.num_tables = int(num_tables)
         if addr_width is None:
-            need = memory.size if memory is not None else 1
-            addr_width = max(32, int(need - 1).bit_length())
+            addr_width = address_bits(memory.size if memory is not None else 1)
         self.addr_width, self.data_width = int(addr_width), int(data_width)
         if self.data_width % 8 or self.data_width <= 0:
             raise HotlineError(f"data_width {data_width} is not a whole number of bytes")
