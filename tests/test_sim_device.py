@@ -22,6 +22,7 @@ def test_sim_device_matches_model(tmp_path, simulator_or_skip):
 
 
 @pytest.mark.slow
+@pytest.mark.ci
 def test_sim_device_above_4gib_matches_model(tmp_path, simulator_or_skip):
     """Issue 44: a HostMemory of more than 4 GiB gives sim:// (and model://) a 33-bit bus by
     default; tables and staging placed above a reserved window that ends 16 KiB below 4 GiB
