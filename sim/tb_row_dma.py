@@ -307,12 +307,14 @@ def _pause_gen(p, seed):
 
 
 class LatencyRam:
-    """Cycle-driven AXI4 slave memory (driven from `TB.run`'s clock loop, no tasks of its own).
+    """Cycle-driven AXI4 slave memory (driven from `_Run`'s clock loop, no tasks of its own).
 
     Reads: up to ``max_reads`` bursts accepted; a burst's data is read when its AR is accepted,
     its first beat is offered ``latency`` cycles later (random in [lo, hi], never before the
     previous burst's beats: single ID, in order); then one beat per cycle. Writes: W beats may come
     before their AW; the B response is offered ``latency`` cycles after the burst's last beat.
+    Each scenario calls `start`, then per cycle `drive`, `sample` (at ``ReadOnly``) and `update`
+    (after the edge), and at its end `check_quiet`.
     """
 
     def __init__(self, size):
@@ -324,6 +326,129 @@ class LatencyRam:
 
     def write(self, addr, content):
         self.mem[addr:addr + len(content)] = bytes(content)
+
+    def start(self, sc, bus_bytes, rng, go, violations, stats):
+        """Empty queues for scenario ``sc``: latencies drawn from ``rng``, channel stalls from
+        ``go(channel)``; W-beat faults appended to ``violations``, beats counted in ``stats``."""
+        self.sc, self.B, self.rng, self.go = sc, bus_bytes, rng, go
+        self.violations, self.stats = violations, stats
+        self.ar_q = deque()        # [ready_cycle, addr, len, beat, [(resp, word)]]
+        self.last_ready = 0
+        self.arready = self.rvalid = self.awready = self.wready = self.bvalid = 0
+        self.aw_q, self.w_beats = deque(), deque()
+        self.b_q = deque()          # (ready_cycle, resp)
+        self.rerr = [(lo, hi, RESP[r]) for lo, hi, r in sc.read_errors]
+        self.werr = [(lo, hi, RESP[r]) for lo, hi, r in sc.write_errors]
+
+    def _latency(self):
+        lo, hi = self.sc.latency
+        return lo if lo == hi else self.rng.randint(lo, hi)
+
+    def drive(self, dut, cycle):
+        """Offer this cycle's ready signals, R beat and B response."""
+        go, B = self.go, self.B
+        self.arready = int(len(self.ar_q) < self.sc.max_reads and go("ar"))
+        dut.bus__arready.value = self.arready
+        if not self.rvalid and self.ar_q and self.ar_q[0][0] <= cycle and go("r"):
+            head = self.ar_q[0]
+            code, word = head[4][head[3]]
+            self.rvalid = 1
+            dut.bus__rdata.value = word
+            dut.bus__rresp.value = code
+            dut.bus__rlast.value = int(head[3] == head[2]) ^ any(
+                lo <= head[1] + head[3] * B < hi for lo, hi in self.sc.rlast_errors)
+            dut.bus__rvalid.value = 1
+        self.awready = int(go("aw"))
+        dut.bus__awready.value = self.awready
+        self.wready = int(go("w"))
+        dut.bus__wready.value = self.wready
+        if not self.bvalid and self.b_q and self.b_q[0][0] <= cycle and go("b"):
+            self.bvalid = 1
+            dut.bus__bresp.value = self.b_q[0][1]
+            dut.bus__bvalid.value = 1
+
+    def sample(self, dut):
+        """(ar, aw, r, w, b) handshakes of this cycle; a W beat is kept for its burst."""
+        fires = (self.arready and bool(dut.bus__arvalid.value),
+                 self.awready and bool(dut.bus__awvalid.value),
+                 self.rvalid and bool(dut.bus__rready.value),
+                 self.wready and bool(dut.bus__wvalid.value),
+                 self.bvalid and bool(dut.bus__bready.value))
+        if fires[3]:
+            self.w_beats.append((dut.bus__wdata.value.to_unsigned(),
+                                 dut.bus__wstrb.value.to_unsigned(), int(dut.bus__wlast.value)))
+        return fires
+
+    def update(self, dut, cycle, fires, ar, aw):
+        """After the edge: take the accepted AR ``ar`` / AW ``aw`` ((addr, len)), retire the R
+        beat and B response that were taken, write the bursts whose W beats all came."""
+        ar_fire, aw_fire, r_fire, w_fire, b_fire = fires
+        B, stats = self.B, self.stats
+        if ar_fire:
+            self.last_ready = max(self.last_ready, cycle - 1 + self._latency())
+            # the memory reads the whole burst when it accepts the request (the latency
+            # is on the way back): a later write to these addresses is not seen
+            a0, ln = ar
+            words = []
+            for i in range(ln + 1):
+                a = a0 + i * B
+                code = _resp_of(self.rerr, a)
+                words.append((code, 0 if code else int.from_bytes(self.mem[a:a + B], "little")))
+            self.ar_q.append([self.last_ready, a0, ln, 0, words])
+            stats["ar_count"] += 1
+        if r_fire:
+            stats["r_beats"] += 1
+            head = self.ar_q[0]
+            head[3] += 1
+            if head[3] > head[2]:
+                self.ar_q.popleft()
+            self.rvalid = 0
+            dut.bus__rvalid.value = 0
+        if aw_fire:
+            self.aw_q.append(aw)
+        if w_fire:
+            stats["w_beats"] += 1
+        while self.aw_q and len(self.w_beats) >= self.aw_q[0][1] + 1:
+            self._write_burst(cycle, *self.aw_q.popleft())
+        if b_fire:
+            self.b_q.popleft()
+            self.bvalid = 0
+            dut.bus__bvalid.value = 0
+            stats["last_b"] = cycle - 1
+
+    def _write_burst(self, cycle, addr, ln):
+        """Write burst (``addr``, ``ln``) from its W beats; queue its B response."""
+        B, code = self.B, 0
+        for i in range(ln + 1):
+            word, strb, lastbit = self.w_beats.popleft()
+            a = addr + i * B
+            if lastbit != (i == ln):
+                self.violations.append(f"W beat {i} of burst {addr:#x} len {ln}: wlast={lastbit}")
+            if strb == 0:
+                continue
+            if strb != (1 << B) - 1:
+                self.violations.append(f"W beat {i} of burst {addr:#x}: partial strobe {strb:#x}")
+            c = _resp_of(self.werr, a)
+            if c:
+                code = code or c
+                continue
+            self.mem[a:a + B] = word.to_bytes(B, "little")
+        self.b_q.append((cycle + self._latency(), code))
+
+    def check_quiet(self):
+        """A violation if a read, write, W beat or response is still pending."""
+        if self.ar_q or self.aw_q or self.w_beats or self.b_q:
+            self.violations.append(
+                f"bus not quiet at the end: {len(self.ar_q)} reads, {len(self.aw_q)} writes, "
+                f"{len(self.w_beats)} W beats, {len(self.b_q)} responses pending")
+
+
+def _resp_of(ranges, a):
+    """The error response of address ``a`` (0: OKAY)."""
+    for lo, hi, code in ranges:
+        if lo <= a < hi:
+            return code
+    return 0
 
 
 class TB:
@@ -404,300 +529,9 @@ class TB:
         return any(lo <= addr and end <= hi for lo, hi in wins)
 
     async def run(self, sc):
-        dut, kind, B = self.dut, self.kind, self.bus_bytes
-        p = sc.params
-        has_dir = p["direction"] is None
-        end_framed = p.get("framing", "count") == "end"
-        max_beats = p["max_burst_beats"]
-        size_code = B.bit_length() - 1
+        """Reset, then run scenario ``sc``; its results dict (see the module docstring)."""
         await self.reset(sc)
-        rng = random.Random(sc.seed)
-        stall = {k: float(sc.stalls.get(k, 0.0)) for k in (*CHANNELS, "cmd", "keys", "done")}
-        lat_lo, lat_hi = sc.latency
-        budget = sc.cycle_budget()
-
-        def go(name):
-            s = stall[name]
-            return s == 0.0 or rng.random() >= s
-
-        res = {"name": sc.name, "ar": [], "aw": [], "done": [], "snapshots": [], "dumps": [],
-               "violations": []}
-        violations = res["violations"]
-        # staging windows as (first command that uses it, window): a batch keeps the one of
-        # its command, so a burst may use any window of a batch not done yet
-        tables, staging_wins = {}, []
-        keys_queued = keys_taken = batch_first_key = 0
-
-        # stream state
-        steps, si = sc.steps, 0
-        cmd_q, keys_q = deque(), deque()
-        cmd_on = keys_on = False
-        cmd_val = key_val = 0
-        cmds = dones = 0
-        quiet = idle_for = 0
-        desc_q = deque()
-        clear_now = None
-
-        # latency RAM state
-        ram = self.ram
-        ar_q = deque()        # [ready_cycle, addr, len, beat]
-        last_ready = 0
-        arready = rvalid = awready = wready = bvalid = 0
-        r_word = None
-        aw_q, w_beats = deque(), deque()
-        b_q = deque()          # (ready_cycle, resp)
-        rerr = [(lo, hi, RESP[r]) for lo, hi, r in sc.read_errors]
-        werr = [(lo, hi, RESP[r]) for lo, hi, r in sc.write_errors]
-
-        def resp_of(ranges, a):
-            for lo, hi, code in ranges:
-                if lo <= a < hi:
-                    return code
-            return 0
-
-        stats = {"first_ar": None, "last_b": None, "r_beats": 0, "w_beats": 0, "ar_count": 0}
-        cycle = 0
-        clk = dut.clk
-        arv, arr, awv, awr = dut.bus__arvalid, dut.bus__arready, dut.bus__awvalid, dut.bus__awready
-        araddr, arlen, arsize, arburst, arid = (dut.bus__araddr, dut.bus__arlen, dut.bus__arsize,
-                                                dut.bus__arburst, dut.bus__arid)
-        awaddr, awlen, awsize, awburst, awid = (dut.bus__awaddr, dut.bus__awlen, dut.bus__awsize,
-                                                dut.bus__awburst, dut.bus__awid)
-        start = time.perf_counter()
-
-        def monitor(ch, addr, length, size, burst, ident):
-            n = (length + 1) * B
-            where = f"{ch} addr={addr:#x} len={length} (cycle {cycle})"
-            if not 1 <= length + 1 <= max_beats:
-                violations.append(f"{where}: more than {max_beats} beats")
-            if addr % 4096 + n > 4096:
-                violations.append(f"{where}: crosses a 4 KiB boundary")
-            if size != size_code or burst != 1 or ident != 0 or addr % B:
-                violations.append(f"{where}: size {size} burst {burst} id {ident} unaligned/narrow")
-            live = [w for k, (_, w) in enumerate(staging_wins)
-                    if k + 1 == len(staging_wins) or staging_wins[k + 1][0] > dones]
-            if not self._in_window(addr, n, tables, live):
-                violations.append(f"{where}: outside every registered window")
-
-        while True:
-            # ---- steps ---------------------------------------------------------------
-            idle = cmds == dones and not cmd_q and not keys_q and not cmd_on and not keys_on
-            idle_for = idle_for + 1 if idle else 0
-            idle = idle_for > 2  # counters settle two cycles after the last done
-            while si < len(steps):
-                s = steps[si]
-                if s[0] == "batch":
-                    _, direction, bank, keys = s
-                    scatter_bit = int(has_dir and direction == "scatter")
-                    batch_first_key, queued = keys_queued, len(keys_q)
-                    if end_framed:   # {bank, scatter}; keys {end, key}, then an end beat
-                        cmd_q.append(bank | scatter_bit << 1)
-                        keys_q.extend(int(k) << 1 for k in keys)
-                        keys_q.append(1)
-                    else:            # {count, bank, scatter}; keys {key}
-                        cmd_q.append(len(keys) | bank << 16 | scatter_bit << 17)
-                        keys_q.extend(int(k) for k in keys)
-                    keys_queued += len(keys_q) - queued
-                    cmds += 1
-                    si += 1
-                    idle, idle_for = False, 0
-                    continue
-                if s[0] == "staging" and s[5] is not None:  # mid-batch: no wait for idle
-                    if keys_taken < batch_first_key + s[5]:
-                        break
-                    self._set_staging(s[1:5])
-                    staging_wins.append((cmds, s[1:5]))
-                    si += 1
-                    continue
-                if not idle or quiet or desc_q or clear_now is not None:
-                    break
-                if s[0] == "desc":
-                    desc_q.append(s[1:])
-                    if 0 <= s[1] < p["num_tables"]:
-                        tables[s[1]] = (s[2], s[3] & ((1 << (p["row_bits"] + 1)) - 1), s[4] & 0xFFFF)
-                elif s[0] == "staging":
-                    self._set_staging(s[1:5])
-                    staging_wins.append((cmds, s[1:5]))
-                    quiet = 2
-                elif s[0] == "write":
-                    for i, row in enumerate(s[2]):
-                        ram.write(s[1] + i * s[3], row.tobytes())
-                elif s[0] == "snapshot":
-                    res["snapshots"].append(self.read_counters())
-                elif s[0] == "dump":
-                    res["dumps"].append(bytes(ram.read(s[1], s[2])))
-                elif s[0] == "clear":
-                    clear_now = s[1:]
-                si += 1
-            if si == len(steps) and idle and not desc_q and clear_now is None:
-                break
-            if cycle > budget:
-                raise AssertionError(
-                    f"{sc.name}: no progress after {budget} cycles (step {si}/{len(steps)}, "
-                    f"{dones}/{cmds} done, {len(keys_q)} keys and {len(cmd_q)} commands unsent, "
-                    f"{len(res['ar'])} AR / {len(res['aw'])} AW so far)")
-
-            # ---- drive ---------------------------------------------------------------
-            if desc_q:
-                t, base, rows, rb = desc_q.popleft()
-                dut.desc_we.value = 1
-                dut.desc_table.value = t & ((1 << len(dut.desc_table)) - 1)
-                dut.desc_base.value = _fit(dut.desc_base, base)
-                dut.desc_rows.value, dut.desc_row_bytes.value = rows, rb
-                quiet = DESC_QUIET
-            else:
-                dut.desc_we.value = 0
-            if clear_now is not None:
-                dut.clear_counters.value, dut.clear_errors.value = int(clear_now[0]), int(clear_now[1])
-            if quiet:
-                quiet -= 1
-            if not cmd_on and cmd_q and not quiet and not desc_q and go("cmd"):
-                cmd_on, cmd_val = True, cmd_q.popleft()
-                dut.cmd__payload.value = cmd_val
-                dut.cmd__valid.value = 1
-            if not keys_on and keys_q and go("keys"):
-                keys_on, key_val = True, keys_q.popleft()
-                dut.keys__payload.value = key_val
-                dut.keys__valid.value = 1
-            done_ready = int(go("done"))
-            dut.done__ready.value = done_ready
-
-            if kind == "latency":
-                arready = int(len(ar_q) < sc.max_reads and go("ar"))
-                dut.bus__arready.value = arready
-                if not rvalid and ar_q and ar_q[0][0] <= cycle and go("r"):
-                    head = ar_q[0]
-                    code, r_word = head[4][head[3]]
-                    rvalid = 1
-                    dut.bus__rdata.value = r_word
-                    dut.bus__rresp.value = code
-                    dut.bus__rlast.value = int(head[3] == head[2]) ^ any(
-                        lo <= head[1] + head[3] * B < hi for lo, hi in sc.rlast_errors)
-                    dut.bus__rvalid.value = 1
-                awready = int(go("aw"))
-                dut.bus__awready.value = awready
-                wready = int(go("w"))
-                dut.bus__wready.value = wready
-                if not bvalid and b_q and b_q[0][0] <= cycle and go("b"):
-                    bvalid = 1
-                    dut.bus__bresp.value = b_q[0][1]
-                    dut.bus__bvalid.value = 1
-
-            await ReadOnly()
-            # ---- sample --------------------------------------------------------------
-            cmd_fire = cmd_on and bool(dut.cmd__ready.value)
-            key_fire = keys_on and bool(dut.keys__ready.value)
-            done_fire = done_ready and bool(dut.done__valid.value)
-            if done_fire:
-                v = dut.done__payload.value.to_unsigned()
-                res["done"].append((v & 0xFFFF, v >> 16))
-            if kind == "latency":
-                ar_fire = arready and bool(arv.value)
-                aw_fire = awready and bool(awv.value)
-                r_fire = rvalid and bool(dut.bus__rready.value)
-                w_fire = wready and bool(dut.bus__wvalid.value)
-                b_fire = bvalid and bool(dut.bus__bready.value)
-            else:
-                ar_fire = bool(arv.value) and bool(arr.value)
-                aw_fire = bool(awv.value) and bool(awr.value)
-                r_fire = w_fire = b_fire = False
-            if ar_fire:
-                a, ln = araddr.value.to_unsigned(), arlen.value.to_unsigned()
-                res["ar"].append((a, ln))
-                monitor("AR", a, ln, arsize.value.to_unsigned(), arburst.value.to_unsigned(),
-                        _u(arid.value))
-            if aw_fire:
-                a, ln = awaddr.value.to_unsigned(), awlen.value.to_unsigned()
-                res["aw"].append((a, ln))
-                monitor("AW", a, ln, awsize.value.to_unsigned(), awburst.value.to_unsigned(),
-                        _u(awid.value))
-            if w_fire:
-                w_beats.append((dut.bus__wdata.value.to_unsigned(), dut.bus__wstrb.value.to_unsigned(),
-                                int(dut.bus__wlast.value)))
-
-            await RisingEdge(clk)
-            cycle += 1
-            # ---- update --------------------------------------------------------------
-            if clear_now is not None:
-                dut.clear_counters.value = dut.clear_errors.value = 0
-                clear_now = None
-                quiet = 2  # counters read after the clear took effect
-            if cmd_fire:
-                cmd_on = False
-                dut.cmd__valid.value = 0
-            if key_fire:
-                keys_taken += 1
-                keys_on = False
-                dut.keys__valid.value = 0
-            if done_fire:
-                dones += 1
-            if kind != "latency":
-                if ar_fire and stats["first_ar"] is None:
-                    stats["first_ar"] = cycle - 1
-                continue
-            if ar_fire:
-                lat = lat_lo if lat_lo == lat_hi else rng.randint(lat_lo, lat_hi)
-                last_ready = max(last_ready, cycle - 1 + lat)
-                # the memory reads the whole burst when it accepts the request (the latency
-                # is on the way back): a later write to these addresses is not seen
-                a0, ln = res["ar"][-1]
-                words = []
-                for i in range(ln + 1):
-                    a = a0 + i * B
-                    code = resp_of(rerr, a)
-                    words.append((code, 0 if code else int.from_bytes(ram.mem[a:a + B], "little")))
-                ar_q.append([last_ready, a0, ln, 0, words])
-                stats["ar_count"] += 1
-                if stats["first_ar"] is None:
-                    stats["first_ar"] = cycle - 1
-            if r_fire:
-                stats["r_beats"] += 1
-                head = ar_q[0]
-                head[3] += 1
-                if head[3] > head[2]:
-                    ar_q.popleft()
-                rvalid = 0
-                dut.bus__rvalid.value = 0
-            if aw_fire:
-                aw_q.append(res["aw"][-1])
-            if w_fire:
-                stats["w_beats"] += 1
-            while aw_q and len(w_beats) >= aw_q[0][1] + 1:
-                addr, ln = aw_q.popleft()
-                code = 0
-                for i in range(ln + 1):
-                    word, strb, lastbit = w_beats.popleft()
-                    a = addr + i * B
-                    if lastbit != (i == ln):
-                        violations.append(f"W beat {i} of burst {addr:#x} len {ln}: wlast={lastbit}")
-                    if strb == 0:
-                        continue
-                    if strb != (1 << B) - 1:
-                        violations.append(f"W beat {i} of burst {addr:#x}: partial strobe {strb:#x}")
-                    c = resp_of(werr, a)
-                    if c:
-                        code = code or c
-                        continue
-                    ram.mem[a:a + B] = word.to_bytes(B, "little")
-                b_q.append((cycle + (lat_lo if lat_lo == lat_hi else rng.randint(lat_lo, lat_hi)), code))
-            if b_fire:
-                b_q.popleft()
-                bvalid = 0
-                dut.bus__bvalid.value = 0
-                stats["last_b"] = cycle - 1
-
-        wall = time.perf_counter() - start
-        if kind == "latency" and (ar_q or aw_q or w_beats or b_q):
-            violations.append(f"bus not quiet at the end: {len(ar_q)} reads, {len(aw_q)} writes, "
-                              f"{len(w_beats)} W beats, {len(b_q)} responses pending")
-        await RisingEdge(clk)
-        res.update(self.read_counters())
-        res["busy"] = int(dut.busy.value)
-        res["memory"] = [bytes(ram.read(a, n)) for a, n in sc.regions]
-        res["cycles"] = cycle
-        res["wall_s"] = wall
-        res["stats"] = stats
-        return res
+        return await _Run(self, sc).run()
 
     def _set_staging(self, window):
         dut = self.dut
@@ -710,6 +544,249 @@ class TB:
         out = {name: _u(getattr(dut, name).value) for name in COUNTERS}
         out["error_cause"] = _u(dut.error_cause.value)
         return out
+
+
+class _Run:
+    """One scenario on a `TB`, after its reset: per clock cycle, take the steps that may start
+    (`_take_steps`), drive the host streams and descriptor / clear strobes (`_drive`), sample the
+    handshakes at ``ReadOnly`` and check every AR / AW (`_sample`, `_monitor`), update after the
+    edge (`_update`); a ``"latency"`` scenario's `LatencyRam` takes the same phases. `run`
+    returns the results dict (see the module docstring)."""
+
+    def __init__(self, tb, sc):
+        self.tb, self.dut, self.sc = tb, tb.dut, sc
+        p = sc.params
+        self.has_dir = p["direction"] is None
+        self.end_framed = p.get("framing", "count") == "end"
+        self.max_beats = p["max_burst_beats"]
+        self.size_code = tb.bus_bytes.bit_length() - 1
+        self.rng = random.Random(sc.seed)
+        self.stall = {k: float(sc.stalls.get(k, 0.0)) for k in (*CHANNELS, "cmd", "keys", "done")}
+        self.budget = sc.cycle_budget()
+        self.res = {"name": sc.name, "ar": [], "aw": [], "done": [], "snapshots": [], "dumps": [],
+                    "violations": []}
+        self.violations = self.res["violations"]
+        # staging windows as (first command that uses it, window): a batch keeps the one of
+        # its command, so a burst may use any window of a batch not done yet
+        self.tables, self.staging_wins = {}, []
+        self.keys_queued = self.keys_taken = self.batch_first_key = 0
+        # stream state
+        self.si = 0
+        self.cmd_q, self.keys_q = deque(), deque()
+        self.cmd_on = self.keys_on = False
+        self.cmds = self.dones = 0
+        self.quiet = self.idle_for = 0
+        self.desc_q = deque()
+        self.clear_now = None
+        self.done_ready = 0
+        self.stats = {"first_ar": None, "last_b": None, "r_beats": 0, "w_beats": 0, "ar_count": 0}
+        self.cycle = 0
+        self.slave = tb.ram if tb.kind == "latency" else None
+        if self.slave:
+            self.slave.start(sc, tb.bus_bytes, self.rng, self.go, self.violations, self.stats)
+
+    def go(self, name):
+        """Whether stream or channel ``name`` may move this cycle (not with its stall chance)."""
+        s = self.stall[name]
+        return s == 0.0 or self.rng.random() >= s
+
+    async def run(self):
+        clk = self.dut.clk
+        start = time.perf_counter()
+        while not self._take_steps():
+            self._drive()
+            await ReadOnly()
+            fires = self._sample()
+            await RisingEdge(clk)
+            self.cycle += 1
+            self._update(fires)
+        return await self._report(time.perf_counter() - start)
+
+    # ---- steps ---------------------------------------------------------------------------
+
+    def _take_steps(self):
+        """Start the steps that may start now: batches at once, a mid-batch staging step after
+        its keys, every other step once the engine is idle. True when all are done and the
+        engine idle; AssertionError past the scenario's cycle budget."""
+        idle = (self.cmds == self.dones and not self.cmd_q and not self.keys_q
+                and not self.cmd_on and not self.keys_on)
+        self.idle_for = self.idle_for + 1 if idle else 0
+        idle = self.idle_for > 2  # counters settle two cycles after the last done
+        steps = self.sc.steps
+        while self.si < len(steps):
+            s = steps[self.si]
+            if s[0] == "batch":
+                self._queue_batch(*s[1:])
+                self.si += 1
+                idle, self.idle_for = False, 0
+                continue
+            if s[0] == "staging" and s[5] is not None:  # mid-batch: no wait for idle
+                if self.keys_taken < self.batch_first_key + s[5]:
+                    break
+                self._stage(s[1:5])
+                self.si += 1
+                continue
+            if not idle or self.quiet or self.desc_q or self.clear_now is not None:
+                break
+            self._idle_step(s)
+            self.si += 1
+        if self.si == len(steps) and idle and not self.desc_q and self.clear_now is None:
+            return True
+        if self.cycle > self.budget:
+            raise AssertionError(
+                f"{self.sc.name}: no progress after {self.budget} cycles (step {self.si}/"
+                f"{len(steps)}, {self.dones}/{self.cmds} done, {len(self.keys_q)} keys and "
+                f"{len(self.cmd_q)} commands unsent, {len(self.res['ar'])} AR / "
+                f"{len(self.res['aw'])} AW so far)")
+        return False
+
+    def _queue_batch(self, direction, bank, keys):
+        scatter_bit = int(self.has_dir and direction == "scatter")
+        self.batch_first_key, queued = self.keys_queued, len(self.keys_q)
+        if self.end_framed:   # {bank, scatter}; keys {end, key}, then an end beat
+            self.cmd_q.append(bank | scatter_bit << 1)
+            self.keys_q.extend(int(k) << 1 for k in keys)
+            self.keys_q.append(1)
+        else:                 # {count, bank, scatter}; keys {key}
+            self.cmd_q.append(len(keys) | bank << 16 | scatter_bit << 17)
+            self.keys_q.extend(int(k) for k in keys)
+        self.keys_queued += len(self.keys_q) - queued
+        self.cmds += 1
+
+    def _stage(self, window):
+        self.tb._set_staging(window)
+        self.staging_wins.append((self.cmds, window))
+
+    def _idle_step(self, s):
+        """A step that waits for the engine to be idle (a barrier does nothing more)."""
+        p = self.sc.params
+        if s[0] == "desc":
+            self.desc_q.append(s[1:])
+            if 0 <= s[1] < p["num_tables"]:
+                self.tables[s[1]] = (s[2], s[3] & ((1 << (p["row_bits"] + 1)) - 1), s[4] & 0xFFFF)
+        elif s[0] == "staging":
+            self._stage(s[1:5])
+            self.quiet = 2
+        elif s[0] == "write":
+            for i, row in enumerate(s[2]):
+                self.tb.ram.write(s[1] + i * s[3], row.tobytes())
+        elif s[0] == "snapshot":
+            self.res["snapshots"].append(self.tb.read_counters())
+        elif s[0] == "dump":
+            self.res["dumps"].append(bytes(self.tb.ram.read(s[1], s[2])))
+        elif s[0] == "clear":
+            self.clear_now = s[1:]
+
+    # ---- one cycle -----------------------------------------------------------------------
+
+    def _drive(self):
+        dut, go = self.dut, self.go
+        if self.desc_q:
+            t, base, rows, rb = self.desc_q.popleft()
+            dut.desc_we.value = 1
+            dut.desc_table.value = t & ((1 << len(dut.desc_table)) - 1)
+            dut.desc_base.value = _fit(dut.desc_base, base)
+            dut.desc_rows.value, dut.desc_row_bytes.value = rows, rb
+            self.quiet = DESC_QUIET
+        else:
+            dut.desc_we.value = 0
+        if self.clear_now is not None:
+            dut.clear_counters.value = int(self.clear_now[0])
+            dut.clear_errors.value = int(self.clear_now[1])
+        if self.quiet:
+            self.quiet -= 1
+        if not self.cmd_on and self.cmd_q and not self.quiet and not self.desc_q and go("cmd"):
+            self.cmd_on = True
+            dut.cmd__payload.value = self.cmd_q.popleft()
+            dut.cmd__valid.value = 1
+        if not self.keys_on and self.keys_q and go("keys"):
+            self.keys_on = True
+            dut.keys__payload.value = self.keys_q.popleft()
+            dut.keys__valid.value = 1
+        self.done_ready = int(go("done"))
+        dut.done__ready.value = self.done_ready
+        if self.slave:
+            self.slave.drive(dut, self.cycle)
+
+    def _sample(self):
+        """This cycle's handshakes (cmd, keys, done, ar, aw, r, w, b); records the done
+        records, ARs and AWs."""
+        dut, res = self.dut, self.res
+        cmd_fire = self.cmd_on and bool(dut.cmd__ready.value)
+        key_fire = self.keys_on and bool(dut.keys__ready.value)
+        done_fire = self.done_ready and bool(dut.done__valid.value)
+        if done_fire:
+            v = dut.done__payload.value.to_unsigned()
+            res["done"].append((v & 0xFFFF, v >> 16))
+        if self.slave:
+            bus = self.slave.sample(dut)
+        else:
+            bus = (bool(dut.bus__arvalid.value) and bool(dut.bus__arready.value),
+                   bool(dut.bus__awvalid.value) and bool(dut.bus__awready.value),
+                   False, False, False)
+        for fire, ch in zip(bus, ("ar", "aw")):
+            if fire:
+                a = getattr(dut, f"bus__{ch}addr").value.to_unsigned()
+                ln = getattr(dut, f"bus__{ch}len").value.to_unsigned()
+                res[ch].append((a, ln))
+                self._monitor(ch.upper(), a, ln, getattr(dut, f"bus__{ch}size").value.to_unsigned(),
+                              getattr(dut, f"bus__{ch}burst").value.to_unsigned(),
+                              _u(getattr(dut, f"bus__{ch}id").value))
+        return (cmd_fire, key_fire, done_fire, bus)
+
+    def _monitor(self, ch, addr, length, size, burst, ident):
+        """Check one AR / AW handshake (see the module docstring)."""
+        B, max_beats, violations = self.tb.bus_bytes, self.max_beats, self.violations
+        n = (length + 1) * B
+        where = f"{ch} addr={addr:#x} len={length} (cycle {self.cycle})"
+        if not 1 <= length + 1 <= max_beats:
+            violations.append(f"{where}: more than {max_beats} beats")
+        if addr % 4096 + n > 4096:
+            violations.append(f"{where}: crosses a 4 KiB boundary")
+        if size != self.size_code or burst != 1 or ident != 0 or addr % B:
+            violations.append(f"{where}: size {size} burst {burst} id {ident} unaligned/narrow")
+        wins = self.staging_wins
+        live = [w for k, (_, w) in enumerate(wins)
+                if k + 1 == len(wins) or wins[k + 1][0] > self.dones]
+        if not self.tb._in_window(addr, n, self.tables, live):
+            violations.append(f"{where}: outside every registered window")
+
+    def _update(self, fires):
+        dut = self.dut
+        cmd_fire, key_fire, done_fire, bus = fires
+        if self.clear_now is not None:
+            dut.clear_counters.value = dut.clear_errors.value = 0
+            self.clear_now = None
+            self.quiet = 2  # counters read after the clear took effect
+        if cmd_fire:
+            self.cmd_on = False
+            dut.cmd__valid.value = 0
+        if key_fire:
+            self.keys_taken += 1
+            self.keys_on = False
+            dut.keys__valid.value = 0
+        if done_fire:
+            self.dones += 1
+        if bus[0] and self.stats["first_ar"] is None:
+            self.stats["first_ar"] = self.cycle - 1
+        if self.slave:
+            self.slave.update(dut, self.cycle, bus, self.res["ar"][-1] if bus[0] else None,
+                              self.res["aw"][-1] if bus[1] else None)
+
+    # ---- report --------------------------------------------------------------------------
+
+    async def _report(self, wall):
+        res, dut = self.res, self.dut
+        if self.slave:
+            self.slave.check_quiet()
+        await RisingEdge(dut.clk)
+        res.update(self.tb.read_counters())
+        res["busy"] = int(dut.busy.value)
+        res["memory"] = [bytes(self.tb.ram.read(a, n)) for a, n in self.sc.regions]
+        res["cycles"] = self.cycle
+        res["wall_s"] = wall
+        res["stats"] = self.stats
+        return res
 
 
 async def _run_kind(dut, kind):

@@ -1,7 +1,7 @@
-"""No function or method under hw/ is longer than `MAX_LINES` (its ``def`` line to its last
-line, decorators not counted): a longer ``elaborate`` is split into ``wiring.Component``
-stages, or into helper methods (docs/hardware.md). Checked with `ast`, nested functions
-included."""
+"""No function or method under hw/, sim/ or sw/ is longer than `MAX_LINES` (its ``def`` line
+to its last line, decorators not counted): a longer ``elaborate`` is split into
+``wiring.Component`` stages, or into helper methods (docs/hardware.md); a longer testbench loop
+or parser builder into its phases or parts. Checked with `ast`, nested functions included."""
 import ast
 from pathlib import Path
 
@@ -29,12 +29,24 @@ def long_functions(path: Path, text: str, limit: int = MAX_LINES) -> dict[str, i
     return found
 
 
-def test_no_hw_function_over_the_limit():
+def long_functions_under(folder: str) -> dict[str, int]:
+    """`long_functions` of every ``.py`` file under ``ROOT / folder``."""
     found = {}
-    for path in sorted((ROOT / "hw").rglob("*.py")):
+    for path in sorted((ROOT / folder).rglob("*.py")):
         found.update(long_functions(path, path.read_text()))
+    return found
+
+
+def test_no_hw_function_over_the_limit():
+    found = long_functions_under("hw")
     assert not found, (f"functions under hw/ longer than {MAX_LINES} lines (split them into "
                        f"stage components or helpers): {found}")
+
+
+def test_no_sim_or_sw_function_over_the_limit():
+    found = {**long_functions_under("sim"), **long_functions_under("sw")}
+    assert not found, (f"functions under sim/ or sw/ longer than {MAX_LINES} lines (split them "
+                       f"into their phases or parts): {found}")
 
 
 def test_the_check_counts_methods_and_nested_functions():
