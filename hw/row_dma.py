@@ -125,7 +125,7 @@ class RowDMA(wiring.Component):
 {direction}    addr_width : int
         Bus address bits, 13..64.
     data_width : int
-        Bus data bits: 64, 128 or 256 (32 works too).
+        Bus data bits: 64, 128, 256 or 512 (32 works too).
     num_tables : int
         Table descriptors, 1 .. ``2 ** (key_width - row_bits)``.
     row_bits, key_width : int
@@ -211,8 +211,8 @@ class RowDMA(wiring.Component):
                  max_chunks=128, counter_width=48, framing="count"):
         if direction not in (None, *DIRECTIONS):
             raise ValueError(f"direction must be 'gather', 'scatter' or None, not {direction!r}")
-        if data_width not in (32, 64, 128, 256):
-            raise ValueError(f"data_width must be 32, 64, 128 or 256, not {data_width}")
+        if data_width not in (32, 64, 128, 256, 512):
+            raise ValueError(f"data_width must be 32, 64, 128, 256 or 512, not {data_width}")
         if not 13 <= addr_width <= 64:
             raise ValueError(f"addr_width must be 13..64, not {addr_width}")
         if not 1 <= row_bits < key_width or num_tables < 1 \

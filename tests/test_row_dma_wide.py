@@ -4,6 +4,10 @@ simulator against `RowDMAModel`: tables and staging windows above 4 GiB, rows ac
 bus; gathers then scatters, every AR/AW, done record, counter and memory byte exact; and the
 refusal of a base at or above 2**addr_width. The memory is a sparse page map
 (`SparseMemory`): a flat array cannot hold such addresses.
+
+And RowDMA on 64- to 512-bit data buses (issue 44, "Widen the DMA data bus"): rows of 1, 3
+and 33 beats, 64 B and 512 B, rows and staging slots across pages, row sizes and bases off
+the bus word (refused), gathers then scatters, against the model and hand-counted totals.
 """
 import numpy as np
 import pytest
@@ -84,9 +88,10 @@ def scenario(aw, seed=0):
     return tables, steps, init
 
 
-def expect(aw, tables, steps, init):
-    """The model's AR/AW (per batch), done records, counters, error_cause and memory."""
-    model = RowDMAModel(data_width=DW, addr_width=aw)
+def expect(aw, tables, steps, init, dw=DW):
+    """The model's AR/AW (per batch), done records, counters, error_cause and memory, on a
+    ``dw``-bit bus."""
+    model = RowDMAModel(data_width=dw, addr_width=aw)
     mem = SparseMemory(aw)
     for addr, content in init:
         mem[addr:addr + len(content)] = content
@@ -101,8 +106,8 @@ def expect(aw, tables, steps, init):
         else:
             _, direction, bank, keys = s
             bursts = model.bursts(direction, keys, bank)
-            out["ar"] += [(src, n // B - 1) for src, _, n in bursts]
-            out["aw"] += [(dst, n // B - 1) for _, dst, n in bursts]
+            out["ar"] += [(src, n // model.bus_bytes - 1) for src, _, n in bursts]
+            out["aw"] += [(dst, n // model.bus_bytes - 1) for _, dst, n in bursts]
             # a never-true fault predicate: the per-beat path, which takes any memory object
             d = model.run(mem, direction, keys, bank, read_error=lambda a: False)
             out["done"].append((d["rows"], d["errors"]))
@@ -110,11 +115,12 @@ def expect(aw, tables, steps, init):
     return out
 
 
-def run_rtl(aw, tables, steps, init):
-    """Drive a RowDMA(addr_width=aw) through the scenario with an AXI slave on a
-    `SparseMemory` (reads taken when the AR is accepted, one beat a cycle, writes applied at
+def run_rtl(aw, tables, steps, init, dw=DW):
+    """Drive a RowDMA(addr_width=aw, data_width=dw) through the scenario with an AXI slave on
+    a `SparseMemory` (reads taken when the AR is accepted, one beat a cycle, writes applied at
     the burst's last W beat); returns what `expect` returns."""
-    dut = RowDMA(None, addr_width=aw, data_width=DW)
+    dut = RowDMA(None, addr_width=aw, data_width=dw)
+    b = dw // 8
     mem = SparseMemory(aw)
     for addr, content in init:
         mem[addr:addr + len(content)] = content
@@ -162,7 +168,7 @@ def run_rtl(aw, tables, steps, init):
                 if ctx.get(bus.arvalid):
                     a, ln = ctx.get(bus.araddr), ctx.get(bus.arlen)
                     out["ar"].append((a, ln))
-                    r_beats += [(int.from_bytes(mem[a + i * B:a + (i + 1) * B], "little"),
+                    r_beats += [(int.from_bytes(mem[a + i * b:a + (i + 1) * b], "little"),
                                  i == ln) for i in range(ln + 1)]
                 if r_on and ctx.get(bus.rready):
                     r_beats.pop(0)
@@ -170,13 +176,13 @@ def run_rtl(aw, tables, steps, init):
                     aw_q.append((ctx.get(bus.awaddr), ctx.get(bus.awlen)))
                     out["aw"].append(aw_q[-1])
                 if ctx.get(bus.wvalid):
-                    assert ctx.get(bus.wstrb) == (1 << B) - 1
+                    assert ctx.get(bus.wstrb) == (1 << b) - 1
                     w_beats.append(ctx.get(bus.wdata))
                     if ctx.get(bus.wlast):
                         a, ln = aw_q.pop(0)
                         assert len(w_beats) == ln + 1
                         for i, word in enumerate(w_beats):
-                            mem[a + i * B:a + (i + 1) * B] = word.to_bytes(B, "little")
+                            mem[a + i * b:a + (i + 1) * b] = word.to_bytes(b, "little")
                         w_beats, b_due = [], b_due + 1
                 if b_on and ctx.get(bus.bready):
                     b_due -= 1
@@ -253,3 +259,74 @@ def test_model_batch_path_with_windows_past_int64():
     assert m.check(ref.key(0, 3), 2, 0) == (0x10C0, (1 << 63) + 0x40_0080, 64)
     with pytest.raises(ValueError, match="outside the memory array"):
         m.run(mem, "gather", [ref.key(0, 3)], 0)
+
+
+# ---- data width: 64 .. 512-bit buses (issue 44, "Widen the DMA data bus") ------------------
+
+BUS_WIDTHS = [64, 128, 256, 512]
+BUS_AW = 40
+BUS_SLOTS = 8   # per bank, 2 banks
+
+
+def bus_scenario(dw, seed=1):
+    """`scenario`'s format on a ``dw``-bit bus at `BUS_AW` address bits: rows of one beat, 3
+    beats (one across a page), 33 beats (three bursts of at most 16 beats, the table ending
+    at 2**BUS_AW), 64 B and 512 B (dim 16 and 128 fp32; across pages where a beat is smaller),
+    1.5 beats (refused: not a multiple of the bus word) and a base half a beat off (refused);
+    staging slots across pages; each batch gathered then scattered from two staging windows,
+    then two windows off the bus word (refused: slot)."""
+    b = dw // 8
+    top = 1 << BUS_AW
+    stride = max(34 * b, 512)
+    tables = [
+        (0, 5 * GiB, 40, b),
+        (1, 6 * GiB + PAGE - 4 * b, 12, 3 * b),
+        (2, top - 6 * 33 * b, 6, 33 * b),
+        (3, 7 * GiB, 4, 3 * b // 2),
+        (4, 8 * GiB + PAGE - 64 - b, 8, 64),
+        (5, 9 * GiB + PAGE - 512 - b, 5, 512),
+        (6, 10 * GiB + b // 2, 4, 2 * b),
+    ]
+    rng = np.random.default_rng(seed)
+    init = [(base, rng.integers(0, 256, rows * r, dtype=np.uint8)) for _, base, rows, r in tables]
+    first = [ref.key(0, 0), ref.key(0, 39), ref.key(0, 5), ref.key(1, 1), ref.key(1, 0),
+             ref.key(1, 11), ref.key(2, 5), ref.key(2, 0)]
+    second = [ref.key(2, 2), ref.key(3, 0), ref.key(4, 1), ref.key(4, 0), ref.key(5, 1),
+              ref.key(5, 4), ref.key(6, 0), ref.key(0, 40)]
+    low = 11 * GiB + PAGE - b
+    high = tables[2][1] - 2 * BUS_SLOTS * stride - PAGE // 2
+    steps = []
+    for base in (low, high):
+        steps += [("staging", base, stride, BUS_SLOTS, 2), ("batch", "gather", 1, first),
+                  ("batch", "gather", 0, second),
+                  ("write", base, rng.integers(0, 256, 2 * BUS_SLOTS * stride, dtype=np.uint8)),
+                  ("batch", "scatter", 1, first), ("batch", "scatter", 0, second)]
+    steps += [("staging", low + b // 2, stride, BUS_SLOTS, 2), ("batch", "gather", 1, first),
+              ("staging", low, stride + b // 2, BUS_SLOTS, 2), ("batch", "scatter", 0, first)]
+    return tables, steps, init
+
+
+@pytest.mark.parametrize("dw", BUS_WIDTHS)
+def test_rtl_wide_data_bus_matches_model(dw):
+    scene = bus_scenario(dw)
+    want = expect(BUS_AW, *scene, dw=dw)
+    got = run_rtl(BUS_AW, *scene, dw=dw)
+    assert got["ar"] == want["ar"] and got["aw"] == want["aw"]
+    assert got["done"] == want["done"]
+    assert got["counters"] == want["counters"] and got["error_cause"] == want["error_cause"]
+    assert got["memory"].nonzero_pages() == want["memory"].nonzero_pages()
+    # by hand: per window and direction the first batch copies its 8 rows (1 + 3 + 3 + 2 x 33
+    # beats = 78 b bytes), the second 5 (33 b + 2 x 64 + 2 x 512 bytes) and refuses 3 (desc
+    # twice, row); the windows off the bus word refuse all 8 (slot)
+    b = dw // 8
+    assert want["done"] == [(8, 0), (5, 3)] * 4 + [(0, 8)] * 2
+    per_round = 78 * b + 33 * b + 2 * 64 + 2 * 512
+    assert want["counters"] == {"rows": 52, "window_errors": 28, "axi_errors": 0,
+                                "bytes_read": 4 * per_round, "bytes_written": 4 * per_round}
+    assert want["error_cause"] == sum(1 << CAUSES.index(c) for c in ("row", "desc", "slot"))
+    # it reaches what it is about: full 16-beat bursts, a burst ending at the top, and rows
+    # split at a page boundary (the next burst of the row starts where one ended)
+    for k in ("ar", "aw"):
+        ends = [a + (ln + 1) * b for a, ln in got[k]]
+        assert max(ln for _, ln in got[k]) == 15 and max(ends) == 1 << BUS_AW, k
+        assert any(e % PAGE == 0 and nxt[0] == e for e, nxt in zip(ends, got[k][1:])), k
