@@ -84,7 +84,8 @@ cycles (data FIFO, W register, W FIFO). B handshake -> done valid: 1 cycle. Desc
 per cycle through the checks, one chunk per cycle from the chunker, one beat per cycle on R
 and W. Measured with a 32-cycle memory (sim/bench_row_dma.py, 2048 rows): read-channel
 utilisation 0.98-1.00 for 64 B and 256 B rows at 64, 128 and 256-bit data width (the rest is
-the first read's latency and the last write response).
+the first read's latency and the last write response); at 512 bits a 64 B row is one beat, one
+row per cycle (1,024 rows: their beats + 70 cycles at every width).
 """
 from types import SimpleNamespace
 

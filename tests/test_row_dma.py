@@ -57,7 +57,8 @@ def test_axi_signatures():
     assert AXI4Signature(32, 64) == AXI4Signature(32, 64) != AXI4Signature(32, 128)
 
 
-@pytest.mark.parametrize("bad", [dict(data_width=48), dict(max_burst_beats=0),
+@pytest.mark.parametrize("bad", [dict(data_width=48), dict(data_width=1024),
+                                 dict(max_burst_beats=0),
                                  dict(max_burst_beats=256, data_width=256),
                                  dict(fifo_beats=8), dict(num_tables=33), dict(addr_width=8)])
 def test_rejects_bad_parameters(bad):
