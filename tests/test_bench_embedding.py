@@ -93,7 +93,8 @@ def test_embedding_section_on_tiny_tables():
         per_sample = sum(MULTI_HOT_SIZES) if cfg.multi_hot else 26
         assert res["lookups_per_batch"] == cfg.batch_size * per_sample
         names = ["fbgemm-tbe", "torch-embeddingbag"] + [f"hotline.nn {p}" for p in placements]
-        names += ["hotline.nn hotline (torch)"] if "hotline" in placements else []
+        names += ["hotline.nn hotline (torch)", "hotline.nn hotline (process agent)"] \
+            if "hotline" in placements else []
         assert list(res["paths"]) == names
         for name, e in res["paths"].items():
             parts = e["host_ms"] + e["device_ms"] + e["accelerator_ms"]
@@ -109,6 +110,10 @@ def test_embedding_section_on_tiny_tables():
             # FBGEMM's kernel in place, and the torch path beside it, both on the device
             assert hl["kernel"] == "fbgemm" and hl["host_ms"] > 0
             assert res["paths"]["hotline.nn hotline (torch)"]["kernel"] == "torch"
+            # the model in a process of its own: the same kernel, its busy time its own
+            pa = res["paths"]["hotline.nn hotline (process agent)"]
+            assert pa["kernel"] == "fbgemm" and pa["accelerator_busy_ms"] > 0
+            assert pa["hot_share"] == hl["hot_share"]
             assert res["ratios"]["hotline_vs_tbe"] == pytest.approx(
                 hl["total_ms"] / res["paths"]["fbgemm-tbe"]["total_ms"])
             assert res["ratios"]["hotline_host_vs_host_path"] == pytest.approx(

@@ -5,8 +5,10 @@ one torch thread, for FBGEMM's `SplitTableBatchedEmbeddingBagsCodegen` on the CP
 EXACT_SGD: the kernels TorchRec's DMP runs on a CPU), a plain `torch.nn.EmbeddingBag` per table
 with sparse gradients and `torch.optim.SGD` (the PyTorch reference), and `hotline.nn`'s
 `EmbeddingBagCollection` in the placements host, device and hotline (model://) where this
-checkout has them (`nn_placements`); the hotline placement twice, with FBGEMM's kernel in
-place (``kernel="auto"``: the module's choice) and with the torch path (``(torch)``).
+checkout has them (`nn_placements`); the hotline placement three times: with FBGEMM's kernel
+in place (``kernel="auto"``: the module's choice), with the torch path (``(torch)``), and with
+FBGEMM's kernel and the model in a process of its own (``(process agent)``:
+``model://?agent=process``, whose work does not take this process's interpreter lock).
 
 Configurations (`CONFIGS`): Criteo's 26 tables on `make train`'s data (the generator's 500,000
 samples folded with --max-ind-range 1000000) at dim 16 and 128, and a multi-hot one with the
@@ -53,9 +55,9 @@ HOT_FRACTION = 0.1
 # of seeds 1-3 that routed in the flow's time limit), and the width of the model:// device's
 # DMA bus.
 RTL_FMAX_MHZ = 105.15
-# The hotline placement's accelerator (model://?agent=process: the model in a process of its
-# own, see docs/device-api.md).
-MODEL_URL = "model://"
+# The hotline placement's accelerator: the model on a thread of this process, and in a process
+# of its own (docs/device-api.md), measured side by side.
+MODEL_URL, PROCESS_URL = "model://", "model://?agent=process"
 DMA_BUS_BYTES = 8
 # The assumptions of `project_gpu_step` (a projection, not a measurement).
 PROJECTION = {
@@ -285,7 +287,6 @@ class NNPath(Path):
         from hotline.host.device import Device
         from hotline.nn.collection import EmbeddingBagCollection
         from hotline.nn.stores import RowStore
-        self.name = f"hotline.nn {placement}" + ("" if kernel == "auto" else f" ({kernel})")
         self.placement = placement
         tables = [EmbeddingBagConfig(name=f"t{t}", embedding_dim=dim, num_embeddings=int(n),
                                      feature_names=[f"f{t}"]) for t, n in enumerate(sizes)]
@@ -407,15 +408,17 @@ def paths_for(sizes, dim, hot_keys, placements, torch_device="cpu", batch_size=N
     reference, then `hotline.nn`'s."""
     out = [("fbgemm-tbe", lambda: TBEPath(sizes, dim))] if torch_device == "cpu" else []
     out.append(("torch-embeddingbag", lambda: TorchPath(sizes, dim, device=torch_device)))
-    # the hotline placement with each kernel: the choice is made by this measurement
-    kernels = {"hotline": ("auto", "torch")}
+    # the hotline placement with each kernel and each model:// agent: the choices are made by
+    # this measurement
+    variants = {"hotline": (("", "auto", MODEL_URL), (" (torch)", "torch", MODEL_URL),
+                            (" (process agent)", "auto", PROCESS_URL))}
     for p in placements:
-        for k in kernels.get(p, ("auto",)):
-            out.append((f"hotline.nn {p}" + ("" if k == "auto" else f" ({k})"),
-                        lambda p=p, k=k: NNPath(p, sizes, dim, hot_keys=hot_keys,
-                                                torch_device=torch_device,
-                                                batch_size=batch_size,
-                                                batch_lookups=batch_lookups, kernel=k)))
+        for suffix, k, url in variants.get(p, (("", "auto", MODEL_URL),)):
+            out.append((f"hotline.nn {p}{suffix}",
+                        lambda p=p, k=k, url=url: NNPath(
+                            p, sizes, dim, hot_keys=hot_keys, torch_device=torch_device,
+                            batch_size=batch_size, batch_lookups=batch_lookups, kernel=k,
+                            device_url=url)))
     return out
 
 

@@ -6,6 +6,7 @@ reads the tables the trainer updates. Bus address 0 is the region's first byte. 
 carved out with a bump allocator; `view` gives zero-copy numpy arrays over a window
 (``torch.from_numpy`` on such a view shares the memory too).
 """
+import mmap
 import os
 import tempfile
 from dataclasses import dataclass
@@ -106,6 +107,17 @@ class HostMemory:
         if window.base % dtype.alignment:
             raise HotlineError(f"{window.name}: base {window.base:#x} is not aligned for {dtype.name}")
         return self.array[window.base:window.base + nbytes].view(dtype).reshape(shape)
+
+    def populate(self) -> None:
+        """Map every page now, writable (Linux's MADV_POPULATE_WRITE; elsewhere nothing): a
+        process that maps memory another one filled then pays no page fault per first touch
+        of a row (about 2x on a batch's random rows)."""
+        self._check_open()
+        mm = getattr(self._mm, "_mmap", None)
+        try:
+            mm.madvise(getattr(mmap, "MADV_POPULATE_WRITE", 23))
+        except (AttributeError, OSError, ValueError):
+            pass   # an older kernel, or no madvise: the pages map on first touch instead
 
     def flush(self) -> None:
         if self.array is not None:

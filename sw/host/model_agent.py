@@ -161,6 +161,7 @@ class _Agent:
         if memory_spec is not None:
             path, size = memory_spec
             self.memory = HostMemory(size, path=path)   # not ours: closing leaves the file
+            self.memory.populate()
         self.dev = ModelDevice(url, config=config, memory=self.memory, **options)
         return {k: getattr(self.dev, k) for k in ("num_tables", "addr_width", "data_width",
                                                   "max_burst_beats")}
