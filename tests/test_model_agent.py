@@ -117,3 +117,20 @@ def test_collection_trains_the_same_over_the_process_agent():
     (l0, s0, k0), (l1, s1, k1) = runs
     assert l1 == l0 and k0 and k1
     assert all(torch.equal(s1[k], s0[k]) for k in s0)
+
+
+def test_populate_maps_a_window_without_changing_it(tmp_path):
+    """`HostMemory.populate` (the process agent's, on each DMA window): a second mapping of
+    a filled file keeps every byte after populating a window that starts inside a page, and
+    shares its pages with the first."""
+    with HostMemory(1 << 20, tmp_path / "m.bin") as mem:
+        w = mem.alloc(300_000, align=8, name="t0")
+        mem.array[:] = np.random.default_rng(0).integers(0, 256, mem.size, dtype=np.uint8)
+        other = HostMemory(mem.size, path=mem.path)
+        inside = type(w)(w.base + 100, w.size - 100, "inside")
+        other.populate(inside)
+        assert np.array_equal(other.array, mem.array)
+        other.array[inside.base] ^= 1
+        assert mem.array[inside.base] == other.array[inside.base]   # the same pages
+        other.close()
+        assert mem.path.exists()

@@ -161,7 +161,6 @@ class _Agent:
         if memory_spec is not None:
             path, size = memory_spec
             self.memory = HostMemory(size, path=path)   # not ours: closing leaves the file
-            self.memory.populate()
         self.dev = ModelDevice(url, config=config, memory=self.memory, **options)
         return {k: getattr(self.dev, k) for k in ("num_tables", "addr_width", "data_width",
                                                   "max_burst_beats")}
@@ -169,10 +168,17 @@ class _Agent:
     def _write_table(self, table, d):
         self.dev._write_table(table, d)
         self.dev.tables[table] = d
+        self._populate(d.window)
 
     def _write_staging(self, d):
         self.dev._write_staging(d)
         self.dev.staging = d        # `ModelDevice._push` picks the bank by it
+        self._populate(d.window)
+
+    def _populate(self, window):
+        """The DMA's windows mapped now, not a page fault per row at its first touch."""
+        if self.memory is not None and window.end <= self.memory.size:
+            self.memory.populate(window)
 
     def _close(self):
         if self.dev is not None:
