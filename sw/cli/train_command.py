@@ -125,7 +125,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="samples the learner counts before each refresh, in whole batches "
                         "(default: the profiling window); at least one batch")
     p.add_argument("--device-url", default="model://", metavar="URL",
-                   help="the accelerator for hotline mode (default model://). With several "
+                   help="the accelerator for hotline mode (default model://; "
+                        "model://?agent=process runs the model in a process of its own). With several "
                         "ranks each opens its own: one URL for all ({rank} and {local_rank} "
                         "in it are replaced, e.g. serial:///dev/ttyUSB{local_rank}) or a "
                         "comma-separated list, one per rank")
