@@ -84,9 +84,11 @@ def test_process_agent_errors_reach_the_caller(tmp_path):
         dev.close()
     for url, match in (("model://?agent=fork", "unknown model agent 'fork'"),
                        ("model://?trace=1", "takes one option"),
-                       ("model://x", "takes one option")):
+                       ("model://rank0?agent=process&x=1", "takes one option")):
         with pytest.raises(HotlineError, match=match):
             hotline.open(url)
+    with hotline.open("model://rank1?agent=process") as dev:   # a name labels the device
+        assert dev.info()["agent"] == "process" and dev.url == "model://rank1?agent=process"
 
 
 def test_collection_trains_the_same_over_the_process_agent():

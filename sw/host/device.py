@@ -607,13 +607,14 @@ class ModelDevice(Device):
 
 
 def _open_model(url, **options) -> Device:
-    """``model://`` (the agent a thread of this process) or ``model://?agent=process`` (the
-    agent a process of its own: `hotline.host.model_agent`)."""
-    query = url.partition("://")[2]
+    """``model://[NAME]`` (the agent a thread of this process; NAME, e.g. a rank, only
+    labels it) or ``model://[NAME]?agent=process`` (the agent a process of its own:
+    `hotline.host.model_agent`)."""
+    _, has_query, query = url.partition("://")[2].partition("?")
     agent = options.pop("agent", "thread")
-    if query:
-        key, eq, value = query.removeprefix("?").partition("=")
-        if not query.startswith("?") or key != "agent" or not eq or "&" in value:
+    if has_query:
+        key, eq, value = query.partition("=")
+        if key != "agent" or not eq or "&" in value:
             raise HotlineError(f"{url}: model:// takes one option, ?agent=thread|process")
         agent = value
     if agent == "thread":
