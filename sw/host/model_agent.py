@@ -32,9 +32,11 @@ from .host_memory import HostMemory
 
 __all__ = ["ProcessModelDevice"]
 
-#: `Device`'s backend calls, run in the child by name
-CALLS = ("_write_table", "_write_staging", "_load_hot_set", "_update_hot_set", "_learner_start",
-         "_learner_stop", "_push", "_push_pull", "_scatter", "_counters", "_nothing", "_close")
+#: `Device`'s abstract backend calls, which the caller's side defines as waits on the child
+REMOTE = ("_write_table", "_write_staging", "_load_hot_set", "_update_hot_set", "_learner_start",
+          "_learner_stop", "_push", "_scatter", "_counters")
+#: every call the child takes by name (`Device` submits the last three itself)
+CALLS = REMOTE + ("_push_pull", "_nothing", "_close")
 CLOSE_TIMEOUT = 10.0
 SOCKET_BUFFER = 4 << 20
 
@@ -69,10 +71,7 @@ class ProcessModelDevice(Device):
 
     backend = "model"
     _write_table, _write_staging, _load_hot_set, _update_hot_set, _learner_start, \
-        _learner_stop, _push, _scatter, _counters = (
-            _remote(name) for name in ("_write_table", "_write_staging", "_load_hot_set",
-                                       "_update_hot_set", "_learner_start", "_learner_stop",
-                                       "_push", "_scatter", "_counters"))
+        _learner_stop, _push, _scatter, _counters = (_remote(name) for name in REMOTE)
 
     def __init__(self, url, config=None, memory=None, **options):
         super().__init__(url, config, memory)

@@ -119,10 +119,11 @@ class EmbeddingBagCollection(nn.Module):
             runs FBGEMM's CPU TBE kernels in place on the "hotline" store's rows (hot table
             and the batch's cold rows, each lookup given its row by the accelerator: no sort
             on the host); it needs the "hotline" placement on the CPU, one process, SGD, a
-            largest ``embedding_dim`` that is a multiple of 4, and one pooling for all tables. "torch": the batch's unique
-            rows are gathered, pooled and updated with torch ops (every placement, optimizer
-            and device). "auto": "fbgemm" where it applies (a batch of more lookups than the
-            staging slots goes the torch way), else "torch".
+            largest ``embedding_dim`` that is a multiple of 4, and one pooling for all
+            tables. "torch": the batch's unique rows are gathered, pooled and updated with
+            torch ops (every placement, optimizer and device). "auto": "fbgemm" where it
+            applies (a batch with more cold lookups than the staging slots goes the torch
+            way), else "torch".
         is_weighted: use a KeyedJaggedTensor's weights as per-sample weights (TorchRec's flag).
         device: the torch device of the outputs (and of the rows, placement "device").
         optimizer_options: e.g. ``eps``, ``betas``; store_options: the "hotline" placement's.
@@ -171,15 +172,16 @@ class EmbeddingBagCollection(nn.Module):
         self._is_weighted = is_weighted
         self._device = torch.device(device if device is not None
                                     else "cuda" if torch.cuda.is_available() else "cpu")
+        mixed = len(set(self._dims)) > 1
         options = dict(optimizer_options or {})
-        if optimizer == "rowwise_adagrad" and len(set(self._dims)) > 1:
+        if optimizer == "rowwise_adagrad" and mixed:
             options.setdefault("row_dims", True)
         self.optimizer = make_optimizer(optimizer, lr, **options)
         self.layout = RowLayout(self.dim, self.optimizer.state_floats(self.dim))
         self.features = [f for c in self._configs for f in c.feature_names]
         feature_table = [t for t, c in enumerate(self._configs) for _ in c.feature_names]
         self._feature_dims = [self._dims[t] for t in feature_table]
-        self._columns = None if len(set(self._dims)) == 1 else torch.cat(
+        self._columns = None if not mixed else torch.cat(
             [f * self.dim + torch.arange(d) for f, d in enumerate(self._feature_dims)])
         self._feature_table = np.asarray(feature_table, np.int64)
         self._feature_rows = np.asarray([self._configs[t].num_embeddings for t in feature_table],

@@ -591,9 +591,10 @@ class HotlineStore(RowStore):
         the batch's cold lookups do under the hot set it is gathered with: the announced
         batch as it was pushed; one not announced yet counted now (one pass over the dense
         hot index), unless the hot set changes before it."""
-        n = lookups if isinstance(lookups, int) else len(lookups)
-        if self.ranks is not None or n <= self.slots or isinstance(lookups, int):
-            return self.ranks is None and n <= self.slots
+        if self.ranks is not None:
+            return False
+        if isinstance(lookups, int) or len(lookups) <= self.slots:
+            return (lookups if isinstance(lookups, int) else len(lookups)) <= self.slots
         b = self._next
         if b is not None and b.in_flight:
             return b.pushed is b.lookups
