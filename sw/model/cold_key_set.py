@@ -93,38 +93,44 @@ class ColdKeySetModel:
         `hotline.contract.config.repeat_window`) takes the latest one's slot and is neither
         new nor overflowed: it never reaches the set. That differs from a lookup in the set
         only after an overflow, which stores nothing."""
-        h0, h1 = self.buckets_of(keys)
+        # Python lists and ints throughout: the loop is the model's cost (numpy scalars
+        # cost several times more per key)
+        h0, h1 = (h.tolist() for h in self.buckets_of(keys))
         part = self.partition_of(keys).tolist()
-        fill = [np.zeros(self.buckets * self.partitions, np.int64) for _ in (0, 1)]
+        ways, stash, max_keys = self.ways, self.stash, self.max_keys
+        fill0, fill1 = [0] * (self.buckets * self.partitions), [0] * (self.buckets * self.partitions)
         stash_used = [0] * self.partitions
         stored, count = {}, 0
-        slot = np.zeros(len(keys), np.int64)
-        first = np.zeros(len(keys), bool)
-        overflow = np.zeros(len(keys), bool)
+        n = len(keys)
+        slot, first, overflow = [0] * n, [False] * n, [False] * n
         copy = latest_copy(keys, window).tolist()
         for i, k in enumerate(keys.tolist()):
             if copy[i] >= 0:
                 slot[i] = slot[copy[i]]
                 continue
-            if k in stored:
-                slot[i] = stored[k]
+            s = stored.get(k)
+            if s is not None:
+                slot[i] = s
                 continue
             first[i] = True
-            if count >= self.max_keys:
+            if count >= max_keys:
                 overflow[i] = True
                 continue
             slot[i] = count
-            free0, free1 = self.ways - fill[0][h0[i]], self.ways - fill[1][h1[i]]
+            a, b = h0[i], h1[i]
+            free0, free1 = ways - fill0[a], ways - fill1[b]
             if free0 or free1:
                 if free1 > free0:
-                    fill[1][h1[i]] += 1
+                    fill1[b] += 1
                 else:
-                    fill[0][h0[i]] += 1
-            elif stash_used[part[i]] < self.stash:
+                    fill0[a] += 1
+            elif stash_used[part[i]] < stash:
                 stash_used[part[i]] += 1
             else:
                 overflow[i] = True
             if not overflow[i]:
                 stored[k] = count
             count += 1
+        slot, first, overflow = (np.array(slot, np.int64), np.array(first, bool),
+                                 np.array(overflow, bool))
         return slot, first, overflow
