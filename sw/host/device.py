@@ -398,6 +398,12 @@ class Device(abc.ABC):
                 raise HotlineError(f"{self.url}: scatter of staging bank {bank} reported "
                                    f"{done['errors']} DMA errors")
 
+    def wait_scatters(self) -> None:
+        """Wait for the scatters not waited for (``wait=False``), raising the first one's DMA
+        error; the calls made after them (a batch pushed next) may still run."""
+        self._check_open()
+        self._check_scatters(wait=True)
+
     def drain(self) -> None:
         """Wait for every call made so far (the batches in flight stay to be pulled); raises
         the error of a scatter not waited for."""

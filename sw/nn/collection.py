@@ -120,10 +120,10 @@ class EmbeddingBagCollection(nn.Module):
             and the batch's cold rows, each lookup given its row by the accelerator: no sort
             on the host); it needs the "hotline" placement on the CPU, one process, SGD, a
             largest ``embedding_dim`` that is a multiple of 4, and one pooling for all
-            tables. "torch": the batch's unique rows are gathered, pooled and updated with
-            torch ops (every placement, optimizer and device). "auto": "fbgemm" where it
-            applies (a batch with more cold lookups than the staging slots goes the torch
-            way), else "torch".
+            tables (a batch with more cold keys than the staging slots has the rest read
+            and written by the host, after the hot and staged rows). "torch": the batch's
+            unique rows are gathered, pooled and updated with torch ops (every placement,
+            optimizer and device). "auto": "fbgemm" where it applies, else "torch".
         is_weighted: use a KeyedJaggedTensor's weights as per-sample weights (TorchRec's flag).
         device: the torch device of the outputs (and of the rows, placement "device").
         optimizer_options: e.g. ``eps``, ``betas``; store_options: the "hotline" placement's.
@@ -322,7 +322,7 @@ class EmbeddingBagCollection(nn.Module):
         if not isinstance(features, torch.Tensor):
             features, offsets, _ = self._unpack(features)
         checked = self._keys(features, offsets)
-        unique = None if self._in_place(checked[0]) else self._unique(checked[0])
+        unique = None if self._kernel is not None else self._unique(checked[0])
         order = self._announce(*checked, None if unique is None else unique[0])
         # the forward of these same tensors (unmodified) reuses the checked keys and unique
         self._announced = _Announced(features, offsets, features._version, offsets._version,
@@ -332,10 +332,6 @@ class EmbeddingBagCollection(nn.Module):
     def _unique(keys) -> tuple[torch.Tensor, torch.Tensor]:
         """A batch's unique keys (ascending) and each lookup's place in them."""
         return torch.unique(keys, sorted=True, return_inverse=True)
-
-    def _in_place(self, keys: torch.Tensor) -> bool:
-        """Whether a batch of these (checked) keys goes through the in-place kernel."""
-        return self._kernel is not None and self.store.fuses(keys.numpy())
 
     def _announce(self, keys, offsets, batch, unique) -> torch.Tensor | None:
         """Give the store a batch's lookups (``unique``: their unique keys), sample by sample
@@ -444,7 +440,7 @@ class EmbeddingBagCollection(nn.Module):
         # evaluation (no grad, nothing announced): the current rows, past the device's
         # pipeline, so its learner and the hot-set schedule see training batches only
         evaluate = not torch.is_grad_enabled() and a is None
-        if not evaluate and self._in_place(keys) and (a is None or same or (
+        if not evaluate and self._kernel is not None and (a is None or same or (
                 torch.equal(keys, a.checked[0]) and torch.equal(offsets, a.checked[1]))):
             return self._lookup_in_place(keys, offsets, batch, weights, a)
         unique, inverse = a.unique if same and a.unique is not None else self._unique(keys)
@@ -492,6 +488,8 @@ class EmbeddingBagCollection(nn.Module):
         order = announced.order if announced is not None else \
             self._announce(keys, offsets, batch, None)
         at = self.store.gather_lookups()   # each announced lookup's row, sample by sample
+        if self._kernel.rows is not self.store.rows:   # they grew for a batch's host rows
+            self._kernel = self._kernel.over(self.store.rows)
         indices = np.empty(len(at), np.int64)
         indices[order.numpy()] = at.numpy()
         indices = torch.from_numpy(indices)

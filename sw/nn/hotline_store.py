@@ -15,9 +15,9 @@ The store owns every rule of that pipeline, so `gather` and `scatter` give exact
   before their update: they are taken from the last batch's updated rows (`refresh_stale`);
 - when the device's cold-key set overflows, a key sits in several staging slots: every slot
   gets its updated row;
-- a batch with more lookups than the staging slots is pushed as its unique keys; the cold keys
-  beyond the slots are read and written in host memory by the host (after the device's
-  scatters);
+- a batch with more cold lookups than the staging slots is pushed as its unique keys; the
+  cold keys beyond the slots are read and written in host memory by the host (after the
+  batch before's scatter);
 - the hot set changes only with nothing in flight (`move_hot_rows` moves the rows): a scheduled
   change is not prefetched across, and a prefetched batch is pulled back and pushed again
   after a change the caller makes (`load`, `refresh`, `write_table`);
@@ -44,22 +44,31 @@ from hotline.model.planner import exact_hot_set
 from .hot_set import HotSetSchedule, parse_refresh
 from .stores import HostStore, RowStore
 
-__all__ = ["HotlineStore", "refresh_stale", "move_hot_rows", "merged_readout"]
+__all__ = ["HotlineStore", "refresh_stale", "sorted_unique", "move_hot_rows", "merged_readout"]
 
 
 def refresh_stale(rows, keys, prev) -> None:
     """A batch gathered before the batch before it was scattered (it was pushed while that one
     trained) holds stale copies of the rows cold in both: ``rows`` (of ``keys``, uint32) take
-    the updated rows ``prev`` = (sorted keys, rows) of the batch before, in place. (The
-    hardware gathers ahead in the same way.)"""
+    the updated rows of the batch before, in place: ``prev``, a list of parts (sorted keys,
+    rows) with disjoint keys. (The hardware gathers ahead in the same way.)"""
     if prev is None or not len(keys):
         return
-    pk, prow = prev
-    if len(pk):
-        pos = np.minimum(np.searchsorted(pk, keys), len(pk) - 1)
-        m = pk[pos] == keys
-        if m.any():
-            rows[m] = prow[pos[m]]
+    for pk, prow in prev:
+        if len(pk):
+            pos = np.minimum(np.searchsorted(pk, keys), len(pk) - 1)
+            m = pk[pos] == keys
+            if m.any():
+                rows[m] = prow[pos[m]]
+
+
+def sorted_unique(keys) -> np.ndarray:
+    """The distinct values of ``keys`` (1-D), ascending. A sort and a compare: numpy 2.4's
+    ``np.unique`` hashes first, about 30x slower on a batch's 200,000 keys."""
+    s = np.sort(keys)
+    keep = np.ones(len(s), bool)
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
 
 
 def move_hot_rows(hot_table, old, new, read, write, read_always=False) -> tuple[int, int]:
@@ -106,7 +115,7 @@ class _Batch:
     in_flight: bool = False
     pushed: np.ndarray | None = None      # the keys pushed (lookups, or unique keys)
     host_key: np.ndarray | None = None   # per unique key: beyond the slots, the host's
-    unique: np.ndarray | None = None     # the lookups' unique keys, where the caller gave them
+    unique: np.ndarray | None = None     # the lookups' unique keys (the caller's, or the push's)
 
 
 @dataclass
@@ -134,6 +143,7 @@ class _Fused:
     cold_rows: int          # unique cold keys
     counts: tuple           # (hot lookups, lookups, popular samples, samples) on the device
     popular: np.ndarray
+    host_keys: np.ndarray   # cold keys beyond the slots (ascending): read and written by the host
 
 
 class HotlineStore(RowStore):
@@ -213,12 +223,12 @@ class HotlineStore(RowStore):
             p = self.placement
             self.hot_table[self._index_tensor(p.slots)] = self._read(p.keys)
         self.step = int(step)          # batches scattered (the global step on a resume)
-        self.prev = None               # (sorted cold keys, updated rows) of the last batch
+        self.prev = None               # the last batch's updated cold rows (`refresh_stale`)
         self._next = None              # the announced batch not gathered yet (`_Batch`)
         self._cur = None               # the gathered batch not scattered yet (`_Gathered`)
         self._learning = False
         self._index = None             # HotIndex of the placement (`_hot_index`)
-        self._cold_count = None        # (step, lookups, cold lookups) `fuses` counted
+        self._looked_up = None         # (lookups, their hot slots, dense rows): `_lookup_slots`
         self._profile = [] if self.profile_batches else None
         self.schedule = schedule
         if schedule is None and hot_set == "learn":
@@ -390,7 +400,7 @@ class HotlineStore(RowStore):
             self.ranks.barrier()   # the rows that left are in host memory before any gather
         self.loads.append({"step": self.step, "source": source, "keys": int(len(keys)),
                            "held": int(len(new.keys)), "left": left, "entered": entered})
-        self.placement, self.prev, self._index, self._cold_count = new, None, None, None
+        self.placement, self.prev, self._index, self._looked_up = new, None, None, None
         self.hot_keys = np.asarray(keys, np.uint32)
 
     # -- batches ------------------------------------------------------------------------
@@ -431,10 +441,13 @@ class HotlineStore(RowStore):
             return
         pushed, lengths = b.lookups, b.lengths
         b.host_key = None   # a batch pushed again (after a hot-set change) is split anew
-        if len(pushed) > self.slots and self._cold_lookups(pushed, b.step) > self.slots:
+        if len(pushed) > self.slots and \
+                np.count_nonzero(self._lookup_slots(pushed)[0] < 0) > self.slots:
             # more cold lookups than staging slots: the unique keys, and the host's beyond
             # the slots
-            pushed = b.unique if b.unique is not None else np.unique(pushed)
+            if b.unique is None:
+                b.unique = sorted_unique(pushed)
+            pushed = b.unique
             lengths = [len(pushed)]
             beyond = np.flatnonzero(self._hot_index().lookup(pushed) < 0)[self.slots:]
             if len(beyond):
@@ -584,30 +597,13 @@ class HotlineStore(RowStore):
         rows[far] = self.ranks.fetch(g[far], self.host.read_rows).numpy()
 
     # -- batches for an in-place kernel ---------------------------------------------------
-    def fuses(self, lookups) -> bool:
-        """Whether a batch (``lookups``: its keys, or their count) can go through
-        `gather_lookups`: one process, and the device gives every lookup its row (no unique
-        keys needed on the host). That holds when the lookups fit the staging slots, or when
-        the batch's cold lookups do under the hot set it is gathered with: the announced
-        batch as it was pushed; one not announced yet counted now (one pass over the dense
-        hot index), unless the hot set changes before it."""
-        if self.ranks is not None:
-            return False
-        if isinstance(lookups, int) or len(lookups) <= self.slots:
-            return (lookups if isinstance(lookups, int) else len(lookups)) <= self.slots
-        b = self._next
-        if b is not None and b.in_flight:
-            return b.pushed is b.lookups
-        step = b.step if b is not None else self.step + (self._cur is not None)
-        return not self._loads(step) and self._cold_lookups(lookups, step) <= self.slots
-
-    def _cold_lookups(self, keys, step) -> int:
-        """How many of batch ``step``'s lookups ``keys`` miss the hot set (counted once a
-        batch: `fuses` and the push of the same batch agree)."""
-        if self._cold_count is None or self._cold_count[:2] != (step, len(keys)):
-            cold = int(np.count_nonzero(self._hot_index().lookup(keys) < 0))
-            self._cold_count = (step, len(keys), cold)
-        return self._cold_count[2]
+    def _lookup_slots(self, lookups) -> tuple[np.ndarray, np.ndarray | None]:
+        """(each of a batch's ``lookups``' hot slot or -1, their dense rows or None), one pass
+        over the dense hot index per batch: the push and `gather_lookups` share it."""
+        c = self._looked_up
+        if c is None or c[0] is not lookups:
+            self._looked_up = c = (lookups, *self._hot_index().lookup_rows(lookups))
+        return c[1], c[2]
 
     def _hot_index(self) -> HotIndex:
         """The placement's `HotIndex`, dense over the store's tables."""
@@ -617,24 +613,25 @@ class HotlineStore(RowStore):
 
     def gather_lookups(self) -> torch.Tensor:
         """The prefetched batch for a kernel that updates rows in place (FBGEMM's TBE): each
-        lookup, in the order announced, as its row of `rows` (hot rows at their slots, then
-        the batch's cold rows in staging-slot order, stale rows fixed; after a cold-key set
-        overflow every lookup of a key gets the key's first slot). The kernel updates `rows`;
-        `scatter_lookups` takes the cold rows back. Needs `fuses`."""
+        lookup, in the order announced, as its row of `rows`: hot rows at their slots, then
+        the batch's cold rows in staging-slot order (stale rows fixed; after a cold-key set
+        overflow every lookup of a key gets the key's first slot), then the rows of the cold
+        keys beyond the staging slots, which the host reads (`rows` grows for them: a new
+        tensor). The kernel updates `rows`; `scatter_lookups` takes the cold rows back. One
+        process only: data parallel sums the gradients over the ranks first (`gather`)."""
         b = self._next
         if b is None:
             raise HotlineError("gather_lookups: no batch prefetched (prefetch it first)")
         if self._cur is not None:
             raise HotlineError("gather_lookups: the batch gathered before was not scattered")
-        if not self.fuses(b.lookups):
-            raise HotlineError(f"gather_lookups: a batch of {len(b.lookups)} lookups with more "
-                               f"cold lookups than the {self.slots} staging slots (or data "
-                               f"parallel): use gather")
+        if self.ranks is not None:
+            raise HotlineError("gather_lookups: data parallel sums each row's gradient over "
+                               "the ranks first: use gather")
         self._take(b)
         r, counts = self._pull_result(b)
+        none = np.zeros(0, np.uint32)
         if r is None:   # no lookups: every sample is popular
-            self._cur = _Fused(0, np.zeros(0, np.uint32), None, 0, counts,
-                               np.arange(len(b.lengths)))
+            self._cur = _Fused(0, none, None, 0, counts, np.arange(len(b.lengths)), none)
             return torch.zeros(0, dtype=torch.int64)
         keys, n, hot_n = r.cold_keys, len(r.cold_keys), len(self.hot_table)
         canon, unique = None, n
@@ -642,22 +639,64 @@ class HotlineStore(RowStore):
             _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
             canon, unique = first[inverse], len(first)
         cold = r.slot if canon is None else canon[r.slot]
-        index = np.where(r.hot, r.slot, hot_n + cold)
+        index, host_keys = np.where(r.hot, r.slot, hot_n + cold), none
+        if b.pushed is not b.lookups:   # its unique keys: each lookup through its key
+            index, host_keys = self._unique_rows(b, index)
+        self._room(len(host_keys))
         if n:
             self.rows[hot_n:hot_n + n] = torch.from_numpy(self._staging(r.bank)[:n]).to(
                 self.device, non_blocking=True)
-            self.totals["bytes_h2d"] += n * self.layout.nbytes
-        self._cur = _Fused(r.bank, keys, canon, unique, counts, r.popular)
+        if len(host_keys):
+            by_host = self.host_rows[self._rows_of(host_keys)]
+            refresh_stale(by_host, host_keys, self.prev)
+            at = hot_n + self.slots
+            self.rows[at:at + len(host_keys)] = torch.from_numpy(by_host)
+        self.totals["bytes_h2d"] += (n + len(host_keys)) * self.layout.nbytes
+        self._cur = _Fused(r.bank, keys, canon, unique + len(host_keys), counts, r.popular,
+                           host_keys)
         return torch.from_numpy(index)
 
+    def _unique_rows(self, b, pushed_rows) -> tuple[np.ndarray, np.ndarray]:
+        """Batch ``b``, pushed as its unique keys less the host's: (each lookup's row of
+        `rows`, the host's keys) from each pushed key's row ``pushed_rows``; the host's keys
+        take the rows after the staging slots, in key order."""
+        host = np.zeros(len(b.unique), bool) if b.host_key is None else b.host_key
+        row = np.empty(len(b.unique), np.int64)
+        row[~host] = pushed_rows
+        row[host] = len(self.hot_table) + self.slots + np.arange(np.count_nonzero(host))
+        _, dense = self._lookup_slots(b.lookups)
+        if dense is None:
+            return row[np.searchsorted(b.unique, b.lookups)], b.unique[host]
+        index = self._hot_index()   # its scratch, a row per table row: one scatter, one gather
+        index.scratch[index.dense_rows(b.unique)] = row
+        return index.scratch.take(dense), b.unique[host]
+
+    def _room(self, extra) -> None:
+        """`rows` holds the hot table, the staging slots and ``extra`` rows more: else it
+        grows (to half as many more), a new tensor with the hot table copied."""
+        hot_n = len(self.hot_table)
+        if hot_n + self.slots + extra > len(self.rows):
+            rows = torch.zeros(hot_n + self.slots + extra * 3 // 2, self.width,
+                               device=self.device)
+            rows[:hot_n] = self.hot_table
+            self.rows, self.hot_table = rows, rows[:hot_n]
+
     def scatter_lookups(self) -> None:
-        """The batch of `gather_lookups` is done (its rows updated in place, or not): the cold
-        rows go back to their staging slots, and the device scatters them to host memory
-        while the next batch trains."""
+        """The batch of `gather_lookups` is done (its rows updated in place, or not): the rows
+        beyond the slots go to host memory (after the batch before's scatter), the cold rows
+        to their staging slots, and the device scatters them to host memory while the next
+        batch trains."""
         g = self._cur
         if not isinstance(g, _Fused):
             raise HotlineError("scatter_lookups: no batch gathered by gather_lookups")
-        hot_n, n = len(self.hot_table), len(g.slot_keys)
+        hot_n, n, m = len(self.hot_table), len(g.slot_keys), len(g.host_keys)
+        prev = []
+        if m:
+            by_host = self.rows[hot_n + self.slots:hot_n + self.slots + m].cpu().numpy().copy()
+            self.dev.wait_scatters()   # the batch before's may still write one of these rows
+            self._write(g.host_keys, by_host)
+            self.totals["host_rows"] += m
+            prev.append((g.host_keys, by_host))
         new = self.rows[hot_n:hot_n + n]
         if g.canon is not None:   # every slot of a key gets the row its lookups updated
             new = new.index_select(0, torch.from_numpy(g.canon).to(self.device))
@@ -669,7 +708,7 @@ class HotlineStore(RowStore):
             self.totals["bytes_d2h"] += n * self.layout.nbytes
         self.totals["cold_rows"] += g.cold_rows
         order = np.argsort(g.slot_keys, kind="stable")
-        self._done(g, (g.slot_keys[order], new[order]))
+        self._done(g, prev + [(g.slot_keys[order], new[order])])
 
     def read(self, keys) -> torch.Tensor:
         """The current rows of ``keys`` (unique, ascending) without the device's pipeline
@@ -714,6 +753,10 @@ class HotlineStore(RowStore):
             self.hot_table.index_copy_(0, g.hot_slots, rows.index_select(0, g.hot_pos))
         new = rows.index_select(0, g.cold_pos).cpu().numpy() if len(g.cold_keys) else \
             np.zeros((0, self.width), np.float32)
+        if g.extra.any():
+            self.dev.wait_scatters()   # the batch before's may still write one of these rows
+            self._write(g.cold_keys[g.extra], new[g.extra])
+            self.totals["host_rows"] += int(g.extra.sum())
         if len(g.slot_keys):
             st = self._staging(g.bank)
             if len(g.slot_keys) == len(g.cold_slots):   # a slot per key: each key's own
@@ -724,12 +767,8 @@ class HotlineStore(RowStore):
             # raised by a later pull or drain
             self.dev.scatter(g.bank, g.slot_keys, wait=False)
             self.totals["bytes_d2h"] += len(g.slot_keys) * self.layout.nbytes
-        if g.extra.any():
-            self.dev.drain()   # an earlier scatter may still write one of these rows
-            self._write(g.cold_keys[g.extra], new[g.extra])
-            self.totals["host_rows"] += int(g.extra.sum())
         self.totals["cold_rows"] += len(g.cold_keys)
-        self._done(g, (g.cold_keys, new))
+        self._done(g, [(g.cold_keys, new)])
 
     def update(self, keys, rows, grad, optimizer) -> int:
         """Data parallel: the hot replicas get the gradient of every slot any rank touched,
@@ -760,12 +799,13 @@ class HotlineStore(RowStore):
         self.totals["bytes_d2h"] += len(mine) * self.layout.nbytes
         self.totals["cold_rows"] += len(g.cold_keys)
         k, rows_all = r.all_sum(mine, torch.from_numpy(new), kind="cold")
-        self._done(g, (k.astype(np.uint32), rows_all.numpy()))
+        self._done(g, [(k.astype(np.uint32), rows_all.numpy())])
         return len(mine)
 
     def _done(self, g, prev) -> None:
-        """A batch's write-back is done: ``prev`` (sorted keys, rows) fixes the next batch's
-        stale rows; the hot-set schedule sees the batch (data parallel: every rank's)."""
+        """A batch's write-back is done: ``prev`` (its cold rows, `refresh_stale`'s parts) fixes
+        the next batch's stale rows; the hot-set schedule sees the batch (data parallel: every
+        rank's)."""
         self.prev, self._cur = prev, None
         if self.schedule is not None:
             counts = g.counts if self.ranks is None else \

@@ -40,7 +40,7 @@ class TBEKernel:
                 or not rows.is_contiguous():
             raise HotlineError(f"TBEKernel: rows must be float32 [R, dim], contiguous, on the "
                                f"CPU; got {rows.dtype} {tuple(rows.shape)} on {rows.device}")
-        self.rows = rows
+        self.rows, self.features, self.mean = rows, features, mean
         self.tbe = SplitTableBatchedEmbeddingBagsCodegen(
             [(rows.shape[0], rows.shape[1], EmbeddingLocation.HOST, ComputeDevice.CPU)],
             feature_table_map=[0] * features, optimizer=EmbOptimType.EXACT_SGD,
@@ -49,6 +49,10 @@ class TBEKernel:
         self.tbe.weights_host.data = rows.view(-1)   # FBGEMM reads and updates ``rows``
 
         self.lr = lr
+
+    def over(self, rows: torch.Tensor) -> "TBEKernel":
+        """The same kernel over other ``rows`` (FBGEMM's table has a fixed row count)."""
+        return TBEKernel(rows, self.features, self.lr, self.mean)
 
     def set_lr(self, lr: float) -> None:
         """Follow the optimizer's learning rate (a scheduler may change it)."""
