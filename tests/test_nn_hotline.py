@@ -442,14 +442,17 @@ def tbe_reference(configs, features, lr, pooling):
         pooling_mode=PoolingMode.MEAN if pooling == "MEAN" else PoolingMode.SUM)
 
 
-@pytest.mark.parametrize("pooling, weighted, prefetch", [
-    ("SUM", False, True), ("SUM", False, False), ("MEAN", False, True), ("SUM", True, True)])
-def test_collection_in_place_equals_fbgemm_tbe(pooling, weighted, prefetch):
+@pytest.mark.parametrize("pooling, weighted, prefetch, slots", [
+    ("SUM", False, True, 192), ("SUM", False, False, 192), ("MEAN", False, True, 192),
+    ("SUM", True, True, 192), ("SUM", False, True, 24), ("SUM", False, False, 24)])
+def test_collection_in_place_equals_fbgemm_tbe(pooling, weighted, prefetch, slots):
     """kernel="fbgemm" (FBGEMM's kernels in place on the hot table and the batch's cold rows,
     each lookup given its row by the device) trains as FBGEMM's TBE over the whole tables:
     the same losses and final tables, bit for bit, over 80 multi-hot steps with empty bags,
     two features sharing a table, the hot set learned then refreshed every 16 steps, with and
-    without prefetch (the next batch's cold rows gathered before this one's update)."""
+    without prefetch (the next batch's cold rows gathered before this one's update). With 24
+    staging ``slots`` most batches have more cold keys: the host reads and writes those
+    beyond the slots, in rows after them (the store's rows grow, the kernel follows)."""
     from hotline.nn import EmbeddingBagCollection  # lazy: (see above)
     sizes = [300, 120, 40]
     names = [["f0"], ["f1", "f1b"], ["f2"]]
@@ -457,8 +460,9 @@ def test_collection_in_place_equals_fbgemm_tbe(pooling, weighted, prefetch):
     features = [(f, t) for t, fs in enumerate(names) for f in fs]
     hot = EmbeddingBagCollection(tables, placement="hotline", lr=0.1, device="cpu",
                                  hot_rows=60, hot_set="learn", learn_window=5,
-                                 refresh="every:16", batch_lookups=4 * 3 * 16, batch_size=16,
+                                 refresh="every:16", batch_lookups=slots, batch_size=16,
                                  kernel="fbgemm", is_weighted=weighted)
+    rows = hot.store.rows
     ref = tbe_reference(tables, features, 0.1, pooling)
     with torch.no_grad():
         for t, w in enumerate(ref.split_embedding_weights()):
@@ -475,6 +479,8 @@ def test_collection_in_place_equals_fbgemm_tbe(pooling, weighted, prefetch):
             assert torch.equal(got[f"embedding_bags.t{t}.weight"], w), f"table {t}"
         c = hot.store.counters()
         assert len(c["loads"]) == 5 and 0.3 < c["hot_share"] < 1 and c["cold_rows"] > 0
+        assert hot.store.slots == slots and hot._kernel.rows is hot.store.rows
+        assert (c["host_rows"] > 0 and hot.store.rows is not rows) == (slots < 192)
     finally:
         hot.close()
 
@@ -515,7 +521,8 @@ def test_evaluation_passes_the_pipeline_by(kernel):
 
 def test_kernel_choice():
     """kernel="fbgemm" where it cannot run says why in one line; "auto" then takes the
-    torch path; a batch of more lookups than the staging slots goes the torch way."""
+    torch path; a batch of more cold keys than the staging slots goes in place too, the host
+    moving the rows beyond the slots."""
     from hotline.nn import EmbeddingBagCollection  # lazy: (see above)
     tables = table_configs([50], 4)
     with pytest.raises(HotlineError, match="the store has no in-place batches"):
@@ -538,7 +545,7 @@ def test_kernel_choice():
                 m(indices, offsets).sum().backward()
             assert torch.allclose(hot.state_dict()["embedding_bags.t0.weight"],
                                   host.state_dict()["embedding_bags.t0.weight"], rtol=0, atol=1e-6)
-        assert hot.store.counters()["host_rows"] > 0
+        assert hot.store.counters()["host_rows"] > 0 and hot._kernel.rows is hot.store.rows
     finally:
         hot.close()
 
