@@ -1,6 +1,7 @@
 """HostMemory and the Device API (model:// backend) against independent references: the naive
 fragmenter of tests/reference.py and plain numpy row copies."""
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -322,6 +323,32 @@ def test_a_scatter_not_waited_for_keeps_order_and_reports_its_errors_later():
         with pytest.raises(HotlineError, match="scatter of staging bank 0 reported 1 DMA errors"):
             dev.counters()
         dev.drain()                               # reported once
+    mem.close()
+
+
+def test_wait_scatters_waits_for_the_scatters_only():
+    """wait_scatters() returns once the scatters made with wait=False are done, not the batch
+    pushed after them (it may still be gathering), and raises such a scatter's DMA error."""
+    dev, mem, tables, staging, placement = make_device([30], [], batch=2, banks=2)
+    with dev:
+        keys = make_keys([0, 0], [4, 7]).astype(np.uint32)
+        dev.push_batch(keys, [1, 1])
+        r = dev.pull_batch()
+        staging[r.bank, :2] = 9
+        dev.scatter(r.bank, r.cold_keys, wait=False)
+        # the next push's gather is held until the test lets it go
+        go, push = threading.Event(), dev._push
+        dev._push = lambda *a: (go.wait(timeout=5), push(*a))[1]
+        dev.push_batch(keys, [1, 1])
+        t0 = time.monotonic()
+        dev.wait_scatters()
+        assert time.monotonic() - t0 < 4   # it did not wait for the held gather
+        assert (tables[0][[4, 7]] == 9).all()
+        go.set()
+        dev.pull_batch()
+        dev.scatter(0, make_keys([5], [0]), wait=False)   # no descriptor for table 5
+        with pytest.raises(HotlineError, match="scatter of staging bank 0 reported 1 DMA errors"):
+            dev.wait_scatters()
     mem.close()
 
 
