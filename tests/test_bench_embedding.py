@@ -124,6 +124,9 @@ def test_embedding_section_on_tiny_tables():
         # one lookup per cycle at most at 1 lane; every cold row gathered and scattered
         assert rtl["fragmenter_cycles"] >= res["lookups_per_batch"]
         assert rtl["dma_cycles"] == 2 * rtl["cold_unique_rows"] * (4 * cfg.dim // 8)
+        for bits, e in rtl["at_bus_bits"].items():   # a row of 4 * dim bytes, bits / 8 a beat
+            assert e["dma_cycles"] == 2 * rtl["cold_unique_rows"] * -(-4 * cfg.dim * 8 // bits)
+        assert set(rtl["at_bus_bits"]) == {64, 128, 256, 512}
     assert any(r[0] == "accelerator RTL estimate" for r in rows)
     # without the projection (what the GPU check runs): neither the estimate nor projections
     out, rows = embedding.bench_embedding(False, [TINY], projection=False)

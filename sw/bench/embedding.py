@@ -59,6 +59,7 @@ RTL_FMAX_MHZ = 105.15
 # of its own (docs/device-api.md), measured side by side.
 MODEL_URL, PROCESS_URL = "model://", "model://?agent=process"
 DMA_BUS_BYTES = 8
+WIDE_BUS_BYTES = (16, 32, 64)   # the wider RowDMA data buses (docs/design.md), estimated too
 # The assumptions of `project_gpu_step` (a projection, not a measurement).
 PROJECTION = {
     "hbm_gb_per_s": 2000.0,       # an A100-80GB's HBM2e (2,039 GB/s)
@@ -358,7 +359,9 @@ def rtl_estimate(batch, hot_keys, table_sizes, dim) -> dict:
     """The accelerator's cycles for ``batch`` at 1 lane: the Fragmenter's schedule
     (`hotline.sim.fragmenter_run.beat_cycles`, within 0.2% of the RTL in `make bench`'s
     fragment_rtl section) plus the RowDMA's beats for the cold rows' gather and scatter at one
-    beat per cycle (the dma section: 0.98-1.00), not overlapped; and that at `RTL_FMAX_MHZ`."""
+    beat per cycle (the dma section: 0.98-1.00), not overlapped; and that at `RTL_FMAX_MHZ`.
+    ``at_bus_bits``: the same with each wider data bus (`WIDE_BUS_BYTES`), at the same Fmax
+    (not measured with them)."""
     from hotline.sim.fragmenter_run import beat_cycles  # lazy: sim imports Amaranth
     bs = batch.batch_size
     tables = len(table_sizes)
@@ -374,12 +377,14 @@ def rtl_estimate(batch, hot_keys, table_sizes, dim) -> dict:
     run = model.fragment(keys, offsets, bs)
     frag = beat_cycles(run, keys, config)
     cold = len(run.cold_keys)
-    row_beats = math.ceil(RowLayout(dim, 0).nbytes / DMA_BUS_BYTES)   # SGD: no state floats
-    dma = 2 * cold * row_beats
-    cycles = frag + dma
-    return {"fragmenter_cycles": int(frag), "dma_cycles": int(dma), "cycles": int(cycles),
-            "cold_unique_rows": int(cold), "fmax_mhz": RTL_FMAX_MHZ,
-            "ms": cycles / RTL_FMAX_MHZ / 1e3, "lanes": 1}
+    row_bytes = RowLayout(dim, 0).nbytes   # SGD: no state floats
+    dma = {8 * b: 2 * cold * math.ceil(row_bytes / b) for b in (DMA_BUS_BYTES, *WIDE_BUS_BYTES)}
+    cycles = frag + dma[8 * DMA_BUS_BYTES]
+    return {"fragmenter_cycles": int(frag), "dma_cycles": int(dma[8 * DMA_BUS_BYTES]),
+            "cycles": int(cycles), "cold_unique_rows": int(cold), "fmax_mhz": RTL_FMAX_MHZ,
+            "ms": cycles / RTL_FMAX_MHZ / 1e3, "lanes": 1, "bus_bits": 8 * DMA_BUS_BYTES,
+            "at_bus_bits": {bits: {"dma_cycles": int(d), "ms": (frag + d) / RTL_FMAX_MHZ / 1e3}
+                            for bits, d in dma.items()}}
 
 
 def project_gpu_step(placement, split_ms, batch, dim, cold_rows, accel_ms) -> dict:
@@ -523,8 +528,11 @@ def table_rows(name, res) -> list[list]:
                      f"{ref['total_ms']:.2f} ms {ref_name}", ref["total_ms"] / e["total_ms"]])
     rtl = res["accelerator_rtl"]
     if rtl is not None:
+        wide = rtl["at_bus_bits"][8 * WIDE_BUS_BYTES[-1]]
         rows.append(["accelerator RTL estimate", name,
-                     f"{rtl['cycles']:,} cycles = {rtl['ms']:.2f} ms at {rtl['fmax_mhz']} MHz",
+                     f"{rtl['cycles']:,} cycles = {rtl['ms']:.2f} ms at {rtl['fmax_mhz']} MHz "
+                     f"({rtl['bus_bits']}-bit bus; {8 * WIDE_BUS_BYTES[-1]}-bit: "
+                     f"{wide['ms']:.2f} ms)",
                      f"{rtl['cold_unique_rows']:,} cold rows", "-"])
     for p, e in paths.items():
         if "gpu_node_projection" in e:
