@@ -53,7 +53,7 @@ TIERS = [
      "serves until interrupted: started, its serial:// URL read and connected to, then Ctrl-C "
      "(builds the board top in Verilator, about a minute)"),
     (r"^hotline fpga report accelerator\b", [SLOW, RTL], 3 * 3600,
-     "synthesis, place and route of the whole top: about 10 min, nextpnr gets 20 min per seed "
+     "synthesis, place and route of the whole top: about 35 min, nextpnr gets 45 min per seed "
      "and up to 3 seeds"),
     (r"^hotline fpga (report|build)\b", [SLOW, RTL], 3600,
      "synthesis, place and route (several minutes)"),
