@@ -98,7 +98,8 @@ class ColdKeySetModel:
         h0, h1 = (h.tolist() for h in self.buckets_of(keys))
         part = self.partition_of(keys).tolist()
         ways, stash, max_keys = self.ways, self.stash, self.max_keys
-        fill0, fill1 = [0] * (self.buckets * self.partitions), [0] * (self.buckets * self.partitions)
+        buckets = self.buckets * self.partitions
+        fill0, fill1 = [0] * buckets, [0] * buckets
         stash_used = [0] * self.partitions
         stored, count = {}, 0
         n = len(keys)

@@ -273,6 +273,20 @@ class HotlineStore(RowStore):
         self.totals["bytes_d2h"] += len(keys) * self.layout.nbytes
         self.host.write_replicated(self._rows_of(keys), rows)
 
+    def _read_beyond(self, keys) -> np.ndarray:
+        """The rows of a batch's cold ``keys`` beyond the staging slots, read by the host
+        (stale ones fixed)."""
+        rows = self.host_rows[self._rows_of(keys)]
+        refresh_stale(rows, keys, self.prev)
+        return rows
+
+    def _write_beyond(self, keys, rows) -> None:
+        """Those rows written back by the host, after the batch before's scatter (it may
+        still write one of them)."""
+        self.dev.wait_scatters()
+        self._write(keys, rows)
+        self.totals["host_rows"] += len(keys)
+
     def _staging(self, bank) -> np.ndarray:
         r0 = self.staging_row0 + bank * self.slots
         return self.host_rows[r0:r0 + self.slots]
@@ -562,8 +576,7 @@ class HotlineStore(RowStore):
         cold_slots = slot[cp[~extra]]
         by_host = None   # the rows of the host's keys
         if extra.any():
-            by_host = self.host_rows[self._rows_of(cold_keys[extra])]
-            refresh_stale(by_host, cold_keys[extra], self.prev)
+            by_host = self._read_beyond(cold_keys[extra])
         g = _Gathered(keys, self._index_tensor(hp), self._index_tensor(slot[hp]),
                       self._index_tensor(cp), cold_keys, bank, slot_keys, extra, cold_slots,
                       counts, popular)
@@ -647,10 +660,8 @@ class HotlineStore(RowStore):
             self.rows[hot_n:hot_n + n] = torch.from_numpy(self._staging(r.bank)[:n]).to(
                 self.device, non_blocking=True)
         if len(host_keys):
-            by_host = self.host_rows[self._rows_of(host_keys)]
-            refresh_stale(by_host, host_keys, self.prev)
             at = hot_n + self.slots
-            self.rows[at:at + len(host_keys)] = torch.from_numpy(by_host)
+            self.rows[at:at + len(host_keys)] = torch.from_numpy(self._read_beyond(host_keys))
         self.totals["bytes_h2d"] += (n + len(host_keys)) * self.layout.nbytes
         self._cur = _Fused(r.bank, keys, canon, unique + len(host_keys), counts, r.popular,
                            host_keys)
@@ -693,9 +704,7 @@ class HotlineStore(RowStore):
         prev = []
         if m:
             by_host = self.rows[hot_n + self.slots:hot_n + self.slots + m].cpu().numpy().copy()
-            self.dev.wait_scatters()   # the batch before's may still write one of these rows
-            self._write(g.host_keys, by_host)
-            self.totals["host_rows"] += m
+            self._write_beyond(g.host_keys, by_host)
             prev.append((g.host_keys, by_host))
         new = self.rows[hot_n:hot_n + n]
         if g.canon is not None:   # every slot of a key gets the row its lookups updated
@@ -754,9 +763,7 @@ class HotlineStore(RowStore):
         new = rows.index_select(0, g.cold_pos).cpu().numpy() if len(g.cold_keys) else \
             np.zeros((0, self.width), np.float32)
         if g.extra.any():
-            self.dev.wait_scatters()   # the batch before's may still write one of these rows
-            self._write(g.cold_keys[g.extra], new[g.extra])
-            self.totals["host_rows"] += int(g.extra.sum())
+            self._write_beyond(g.cold_keys[g.extra], new[g.extra])
         if len(g.slot_keys):
             st = self._staging(g.bank)
             if len(g.slot_keys) == len(g.cold_slots):   # a slot per key: each key's own
