@@ -63,6 +63,11 @@ class FragmenterSim:
     def build_seconds(self):
         return self.harness.build_seconds if self.harness else 0.0
 
+    @property
+    def build_reused(self):
+        """Whether the simulator build came from the cache (`hotline.sim.runner.cached_build`)."""
+        return bool(self.harness and self.harness.build_reused)
+
     def run(self, insert_keys, keys, sample_offsets, batch_size, busy_in=0.0, busy_out=0.0,
             progress=None, expect=None, stamps=None, counters=None, timeout=None):
         """Returns ({stream: decoded fields}, lookup-phase cycles, wall seconds).

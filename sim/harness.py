@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .runner import VERILATOR_FIX_ARGS, export_verilog, verilator_root
+from .runner import VERILATOR_FIX_ARGS, cached_build, export_verilog, tool_identity, verilator_root
 
 __all__ = ["HarnessError", "StreamHarness"]
 
@@ -114,7 +114,9 @@ class StreamHarness:
     """Build once, run many times: ``run(inputs, ...) -> (outputs, cycles)``.
 
     ``inputs`` / ``outputs`` name the component's stream ports; ``phases`` lists, per phase,
-    the input streams it drives (default: one phase with all of them).
+    the input streams it drives (default: one phase with all of them). The simulator build is
+    cached by content (`cached_build`): ``build_reused`` says whether this one was reused,
+    ``build_seconds`` what the build (or the lookup) took.
     """
 
     def __init__(self, component, inputs, outputs, build_dir, simulator="verilator",
@@ -132,25 +134,37 @@ class StreamHarness:
         t0 = time.perf_counter()
         if simulator == "verilator":
             root = verilator_root()
-            cmd = [str(root / "bin" / "verilator"), "--binary", "--timing", "-Wno-fatal",
-                   "-Wno-lint", "-Wno-style", "-O3", "--top-module", "tb", "-j", "2",
-                   "-CFLAGS", "-fcoroutines -std=c++20", *VERILATOR_FIX_ARGS,
-                   *(["--trace"] if waves else []),
-                   "--Mdir", str(self.build_dir / "obj"), "-o", "sim", str(tb), str(dut)]
-            self.exe = [str(self.build_dir / "obj" / "sim")]
+            args = ["--binary", "--timing", "-Wno-fatal", "-Wno-lint", "-Wno-style", "-O3",
+                    "--top-module", "tb", "-j", "2", "-CFLAGS", "-fcoroutines -std=c++20",
+                    *VERILATOR_FIX_ARGS, *(["--trace"] if waves else [])]
+            tool = str(root / "bin" / "verilator")
+            def command(entry):
+                return [tool, *args, "--Mdir", str(entry / "obj"), "-o", "sim", str(tb), str(dut)]
+            exe = lambda entry: [str(entry / "obj" / "sim")]
         elif simulator == "icarus":
             if not shutil.which("iverilog"):
                 raise HarnessError("Icarus Verilog (iverilog) is not installed")
-            cmd = ["iverilog", "-g2012", "-s", "tb", "-o", str(self.build_dir / "sim.vvp"),
-                   str(tb), str(dut)]
-            self.exe = ["vvp", "-n", str(self.build_dir / "sim.vvp")]
+            tool, args = "iverilog", ["-g2012", "-s", "tb"]
+            def command(entry):
+                return [tool, *args, "-o", str(entry / "sim.vvp"), str(tb), str(dut)]
+            exe = lambda entry: ["vvp", "-n", str(entry / "sim.vvp")]
         else:
             raise HarnessError(f"unknown simulator {simulator!r}")
         log = self.build_dir / "build.log"
-        with open(log, "w") as f:
-            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=self.build_dir).returncode
-        if rc:
-            raise HarnessError(f"{simulator} build failed; see {log}")
+
+        def build(entry):
+            entry.mkdir(parents=True)
+            with open(log, "w") as f:
+                rc = subprocess.run(command(entry), stdout=f, stderr=subprocess.STDOUT,
+                                    cwd=entry).returncode
+            if rc:
+                raise HarnessError(f"{simulator} build failed; see {log}")
+        # the trace (waves) is written in the run directory, so a traced build is shared too
+        model, self.build_reused = cached_build((simulator, *args, tool_identity(tool)),
+                                                [tb, dut], build)
+        if self.build_reused:
+            log.write_text(f"reused the build in {model}\n")
+        self.exe = exe(model)
         self.build_seconds = time.perf_counter() - t0
 
     def run(self, inputs, busy_in=0.0, busy_out=0.0, progress=None, watch=None, timeout=None):

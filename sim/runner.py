@@ -7,9 +7,15 @@ to its cocotb tests in a *handoff* file (``run_cocotb(..., handoff=path)``; the 
 with `handoff`); what the file holds is that module's business. Simulator setup facts are in
 ../shared/TOOLCHAIN.md and docs/toolchain.md; which simulators are installed is
 `hotline.host.simulators`.
+
+Builds are cached by content: a build of the same Verilog text, top, simulator and arguments
+is reused (`build_cache_dir`), so that tests and runs of one design compile it once.
 """
+import fcntl
+import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -55,12 +61,70 @@ def export_verilog(component, name, path):
 VERILATOR_FIX_ARGS = ["-MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include"]
 
 
+# The newest builds kept; one Verilator build of the whole accelerator is about 5 MB once its
+# object files are dropped (200 MB with them).
+BUILD_CACHE_ENTRIES = 64
+_BUILD_DONE = "complete"
+
+
+def build_cache_dir():
+    """Where simulator builds are cached: ``$HOTLINE_RTL_CACHE``, else
+    ``$XDG_CACHE_HOME/hotline/rtl`` (``~/.cache/hotline/rtl``)."""
+    if os.environ.get("HOTLINE_RTL_CACHE"):
+        return Path(os.environ["HOTLINE_RTL_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hotline" / "rtl"
+
+
+def cached_build(parts, sources, build):
+    """The directory of a cached build of ``sources`` (paths) with ``parts`` (strings: tool,
+    top, arguments), made by ``build(directory)`` unless an equal one is cached; returns
+    ``(directory, reused)``. A lock per entry lets concurrent runs of one design wait for a
+    single build. A failed build leaves nothing cached."""
+    digest = hashlib.sha256()
+    for part in (*parts, *TIMESCALE):
+        digest.update(str(part).encode() + b"\0")
+    for source in sources:
+        digest.update(Path(source).name.encode() + b"\0" + Path(source).read_bytes() + b"\0")
+    root = build_cache_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    entry = root / digest.hexdigest()[:32]
+    with open(root / f"{entry.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        reused = (entry / _BUILD_DONE).exists()
+        if not reused:
+            shutil.rmtree(entry, ignore_errors=True)
+            build(entry)
+            for f in entry.rglob("*"):    # a Verilator model runs from its executable alone
+                if f.suffix in (".o", ".a", ".gch", ".cpp", ".h", ".d") and f.is_file():
+                    f.unlink()
+            (entry / _BUILD_DONE).touch()
+        os.utime(entry)
+    _evict_builds(root)
+    return entry, reused
+
+
+def tool_identity(name):
+    """``name``'s path and install time, so that a reinstalled simulator rebuilds."""
+    import cocotb_tools.config
+    tool = shutil.which(name) or name
+    stamp = os.stat(tool).st_mtime_ns if os.path.exists(tool) else 0
+    return f"{tool}@{stamp};cocotb={cocotb_tools.config.libs_dir}"
+
+
+def _evict_builds(root):
+    entries = sorted((d for d in root.iterdir() if d.is_dir()), key=lambda d: d.stat().st_mtime)
+    for d in entries[:-BUILD_CACHE_ENTRIES]:
+        shutil.rmtree(d, ignore_errors=True)
+        (root / f"{d.name}.lock").unlink(missing_ok=True)
+
+
 def run_cocotb(component, toplevel, test_module, build_dir, simulator="verilator",
                testcase=None, extra_env=None, waves=False, seed=None, wrapper=None,
                handoff=None):
     """Export ``component``, build it with ``simulator`` and run cocotb ``test_module``.
 
-    ``build_dir`` holds the Verilog, the simulator build and ``results.xml``. ``wrapper``
+    ``build_dir`` holds the Verilog, the logs and ``results.xml``; the simulator build is
+    cached (`build_cache_dir`), except with ``waves``, which builds in ``build_dir``. ``wrapper``
     (name, Verilog text): a module around ``toplevel`` that becomes the simulated top (built
     with ``--timing`` on Verilator, so it may generate its own clock). ``handoff``: a file
     for the test module, which reads it at `handoff()`. Raises
@@ -103,11 +167,24 @@ def run_cocotb(component, toplevel, test_module, build_dir, simulator="verilator
     # (the CLI) reports one line rather than exiting silently.
     log = build_dir / "build.log"
     try:
-        runner.build(verilog_sources=sources, hdl_toplevel=toplevel, build_dir=build_dir,
-                     build_args=build_args, always=True, waves=waves, timescale=TIMESCALE,
-                     log_file=log)
+        if waves:    # the trace is written beside the build
+            runner.build(sources=sources, hdl_toplevel=toplevel, build_dir=build_dir,
+                         build_args=build_args, always=True, waves=True, timescale=TIMESCALE,
+                         log_file=log)
+            model = build_dir
+        else:
+            tool = "iverilog" if simulator == "icarus" else "verilator"
+            model, reused = cached_build(
+                (simulator, toplevel, *build_args, tool_identity(tool)), sources,
+                lambda entry: runner.build(sources=sources, hdl_toplevel=toplevel,
+                                           build_dir=entry, build_args=build_args, always=True,
+                                           timescale=TIMESCALE, log_file=log))
+            if reused:
+                log.write_text(f"reused the build in {model}\n")
         log = build_dir / "sim.log"
-        results = runner.test(hdl_toplevel=toplevel, test_module=test_module, build_dir=build_dir,
+        # the language is named: on a cached build this runner never saw the sources
+        results = runner.test(hdl_toplevel=toplevel, hdl_toplevel_lang="verilog",
+                              test_module=test_module, build_dir=model,
                               test_dir=build_dir, testcase=testcase, extra_env=env, waves=waves,
                               seed=seed, log_file=log, timescale=TIMESCALE)
     except (SystemExit, subprocess.CalledProcessError) as e:

@@ -202,7 +202,8 @@ def rtl_fragment(backend, config, insert_keys, keys, offsets, batch_size, run, p
             "lookups_per_cycle_per_lane": lookups / cycles / config.lanes if cycles else 0.0,
             "rtl_checked_against_model": True, "sim_seconds": seconds,
             "simulated_cycles_per_second": cycles / seconds if seconds else 0.0,
-            "build_seconds": sim.build_seconds, "rtl_build_dir": str(sim.build_dir),
+            "build_seconds": sim.build_seconds, "build_reused": sim.build_reused,
+            "rtl_build_dir": str(sim.build_dir),
             "waves": str(sim.waves_file) if waves and sim.waves_file else None}
 
 
