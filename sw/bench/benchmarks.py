@@ -818,12 +818,15 @@ def main(argv=None):
                      ("peer", lambda quick: bench_peer(quick, _train_config))):
         if name in want:
             print(f"bench: {name} ...", file=sys.stderr, flush=True)
+            t0 = time.perf_counter()
             if name == "dma":
                 acc = [r for r in results.get("synthesis") or []
                        if isinstance(r, dict) and r.get("block") == "accelerator"]
                 results[name], more = bench_dma(args.quick, acc[0].get("fmax_mhz") if acc else None)
             else:
                 results[name], more = fn(args.quick)
+            seconds = results.setdefault("section_seconds", {})[name] = time.perf_counter() - t0
+            print(f"bench: {name} took {seconds:.0f} s", file=sys.stderr, flush=True)
             rows += more
     write_json(args.out, results)
     print(table(rows, ["benchmark", "data", "result", "same-run reference", "ratio"]))
