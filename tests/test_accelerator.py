@@ -18,9 +18,9 @@ from hotline.sim.accelerator_run import gather_job, gather_run, split_batch_keys
 
 @pytest.mark.parametrize("simulator,data,width,banks,busy,lanes", [
     ("verilator", "criteo_kaggle/train_head1999.csv.gz", 64, 2, 0.0, 1),
-    ("icarus", "synth:criteo-kaggle:200:3", 128, 1, 0.3, 1),
-    # the top with lane beats (hotline gather --lanes); 2 lanes also run in the default tier
-    # through sim:// (test_sim_device_learner)
+    # Icarus and the top with lane beats (hotline gather --lanes) in the slow tier; 4 lanes
+    # run in CI's reduced set through sim:// (test_sim_device_learner)
+    pytest.param("icarus", "synth:criteo-kaggle:200:3", 128, 1, 0.3, 1, marks=pytest.mark.slow),
     pytest.param("verilator", "criteo_kaggle/train_head1999.csv.gz", 64, 2, 0.3, 4,
                  marks=pytest.mark.slow),
 ])

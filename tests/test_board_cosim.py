@@ -18,6 +18,10 @@ BOARD = BOARDS["ulx3s-85f"]
 # 8-byte rows (one bus word) and 64-byte table alignment keep 26 tables + 2 staging banks of
 # 1024 slots inside the 64 KiB window.
 LAYOUT = dict(config=BOARD.config, memory_bytes=BOARD.window_bytes, row_bytes=8, align=64)
+# The whole module is slow: one board build and a bit-level UART (about 3 min here, more on
+# CI); CI's reduced set runs test_board_session_after_an_abandoned_one_matches_model, and
+# serial:// against the accelerator RTL runs in the default tier (test_serial_device).
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +57,6 @@ def test_board_matches_model_through_the_serial_driver(board, tmp_path):
     _parity(board, tmp_path, 64, 100)
 
 
-@pytest.mark.slow
 @pytest.mark.ci
 def test_board_session_after_an_abandoned_one_matches_model(board, tmp_path):
     """A host died mid-batch on the board (`abandon_session`); the next session's OPEN and soft
@@ -65,7 +68,6 @@ def test_board_session_after_an_abandoned_one_matches_model(board, tmp_path):
     _parity(board, tmp_path, 64, 100)
 
 
-@pytest.mark.slow
 def test_board_matches_model_on_a_longer_stream(board, tmp_path):
     _parity(board, tmp_path, 256, 400)
 

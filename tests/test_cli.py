@@ -183,6 +183,7 @@ def test_sim_in_lanes_on_the_amaranth_simulator(tmp_path, capsys):
     assert run["rtl_checked_against_model"] and 1.0 < run["lookups_per_cycle"] <= 2.0
 
 
+@pytest.mark.slow   # (CI runs the README's profile --learner hw command)
 def test_profile_with_the_learner_rtl(tmp_path, simulator_or_skip):
     simulator_or_skip("verilator")
     path = real_file("criteo_kaggle/train_head1999.csv.gz")

@@ -57,8 +57,8 @@ def reference(optimizer, batch, epochs, test_fraction=0.1, samples=None):
 
 @pytest.mark.parametrize("mode,optimizer,nproc,extra", [
     ("baseline", "sgd", 2, []),
-    ("baseline", "adagrad", 4, []),
-    ("device-only", "sgd", 2, []),
+    pytest.param("baseline", "adagrad", 4, [], marks=pytest.mark.slow),
+    pytest.param("device-only", "sgd", 2, [], marks=pytest.mark.slow),
     ("hotline", "sgd", 2, ["--hot-rows", "300"]),
     ("hotline", "adagrad", 3, ["--hot-rows", "300", "--hot-set", "learn", "--refresh", "every:3",
                                "--learn-window", "128"]),
@@ -218,7 +218,7 @@ def emulated_ranks(data, cfg, world):
 
 
 @pytest.mark.parametrize("mode,extra", [
-    ("baseline", []),
+    pytest.param("baseline", [], marks=pytest.mark.slow),   # (hotline's sums the same way)
     ("hotline", ["--hot-rows", "300", "--hot-set", "learn", "--refresh", "every:12",
                  "--learn-window", "3000"]),
 ])

@@ -83,6 +83,7 @@ class FlakySocket:
         return getattr(self.sock, name)
 
 
+@pytest.mark.slow   # (serial:// has its link faults in the default tier: test_serial_device)
 def test_link_faults(tmp_path, simulator_or_skip):
     """Corrupted request and response frames are retried; a stopped simulator times out and a
     dead one raises LinkError; close() always ends the process group."""

@@ -111,7 +111,8 @@ def build_dir(tmp_path_factory):
 # the generator at one lane in the default tier (no data needed); the real stream (same RTL
 # path), 2 and 4 lanes slow (4 lanes in CI too: lookup beats of three link words; lane beats
 # reach the Fragmenter RTL in the default tier through its own tests)
-@pytest.mark.parametrize("source,lanes", [param("criteo", 1, slow=True), ("generator", 1),
+@pytest.mark.parametrize("source,lanes", [param("criteo", 1, slow=True),
+                                          param("generator", 1, slow=True),
                                           param("generator", 2, slow=True),
                                           param("generator", 4, slow=True, marks=pytest.mark.ci),
                                           param("criteo", 4, slow=True)])
