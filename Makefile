@@ -32,8 +32,12 @@ icarus:
 	@command -v iverilog >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] \
 	    && apt-get install -y -q iverilog >/dev/null 2>&1 || echo "note: Icarus Verilog not installed; its runs will skip" >&2; }
 
+# Test processes (pytest-xdist): make test takes one test file per process at a time, test-ci
+# one test; builds of one design are shared between them (docs/toolchain.md, the build cache).
+WORKERS ?= 2
+
 test: $(STAMP) icarus
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" -n $(WORKERS) --dist loadfile
 
 # The inner loop: contract, models, host runtime, CLI and Amaranth-simulator tests; nothing
 # marked slow or rtl (no Verilator, Icarus or Yosys/nextpnr: tests/conftest.py), and not the
@@ -47,7 +51,7 @@ test-full: $(STAMP) icarus
 # The reduced slow set CI runs (slow tests marked ci), e.g. the README's Verilator commands
 # profile --learner hw and fragment --backend verilator, as written, from a clean copy.
 test-ci: $(STAMP) icarus
-	$(BIN)/python -m pytest -q -m "slow and ci"
+	$(BIN)/python -m pytest -q -m "slow and ci" -n $(WORKERS) --dist load
 
 # Every README command as written (fast and slow tiers; tests/test_readme.py).
 test-readme: $(STAMP) icarus

@@ -13,7 +13,7 @@ Tiers (markers in pyproject.toml):
 
 `make test-fast` runs ``-m "not slow and not rtl"`` without test_readme.py (the README's commands
 have `make test-readme`): contract, models, host runtime, CLI and the Amaranth-simulator tests
-of the gateware. `make test` (``-m "not slow"``) is the CI gate.
+of the gateware. `make test` (``-m "not slow"``, on two pytest-xdist processes) is the CI gate.
 Plain helpers (the real data files, `helpers.param`) are in helpers.py.
 """
 import pytest

@@ -16,7 +16,8 @@ Sections:
   cold_keys stream, one key per cycle, keep up), with the worst lanes figure per L against
   0.95 L, every beat checked against the model; and the simulators' speed (simulated
   cycles/s) on one short stream, Verilator beside
-  Icarus and the Amaranth simulator;
+  Icarus and the Amaranth simulator (``--quick``: 1 lane, a 4,096-row hot set on the
+  generator's stream);
 - hashing: occupancy at the first refused CAM insert (bit-exact model) for every key family
   (random; dense rows of one and of 26 tables, random and rank order; the distinct keys of
   every shared file) at 4,096 / 16,384 / 65,536 entries, for the product geometry (tabulation
@@ -226,7 +227,9 @@ def bench_fragment_rtl(quick):
     specs = [f"synth:criteo-kaggle:{5000 if quick else 100_000}"]
     specs += [str(p) for p in real_data_files()][:1 if quick else None]
     datasets = [open_data(spec) for spec in specs]
-    hot_rows = [16384 if spec.startswith("synth:") else
+    # --quick (a smoke run): one lane and a 4,096-row CAM, one Verilator build per geometry
+    lanes_run = LANES[:1] if quick else LANES
+    hot_rows = [(4096 if quick else 16384) if spec.startswith("synth:") else
                 max(1, int(0.1 * len(np.unique(ds.keys)))) for spec, ds in zip(specs, datasets)]
     # The geometry a user gets (`for_workload`), shared by the streams whose cold sets come
     # out the same size (one build per geometry and lane count). One sized for all (`make
@@ -245,7 +248,7 @@ def bench_fragment_rtl(quick):
             configs[i] = config
     cache, streams = {}, []
     with tempfile.TemporaryDirectory() as tmp:
-        for lanes in LANES:
+        for lanes in lanes_run:
             for ds, k, config in zip(datasets, hot_rows, configs):
                 res, _ = fragment(ds, k, batch, backend="verilator", build_dir=tmp,
                                   config=dataclasses.replace(config, lanes=lanes),
@@ -269,7 +272,7 @@ def bench_fragment_rtl(quick):
     for name, r in speed.items():
         r["verilator_speedup"] = v / r["cycles_per_second"]
     worst = {lanes: min(x["lookups_per_cycle_per_lane"] for x in streams if x["lanes"] == lanes)
-             for lanes in LANES}
+             for lanes in lanes_run}
     result = {"batch_size": batch, "ideal_lookups_per_cycle": "lanes", "streams": streams,
               "simulator_speed": {"data": short.name, **speed},
               "min_lookups_per_cycle_per_lane": worst,
