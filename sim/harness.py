@@ -153,7 +153,6 @@ class StreamHarness:
         log = self.build_dir / "build.log"
 
         def build(entry):
-            entry.mkdir(parents=True)
             with open(log, "w") as f:
                 rc = subprocess.run(command(entry), stdout=f, stderr=subprocess.STDOUT,
                                     cwd=entry).returncode

@@ -116,6 +116,7 @@ def cached_build(parts, sources, build):
         reused = (entry / _BUILD_DONE).exists()
         if not reused:
             shutil.rmtree(entry, ignore_errors=True)
+            entry.mkdir()
             build(entry)
             for f in entry.rglob("*"):    # a Verilator model runs from its executable alone
                 if f.suffix in (".o", ".a", ".gch", ".cpp", ".h", ".d") and f.is_file():

@@ -352,6 +352,7 @@ def test_a_simulator_that_exits_is_one_error_line(tmp_path, monkeypatch, capsys)
 
     monkeypatch.setattr(cocotb_tools.runner, "get_runner", lambda name: Dead())
     monkeypatch.setattr(commands, "simulator_available", lambda name: True)
+    monkeypatch.setenv("HOTLINE_RTL_CACHE", str(tmp_path / "cache"))   # Dead builds nothing
     assert main(["profile", "synth:criteo-kaggle:50", "--hot-rows", "8", "--learner", "hw",
                  "--build-dir", str(tmp_path / "rtl"), "--json", str(tmp_path / "p.json")]) == 2
     err = capsys.readouterr().err
