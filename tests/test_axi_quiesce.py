@@ -274,3 +274,49 @@ def test_watchdog_gives_up_a_hung_response_and_drops_it_later(hung):
         assert ctx.get(dut.quiet), "the new transactions left something owed"
 
     simulate(dut, bench)
+
+
+@pytest.mark.parametrize("hung", ["b", "r"])
+@pytest.mark.parametrize("after", [0, 1, 2])
+def test_a_stale_response_at_the_expiry_is_dropped(hung, after):
+    """The hung response comes ``after`` cycles from the ``expired`` strobe (0: in that cycle),
+    with the master ready: the gate takes it and the master never sees it. ``drop_r`` /
+    ``drop_b`` are registers loaded a cycle ahead; one a cycle late leaks this response."""
+    dut = AXI4Quiesce(32, 64, timeout=TIMEOUT)
+    m, s = dut.m, dut.s
+
+    async def bench(ctx):
+        await ctx.tick().repeat(2)
+        if hung == "b":
+            pairs = [(m.awvalid, s.awready), (m.wvalid, s.wready, m.wlast)]
+        else:
+            ctx.set(m.arlen, 1)
+            pairs = [(m.arvalid, s.arready)]
+        for sigs in pairs:
+            for sig in sigs:
+                ctx.set(sig, 1)
+            await ctx.tick()
+            for sig in sigs:
+                ctx.set(sig, 0)
+        ctx.set(dut.hold, 1)
+        ctx.set(m.rready, 1)
+        ctx.set(m.bready, 1)
+        for _ in range(3 * TIMEOUT):
+            if ctx.get(dut.expired):
+                break
+            await ctx.tick()
+        assert ctx.get(dut.expired)
+        for _ in range(after):
+            await ctx.tick()
+        valid = s.bvalid if hung == "b" else s.rvalid
+        for last in ((1,) if hung == "b" else (0, 1)):
+            ctx.set(valid, 1)
+            ctx.set(s.rlast, last)
+            assert ctx.get(s.bready if hung == "b" else s.rready), "the gate did not take it"
+            assert not ctx.get(m.bvalid) and not ctx.get(m.rvalid), "the master saw it"
+            await ctx.tick()
+        ctx.set(valid, 0)
+        await ctx.tick().repeat(3)
+        assert ctx.get(dut.quiet)
+
+    simulate(dut, bench)
