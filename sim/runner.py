@@ -19,6 +19,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from amaranth.back import verilog
@@ -92,7 +93,8 @@ _BUILD_DONE = "complete"
 
 def build_cache_dir():
     """Where simulator builds are cached: ``$HOTLINE_RTL_CACHE``, else
-    ``$XDG_CACHE_HOME/hotline/rtl`` (``~/.cache/hotline/rtl``)."""
+    ``$XDG_CACHE_HOME/hotline/rtl`` (``~/.cache/hotline/rtl``); `cached_build` falls back to
+    the temporary directory where it cannot be created."""
     if os.environ.get("HOTLINE_RTL_CACHE"):
         return Path(os.environ["HOTLINE_RTL_CACHE"])
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hotline" / "rtl"
@@ -109,7 +111,11 @@ def cached_build(parts, sources, build):
     for source in sources:
         digest.update(Path(source).name.encode() + b"\0" + Path(source).read_bytes() + b"\0")
     root = build_cache_dir()
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError:     # no writable home: a cache for this machine's session
+        root = Path(tempfile.gettempdir()) / f"hotline-rtl-{os.getuid()}"
+        root.mkdir(exist_ok=True)
     entry = root / digest.hexdigest()[:32]
     with open(root / f"{entry.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
