@@ -47,7 +47,9 @@ BLOCK_TARGET_MHZ = {("accelerator", "ecp5-85f"): 100, ("fragmenter", "ecp5-85f")
 # 3%, router2's "met" being up to 3% looser than the final report), seed 1 kept 14-20 arcs late
 # up to router2's 1500-iteration cap and routed at 98.89 MHz, seed 3 kept 43-120 and routed at
 # 94.89 MHz; both critical paths AXI4Quiesce's stale_b -> bvalid -> the DMA's done payload
-# (docs/hardware.md). Seed 2 has not been routed at 103 MHz.
+# (docs/hardware.md). With that gate's drop_b registered (cycle-neutral), 102.24 / 102.83 /
+# 94.88 MHz at seeds 1 / 2 / 3 (router2 converged in 5 / 5 / 15 min; seed 3's path now starts
+# at the slave's bvalid).
 # The 2-lane top: router2 given a clock with arcs late rips them up while it works on
 # congestion and may not converge (before the BatchLanePacker's pipelining, seed 1: at 60 MHz
 # ~248 arcs late and 120-230 wires still overused after 900 iterations; at 50 MHz it converged
