@@ -117,7 +117,9 @@ def test_two_ranks_train_as_one_process(tmp_path, placement, optimizer):
     for k, v in one.state_dict().items():
         scale = max(float(v.abs().max()), 1e-3)
         for r in (r0, r1):   # every rank sees the same tables (shared memory, or replicas)
-            assert np.abs(r[k] - v.numpy()).max() <= TABLE_RTOL[optimizer] * scale, k
+            # optimizer state holds 1e-6 here too; only the weights need TABLE_RTOL
+            rtol = TABLE_RTOL[optimizer] if k.endswith(".weight") else 1e-6
+            assert np.abs(r[k] - v.numpy()).max() <= rtol * scale, k
     one.close()
 
 
