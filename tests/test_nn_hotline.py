@@ -442,17 +442,19 @@ def tbe_reference(configs, features, lr, pooling):
         pooling_mode=PoolingMode.MEAN if pooling == "MEAN" else PoolingMode.SUM)
 
 
-@pytest.mark.parametrize("pooling, weighted, prefetch, slots", [
-    ("SUM", False, True, 192), ("SUM", False, False, 192), ("MEAN", False, True, 192),
-    ("SUM", True, True, 192), ("SUM", False, True, 24), ("SUM", False, False, 24)])
-def test_collection_in_place_equals_fbgemm_tbe(pooling, weighted, prefetch, slots):
+@pytest.mark.parametrize("pooling, weighted, prefetch, slots, banks", [
+    ("SUM", False, True, 192, 2), ("SUM", False, False, 192, 2), ("MEAN", False, True, 192, 2),
+    ("SUM", True, True, 192, 2), ("SUM", False, True, 24, 2), ("SUM", False, False, 24, 2),
+    ("SUM", False, False, 192, 1)])
+def test_collection_in_place_equals_fbgemm_tbe(pooling, weighted, prefetch, slots, banks):
     """kernel="fbgemm" (FBGEMM's kernels in place on the hot table and the batch's cold rows,
     each lookup given its row by the device) trains as FBGEMM's TBE over the whole tables:
     the same losses and final tables, bit for bit, over 80 multi-hot steps with empty bags,
     two features sharing a table, the hot set learned then refreshed every 16 steps, with and
     without prefetch (the next batch's cold rows gathered before this one's update). With 24
-    staging ``slots`` most batches have more cold keys: the host reads and writes those
-    beyond the slots, in rows after them (the store's rows grow, the kernel follows)."""
+    staging ``slots`` most batches have more cold keys: those beyond the slots are updated in
+    their tables (the kernel's rows are host memory itself, never copied nor grown). With one
+    staging bank each batch is gathered into the bank the batch before was updated in."""
     from hotline.nn import EmbeddingBagCollection  # lazy: (see above)
     sizes = [300, 120, 40]
     names = [["f0"], ["f1", "f1b"], ["f2"]]
@@ -461,7 +463,7 @@ def test_collection_in_place_equals_fbgemm_tbe(pooling, weighted, prefetch, slot
     hot = EmbeddingBagCollection(tables, placement="hotline", lr=0.1, device="cpu",
                                  hot_rows=60, hot_set="learn", learn_window=5,
                                  refresh="every:16", batch_lookups=slots, batch_size=16,
-                                 kernel="fbgemm", is_weighted=weighted)
+                                 kernel="fbgemm", is_weighted=weighted, banks=banks)
     rows = hot.store.rows
     ref = tbe_reference(tables, features, 0.1, pooling)
     with torch.no_grad():
@@ -479,8 +481,9 @@ def test_collection_in_place_equals_fbgemm_tbe(pooling, weighted, prefetch, slot
             assert torch.equal(got[f"embedding_bags.t{t}.weight"], w), f"table {t}"
         c = hot.store.counters()
         assert len(c["loads"]) == 5 and 0.3 < c["hot_share"] < 1 and c["cold_rows"] > 0
-        assert hot.store.slots == slots and hot._kernel.rows is hot.store.rows
-        assert (c["host_rows"] > 0 and hot.store.rows is not rows) == (slots < 192)
+        assert hot.store.slots == slots and hot._kernel.rows is hot.store.rows is rows
+        assert hot.store.rows.data_ptr() == hot.store.host_rows.ctypes.data
+        assert (c["host_rows"] > 0) == (slots < 192)
     finally:
         hot.close()
 

@@ -294,7 +294,7 @@ class NNPath(Path):
         kw = {}
         if placement == "hotline":
             # staging holds at most the device's 65,535 slots: a batch's cold keys beyond
-            # them are the host's to move (the store's rule), in host time
+            # them are the host's (the store's rule), updated in their tables by the kernel
             kw = {"device_url": device_url, "hot_keys": hot_keys, "batch_size": batch_size,
                   "batch_lookups": min(batch_lookups, Device.max_slots)}
         self.ebc = EmbeddingBagCollection(tables=tables, placement=placement, optimizer="sgd",

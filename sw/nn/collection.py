@@ -488,8 +488,6 @@ class EmbeddingBagCollection(nn.Module):
         order = announced.order if announced is not None else \
             self._announce(keys, offsets, batch, None)
         at = self.store.gather_lookups()   # each announced lookup's row, sample by sample
-        if self._kernel.rows is not self.store.rows:   # they grew for a batch's host rows
-            self._kernel = self._kernel.over(self.store.rows)
         indices = np.empty(len(at), np.int64)
         indices[order.numpy()] = at.numpy()
         indices = torch.from_numpy(indices)

@@ -51,15 +51,16 @@ def refresh_stale(rows, keys, prev) -> None:
     """A batch gathered before the batch before it was scattered (it was pushed while that one
     trained) holds stale copies of the rows cold in both: ``rows`` (of ``keys``, uint32) take
     the updated rows of the batch before, in place: ``prev``, a list of parts (sorted keys,
-    rows) with disjoint keys. (The hardware gathers ahead in the same way.)"""
+    rows) or (sorted keys, rows, at: the row of each key in ``rows``) with disjoint keys. (The
+    hardware gathers ahead in the same way.)"""
     if prev is None or not len(keys):
         return
-    for pk, prow in prev:
+    for pk, prow, *at in prev:
         if len(pk):
             pos = np.minimum(np.searchsorted(pk, keys), len(pk) - 1)
             m = pk[pos] == keys
             if m.any():
-                rows[m] = prow[pos[m]]
+                rows[m] = prow[pos[m] if not at else at[0][pos[m]]]
 
 
 def sorted_unique(keys) -> np.ndarray:
@@ -143,7 +144,7 @@ class _Fused:
     cold_rows: int          # unique cold keys
     counts: tuple           # (hot lookups, lookups, popular samples, samples) on the device
     popular: np.ndarray
-    host_keys: np.ndarray   # cold keys beyond the slots (ascending): read and written by the host
+    host_keys: np.ndarray   # cold keys beyond the slots (ascending): updated in their tables
 
 
 class HotlineStore(RowStore):
@@ -215,10 +216,19 @@ class HotlineStore(RowStore):
         except BaseException:
             self.close()
             raise
-        # the hot table, then a batch's cold rows for an in-place kernel (`gather_lookups`)
-        self.rows = torch.zeros(self.dev.info()["hot_slots"] + self.slots, self.width,
-                                device=self.device)
-        self.hot_table = self.rows[:self.dev.info()["hot_slots"]]
+        # in place (`gather_lookups`): an in-place kernel's rows are host memory itself (the
+        # CPU's: tables, staging banks, the hot table at row ``hot_row0``); else none
+        hot_n = self.dev.info()["hot_slots"]
+        self.rows, self.hot_row0 = None, 0
+        if self.in_place:
+            self.rows, self.hot_row0 = self.host.rows, self.hot_window.base // layout.nbytes
+            if hot_n * layout.nbytes > self.hot_window.size:
+                self.close()
+                raise HotlineError(f"hot table: the device has {hot_n} hot slots, host memory "
+                                   f"holds {self.hot_window.size // layout.nbytes}")
+            self.hot_table = self.rows[self.hot_row0:self.hot_row0 + hot_n]
+        else:
+            self.hot_table = torch.zeros(hot_n, self.width, device=self.device)
         if host is not None:   # tables already there: their hot rows to the hot table
             p = self.placement
             self.hot_table[self._index_tensor(p.slots)] = self._read(p.keys)
@@ -240,10 +250,14 @@ class HotlineStore(RowStore):
 
     # -- host memory --------------------------------------------------------------------
     @staticmethod
-    def staging_bytes(config, layout, banks=2, world=1) -> int:
-        """The host memory after the tables that the staging banks take (``world`` ranks)."""
+    def staging_bytes(config, layout, banks=2, world=1, torch_device="cpu") -> int:
+        """The host memory after the tables that the staging banks take (``world`` ranks), and
+        the hot table where it lies in host memory (one process on the CPU: `in_place`)."""
         align = HostStore.alignment(layout)
-        return -(-banks * config.cold_max_keys * layout.nbytes // align) * align * world
+        up = lambda n: -(-n // align) * align
+        hot = config.hot_slots * layout.nbytes \
+            if torch.device(torch_device).type == "cpu" and world == 1 else 0
+        return up(banks * config.cold_max_keys * layout.nbytes) * world + up(hot)
 
     def _host(self, layout, host) -> None:
         """The tables in a `HostStore` (``host``, or a new one) and the staging banks after
@@ -258,6 +272,12 @@ class HotlineStore(RowStore):
         # data parallel: a staging window per rank, each rank's device gathers into its own
         self.staging_window = [self.memory.alloc(staging, align, name=f"staging{r}")
                                for r in range(world)][rank]
+        # one process on the CPU: the hot table in host memory too (no DMA window: the device
+        # never reaches it), so an in-place kernel's rows are host memory itself
+        self.in_place = self.device.type == "cpu" and self.ranks is None
+        if self.in_place:
+            self.hot_window = self.memory.alloc(self.config.hot_slots * layout.nbytes, align,
+                                                name="hot")
         self.host_rows, self.row_base = self.host.host_rows, self.host.row_base
         self.staging_row0 = self.staging_window.base // layout.nbytes
 
@@ -626,20 +646,21 @@ class HotlineStore(RowStore):
 
     def gather_lookups(self) -> torch.Tensor:
         """The prefetched batch for a kernel that updates rows in place (FBGEMM's TBE): each
-        lookup, in the order announced, as its row of `rows`: hot rows at their slots, then
-        the batch's cold rows in staging-slot order (stale rows fixed; after a cold-key set
-        overflow every lookup of a key gets the key's first slot), then the rows of the cold
-        keys beyond the staging slots, which the host reads (`rows` grows for them: a new
-        tensor). The kernel updates `rows`; `scatter_lookups` takes the cold rows back. One
-        process only: data parallel sums the gradients over the ranks first (`gather`)."""
+        lookup, in the order announced, as its row of `rows`, which is host memory itself
+        (one process on the CPU: `in_place`): hot rows at their slots of the hot table, cold
+        rows at their staging slots (stale rows fixed; after a cold-key set overflow every
+        lookup of a key gets the key's first slot), the cold keys beyond the staging slots at
+        their table rows (after the batch before's scatter). Nothing is copied. The kernel
+        updates `rows`; `scatter_lookups` hands the cold rows back to the device."""
         b = self._next
         if b is None:
             raise HotlineError("gather_lookups: no batch prefetched (prefetch it first)")
         if self._cur is not None:
             raise HotlineError("gather_lookups: the batch gathered before was not scattered")
-        if self.ranks is not None:
-            raise HotlineError("gather_lookups: data parallel sums each row's gradient over "
-                               "the ranks first: use gather")
+        if not self.in_place:
+            raise HotlineError("gather_lookups: in-place batches need one process on the CPU "
+                               "(data parallel sums each row's gradient over the ranks first; "
+                               "another torch device holds copies): use gather")
         self._take(b)
         r, counts = self._pull_result(b)
         none = np.zeros(0, np.uint32)
@@ -652,16 +673,12 @@ class HotlineStore(RowStore):
             _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
             canon, unique = first[inverse], len(first)
         cold = r.slot if canon is None else canon[r.slot]
-        index, host_keys = np.where(r.hot, r.slot, hot_n + cold), none
+        cold0 = self.staging_row0 + r.bank * self.slots
+        index, host_keys = np.where(r.hot, self.hot_row0 + r.slot, cold0 + cold), none
         if b.pushed is not b.lookups:   # its unique keys: each lookup through its key
             index, host_keys = self._unique_rows(b, index)
-        self._room(len(host_keys))
-        if n:
-            self.rows[hot_n:hot_n + n] = torch.from_numpy(self._staging(r.bank)[:n]).to(
-                self.device, non_blocking=True)
-        if len(host_keys):
-            at = hot_n + self.slots
-            self.rows[at:at + len(host_keys)] = torch.from_numpy(self._read_beyond(host_keys))
+        if len(host_keys):   # updated in their tables: the batch before's scatter first
+            self.dev.wait_scatters()
         self.totals["bytes_h2d"] += (n + len(host_keys)) * self.layout.nbytes
         self._cur = _Fused(r.bank, keys, canon, unique + len(host_keys), counts, r.popular,
                            host_keys)
@@ -674,7 +691,7 @@ class HotlineStore(RowStore):
         host = np.zeros(len(b.unique), bool) if b.host_key is None else b.host_key
         row = np.empty(len(b.unique), np.int64)
         row[~host] = pushed_rows
-        row[host] = len(self.hot_table) + self.slots + np.arange(np.count_nonzero(host))
+        row[host] = self._rows_of(b.unique[host])
         _, dense = self._lookup_slots(b.lookups)
         if dense is None:
             return row[np.searchsorted(b.unique, b.lookups)], b.unique[host]
@@ -682,42 +699,32 @@ class HotlineStore(RowStore):
         index.scratch[index.dense_rows(b.unique)] = row
         return index.scratch.take(dense), b.unique[host]
 
-    def _room(self, extra) -> None:
-        """`rows` holds the hot table, the staging slots and ``extra`` rows more: else it
-        grows (to half as many more), a new tensor with the hot table copied."""
-        hot_n = len(self.hot_table)
-        if hot_n + self.slots + extra > len(self.rows):
-            rows = torch.zeros(hot_n + self.slots + extra * 3 // 2, self.width,
-                               device=self.device)
-            rows[:hot_n] = self.hot_table
-            self.rows, self.hot_table = rows, rows[:hot_n]
-
     def scatter_lookups(self) -> None:
-        """The batch of `gather_lookups` is done (its rows updated in place, or not): the rows
-        beyond the slots go to host memory (after the batch before's scatter), the cold rows
-        to their staging slots, and the device scatters them to host memory while the next
-        batch trains."""
+        """The batch of `gather_lookups` is done (its rows updated in place, or not): the
+        device scatters its staging slots to host memory while the next batch trains (after a
+        cold-key set overflow every slot of a key first takes the row its lookups updated);
+        the keys beyond the slots were updated in their tables."""
         g = self._cur
         if not isinstance(g, _Fused):
             raise HotlineError("scatter_lookups: no batch gathered by gather_lookups")
-        hot_n, n, m = len(self.hot_table), len(g.slot_keys), len(g.host_keys)
-        prev = []
-        if m:
-            by_host = self.rows[hot_n + self.slots:hot_n + self.slots + m].cpu().numpy().copy()
-            self._write_beyond(g.host_keys, by_host)
-            prev.append((g.host_keys, by_host))
-        new = self.rows[hot_n:hot_n + n]
+        n, m = len(g.slot_keys), len(g.host_keys)
+        prev, st = [], self._staging(g.bank)   # the rows were updated where they lie
+        if m:   # the keys beyond the slots: in their tables already
+            self.totals["host_rows"] += m
+            self.totals["bytes_d2h"] += m * self.layout.nbytes
+            prev.append((g.host_keys, self.host_rows, self._rows_of(g.host_keys)))
         if g.canon is not None:   # every slot of a key gets the row its lookups updated
-            new = new.index_select(0, torch.from_numpy(g.canon).to(self.device))
-        new = new.cpu().numpy()
+            st[:n] = st[g.canon]
+        # the next batch's stale rows are fixed from this bank before the device gathers into
+        # it again (batch b uses bank b % banks): with one bank, from a copy
+        new = st[:n] if self.banks > 1 else st[:n].copy()
         if n:
-            self._staging(g.bank)[:n] = new
             # not waited for (as `scatter`)
             self.dev.scatter(g.bank, g.slot_keys, wait=False)
             self.totals["bytes_d2h"] += n * self.layout.nbytes
         self.totals["cold_rows"] += g.cold_rows
         order = np.argsort(g.slot_keys, kind="stable")
-        self._done(g, prev + [(g.slot_keys[order], new[order])])
+        self._done(g, prev + [(g.slot_keys[order], new, order)])
 
     def read(self, keys) -> torch.Tensor:
         """The current rows of ``keys`` (unique, ascending) without the device's pipeline

@@ -2,9 +2,10 @@
 the backward with the optimizer fused, as TorchRec's DMP runs them on a CPU, updating the
 caller's row tensor in place.
 
-The "hotline" placement gives it its hot table and the batch's cold rows as one tensor
-(`HotlineStore.rows`) and each lookup's row in it, so the host neither sorts nor
-deduplicates a batch's keys: the accelerator did."""
+The "hotline" placement gives it host memory as one tensor (`HotlineStore.rows`: the tables,
+the staging banks with the batch's cold rows, the hot table) and each lookup's row in it, so
+the host neither sorts nor deduplicates a batch's keys (the accelerator did) nor copies a
+row."""
 import torch
 
 from hotline.contract.errors import HotlineError
@@ -45,14 +46,11 @@ class TBEKernel:
             [(rows.shape[0], rows.shape[1], EmbeddingLocation.HOST, ComputeDevice.CPU)],
             feature_table_map=[0] * features, optimizer=EmbOptimType.EXACT_SGD,
             learning_rate=lr, pooling_mode=PoolingMode.MEAN if mean else PoolingMode.SUM,
-            bounds_check_mode=BoundsCheckMode.NONE)
-        self.tbe.weights_host.data = rows.view(-1)   # FBGEMM reads and updates ``rows``
+            bounds_check_mode=BoundsCheckMode.NONE,
+            # FBGEMM reads and updates ``rows`` (it allocates no table of its own)
+            preallocated_host_buffers={"weights": rows.view(-1)})
 
         self.lr = lr
-
-    def over(self, rows: torch.Tensor) -> "TBEKernel":
-        """The same kernel over other ``rows`` (FBGEMM's table has a fixed row count)."""
-        return TBEKernel(rows, self.features, self.lr, self.mean)
 
     def set_lr(self, lr: float) -> None:
         """Follow the optimizer's learning rate (a scheduler may change it)."""

@@ -60,7 +60,8 @@ def hotline_store(run, hot_keys=None, schedule=None) -> HotlineStore:
                            f"bank; use a smaller --batch-size")
     check_fits(f"{run.dev.type} device memory (hot table + staging copies)",
                (config.hot_slots + 2 * slots) * lay.nbytes, run.device_limit(), d)
-    host = host_store(run, HotlineStore.staging_bytes(config, lay, world=run.world))
+    host = host_store(run, HotlineStore.staging_bytes(config, lay, world=run.world,
+                                                    torch_device=run.dev))
     url = device_url(run)
     run.phase(f"opening the device ({url}), loading {len(hot_keys):,} hot keys into the CAM "
               f"and their rows to the torch device")
