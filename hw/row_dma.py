@@ -80,7 +80,8 @@ cmd handshake -> first key handshake: 7 cycles (the staging-window check settles
 batch's command is taken in the cycle after its predecessor's last key, so batches in flight
 hide it). Key handshake -> ARVALID (and AWVALID): 10 cycles (S1..S5, op FIFO, chunker,
 AR/AW FIFO: ``RowWindowCheck.LATENCY`` + ``RowChunker.LATENCY``). R handshake -> WVALID: 5
-cycles (data FIFO, W register, W FIFO). B handshake -> done valid: 1 cycle. Descriptor write -> usable: ``DESC_LATENCY`` cycles. Throughput: one key
+cycles (data FIFO, W register, W FIFO). B handshake -> done valid: 2 cycles (the B register
+slice, the done register). Descriptor write -> usable: ``DESC_LATENCY`` cycles. Throughput: one key
 per cycle through the checks, one chunk per cycle from the chunker, one beat per cycle on R
 and W. Measured with a 32-cycle memory (sim/bench_row_dma.py, 2048 rows): read-channel
 utilisation 0.98-1.00 for 64 B and 256 B rows at 64, 128 and 256-bit data width (the rest is

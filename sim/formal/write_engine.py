@@ -10,8 +10,10 @@
   raises the ``refused`` strobe with its cause exactly once, when its event completes (the
   error counters count these strobes); a copied row raises ``row_done`` once;
 - the AXI master rules: AWVALID and WVALID held until ready with AWADDR / AWLEN and WDATA /
-  WSTRB / WLAST stable; AW carries the ``aw`` stream's bursts unchanged; BREADY only while a
-  write response is awaited.
+  WSTRB / WLAST stable; AW carries the ``aw`` stream's bursts unchanged;
+- each write response taken retires one event that awaits one, in the order taken, with the
+  ``write_err`` strobe exactly when its BRESP is not OKAY: none lost, none invented, none
+  used before it was taken (BREADY is the B register slice's room: at most two are held).
 
 Checked for one watched burst (the ``watch``-th ``wlen`` entry: a free input held from step
 0, so every burst is the watched one in some trace). Free: read beats (within the credit the
@@ -39,6 +41,11 @@ MUTATIONS = {
     # an errored read beat written with its strobes
     "strobes_on_error": ("bus.wstrb.eq(Mux(w_out.err, 0, (1 << bus_bytes) - 1))",
                          "bus.wstrb.eq((1 << bus_bytes) - 1)"),
+    # an event retired by the slave's response before the B slice took it
+    "b_before_slice": ("(~ev.need_b | b.valid)", "(~ev.need_b | bus.bvalid)"),
+    # the error strobe at the slave's handshake, not when the response retires its event
+    "err_at_handshake": ("self.write_err.eq(b_fire & (b.payload != AXIResp.OKAY))",
+                         "self.write_err.eq(bus.bvalid & bus.bready & (bus.bresp != AXIResp.OKAY))"),
 }
 
 
@@ -72,8 +79,24 @@ class WriteEngineProperty(Elaboratable):
         m.d.sync += [b_wait.eq(bus.bvalid & ~bus.bready), bresp_q.eq(bus.bresp)]
         with m.If(b_wait):
             m.d.comb += Assume(bus.bvalid & (bus.bresp == bresp_q))
-        with m.If(bus.bready):
-            m.d.comb += Assert(dut.events.valid & dut.events.payload.need_b)
+        # the responses taken and not yet used, oldest first (a queue of two)
+        held, q0, q1 = Signal(2), Signal.like(bus.bresp), Signal.like(bus.bresp)
+        b_in = bus.bvalid & bus.bready
+        b_use = dut.events.valid & dut.events.ready & dut.events.payload.need_b
+        m.d.comb += [Assert(~b_use | (held != 0)),
+                     Assert(dut.write_err == (b_use & (q0 != 0))),
+                     Assert(held <= 2), Assert(~b_in | (held < 2))]
+        with m.If(b_use):
+            m.d.sync += q0.eq(Mux(held == 2, q1, bus.bresp))
+            m.d.sync += held.eq(held - 1 + b_in)
+            with m.If((held == 2) & b_in):
+                m.d.sync += q1.eq(bus.bresp)
+        with m.Elif(b_in):
+            m.d.sync += held.eq(held + 1)
+            with m.If(held == 0):
+                m.d.sync += q0.eq(bus.bresp)
+            with m.Else():
+                m.d.sync += q1.eq(bus.bresp)
 
         # ---- AW and W: held until ready, stable -------------------------------------------
         for valid, ready, payload, name in (
