@@ -667,7 +667,7 @@ class HotlineStore(RowStore):
         if r is None:   # no lookups: every sample is popular
             self._cur = _Fused(0, none, None, 0, counts, np.arange(len(b.lengths)), none)
             return torch.zeros(0, dtype=torch.int64)
-        keys, n, hot_n = r.cold_keys, len(r.cold_keys), len(self.hot_table)
+        keys, n = r.cold_keys, len(r.cold_keys)
         canon, unique = None, n
         if r.overflow:
             _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
