@@ -77,6 +77,62 @@ def test_fast_path_equals_replay():
             np.testing.assert_array_equal(a, b)
 
 
+def placed_one_by_one(model, keys):
+    """The set's rule, key by key, for distinct ``keys`` into an empty set (written from the
+    module docstring): overflow at ``max_keys`` keys; else the emptier of the key's two
+    buckets (table 1 only when strictly emptier), else its partition's stash, else overflow."""
+    h0, h1 = model.buckets_of(keys)
+    part = model.partition_of(keys)
+    fill, stash, out = {}, {}, []
+    for i in range(len(keys)):
+        if i >= model.max_keys:
+            out.append("overflow")
+            continue
+        free = [model.ways - fill.get((0, h0[i]), 0), model.ways - fill.get((1, h1[i]), 0)]
+        if max(free) > 0:
+            t = 1 if free[1] > free[0] else 0
+            fill[(t, (h0[i], h1[i])[t])] = model.ways - free[t] + 1
+            out.append(t)
+        elif stash.get(part[i], 0) < model.stash:
+            stash[part[i]] = stash.get(part[i], 0) + 1
+            out.append("stash")
+        else:
+            out.append("overflow")
+    return out
+
+
+@pytest.mark.parametrize("capacity, ways, stash, partitions, max_keys", [
+    (64, 4, 2, 1, 64), (256, 2, 0, 1, 200), (256, 1, 4, 4, 256), (1024, 4, 4, 8, 900)])
+def test_distinct_keys_placed_as_one_by_one(capacity, ways, stash, partitions, max_keys,
+                                            monkeypatch):
+    """A batch of distinct keys (what a batch pushed as its unique keys gives the set) is placed
+    by iterating every key's placement to its fixed point (`placements`): the same slots,
+    first flags and overflows as the rule key by key, at loads from a quarter of the capacity
+    to beyond it, on random keys, dense rows of one table and of many (structured keys), and
+    when the iteration is cut short (the key-by-key loop)."""
+    from hotline.contract.keys import make_keys
+    model = ColdKeySetModel(capacity, ways=ways, stash=stash, max_keys=max_keys,
+                            partitions=partitions)
+    rng = np.random.default_rng(capacity + ways)
+    families = []
+    for n in (capacity // 4, capacity // 2, capacity * 3 // 4, capacity, capacity * 5 // 4):
+        families += [rng.choice(1 << 32, n, replace=False).astype(np.uint64),
+                     make_keys(np.zeros(n, np.int64), np.arange(n)).astype(np.uint64),
+                     make_keys(np.arange(n) % 26, np.arange(n) // 26).astype(np.uint64)]
+    overflowed, default = 0, ColdKeySetModel.FIXED_POINT_PASSES
+    for keys in families:
+        want = placed_one_by_one(model, keys)
+        assert model.placements(keys[:max_keys]) is not None
+        for passes in (1, default):   # cut short: the loop; then the iteration
+            monkeypatch.setattr(ColdKeySetModel, "FIXED_POINT_PASSES", passes)
+            slot, first, over = model.replay(keys)
+            assert first.all() and np.array_equal(over, [w == "overflow" for w in want])
+            m = min(len(keys), max_keys)
+            assert np.array_equal(slot[:m], np.arange(m)) and not slot[m:].any()
+        overflowed += over.any()
+    assert overflowed >= 4   # the loads reach overflow
+
+
 @pytest.mark.parametrize("busy", [dict(), dict(busy_in=0.3, busy_out=0.3), dict(busy_out=0.7)])
 def test_random_batches_with_stalls(busy):
     rng = np.random.default_rng(2)

@@ -8,7 +8,9 @@ With ``partitions`` P > 1 a key belongs to one partition (`partition_of`: hash
 buckets and its own stash; the slots (and ``max_keys``) stay global, in order of first
 appearance. Placement never changes a slot, so `batch` answers from the vectorised first-appearance ranks
 whenever overflow is impossible (every key has a bucket that at most ``ways`` of the batch's
-keys hash to) and replays the exact insertion sequence otherwise.
+keys hash to) and replays the exact insertion sequence otherwise: for distinct keys (a batch
+pushed as its unique keys) vectorised, by iterating every key's placement to its fixed point
+(`placements`), else key by key.
 """
 import math
 
@@ -26,6 +28,27 @@ def first_appearance(keys):
     rank = np.empty(len(uniq), np.int64)
     rank[order] = np.arange(len(uniq))
     return rank[inverse], uniq[order]
+
+
+def _earlier_in_group(order, first_of_group, mask):
+    """For each element: how many elements before it in its group have ``mask`` set, where
+    ``order`` sorts the elements by group, stably, and ``first_of_group[j]`` is the position
+    in that order of the group start of its j-th element."""
+    ms = mask[order].astype(np.int32)
+    before = np.cumsum(ms, dtype=np.int32) - ms
+    out = np.empty(len(mask), np.int32)
+    out[order] = before - before[first_of_group]
+    return out
+
+
+def _grouping(groups):
+    """(`_earlier_in_group`'s ``order`` and ``first_of_group``) for ``groups``."""
+    # numpy sorts 16-bit and narrower integers by radix: bucket and partition numbers fit
+    small = np.min_scalar_type(int(groups.max())) if len(groups) else np.uint8
+    order = np.argsort(groups.astype(small, copy=False), kind="stable")
+    g = groups[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    return order, np.repeat(starts, np.diff(np.r_[starts, len(g)]))
 
 
 def latest_copy(keys, window):
@@ -93,6 +116,14 @@ class ColdKeySetModel:
         `hotline.contract.config.repeat_window`) takes the latest one's slot and is neither
         new nor overflowed: it never reaches the set. That differs from a lookup in the set
         only after an overflow, which stores nothing."""
+        s = np.sort(keys)
+        if not (s[1:] == s[:-1]).any():   # distinct keys: each is inserted once
+            placed = self.placements(keys[:self.max_keys])
+            if placed is not None:
+                n, m = len(keys), len(placed)
+                slot, overflow = np.zeros(n, np.int64), np.ones(n, bool)
+                slot[:m], overflow[:m] = np.arange(m), placed == self.OVERFLOW
+                return slot, np.ones(n, bool), overflow
         # Python lists and ints throughout: the loop is the model's cost (numpy scalars
         # cost several times more per key)
         h0, h1 = (h.tolist() for h in self.buckets_of(keys))
@@ -135,3 +166,31 @@ class ColdKeySetModel:
         slot, first, overflow = (np.array(slot, np.int64), np.array(first, bool),
                                  np.array(overflow, bool))
         return slot, first, overflow
+
+    TABLE0, TABLE1, STASH, OVERFLOW = range(4)
+    FIXED_POINT_PASSES = 64   # then the key-by-key loop (a real batch settles in about 5)
+
+    def placements(self, keys):
+        """Where each of distinct ``keys`` (at most ``max_keys``), inserted in order into an
+        empty set, lands: `TABLE0`, `TABLE1`, `STASH` or `OVERFLOW` (int8), as `replay`'s loop
+        places them; None if the iteration did not settle. A key's place depends only on the
+        keys before it (its buckets' fills, its partition's stash), so the iteration "each
+        key placed by the places of the keys before it in the last pass" has exactly one
+        fixed point, the sequential placement, and reaches it within len(keys) + 1 passes."""
+        keys = np.ascontiguousarray(keys, np.uint64)
+        if not len(keys):
+            return np.zeros(0, np.int8)
+        h0, h1 = self.buckets_of(keys)
+        g0, g1, gp = _grouping(h0), _grouping(h1), _grouping(self.partition_of(keys))
+        place = np.zeros(len(keys), np.int8)
+        for _ in range(self.FIXED_POINT_PASSES):
+            free0 = self.ways - _earlier_in_group(*g0, place == self.TABLE0)
+            free1 = self.ways - _earlier_in_group(*g1, place == self.TABLE1)
+            stashed = _earlier_in_group(*gp, place == self.STASH)
+            new = np.where((free0 > 0) | (free1 > 0),
+                           np.where(free1 > free0, self.TABLE1, self.TABLE0),
+                           np.where(stashed < self.stash, self.STASH, self.OVERFLOW)).astype(np.int8)
+            if np.array_equal(new, place):
+                return place
+            place = new
+        return None
