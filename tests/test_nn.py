@@ -407,10 +407,15 @@ def test_bad_tables_raise_one_line():
         EmbeddingBagCollection(configs([10]) + configs([5]))
 
 
-def test_one_forward_per_backward():
+@pytest.mark.parametrize("placement", ["host", "hotline"])
+def test_one_forward_per_backward(placement):
     """A forward whose backward never ran leaves its rows as they were; its late backward
-    is refused (its rows are gone) instead of writing stale rows back."""
-    m = small(lr=0.5)
+    is refused (its rows are gone) instead of writing stale rows back. "hotline": FBGEMM's
+    in-place kernel, whose own autograd node would update the rows."""
+    kw = {"placement": "hotline", "kernel": "fbgemm", "pooling": "SUM"} \
+        if placement == "hotline" else {}
+    pooling = kw.pop("pooling", ["SUM", "MEAN"])
+    m = EmbeddingBagCollection(configs([10, 5], pooling), device="cpu", lr=0.5, **kw)
     before = m.state_dict()
     idx, off = torch.tensor([1, 2]), torch.tensor([0, 1, 2])
     first = m(idx, off).sum()
@@ -419,7 +424,15 @@ def test_one_forward_per_backward():
         assert torch.equal(v, before[k]), k
     with pytest.raises(HotlineError, match="backward of a batch whose rows are gone"):
         first.backward()
-    m(idx, off).sum().backward()
+    for k, v in m.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    again = m(idx, off).sum()
+    again.backward(retain_graph=True)
+    after = m.state_dict()["embedding_bags.t0.weight"]
+    assert not torch.equal(after, before["embedding_bags.t0.weight"])
+    with pytest.raises(HotlineError, match="backward ran twice"):
+        again.backward()
+    assert torch.equal(m.state_dict()["embedding_bags.t0.weight"], after)
     assert not torch.equal(m.state_dict()["embedding_bags.t0.weight"], before["embedding_bags.t0.weight"])
 
 

@@ -607,18 +607,22 @@ def test_prefetch_unique_keys_are_checked(lookups):
 
 def test_sample_order_is_a_stable_sort_by_sample():
     """The collection announces a batch sample by sample: its O(lookups) order equals a
-    stable argsort of each lookup's sample (bags feature-major, empty bags included)."""
+    stable argsort of each lookup's sample (bags feature-major, empty bags included), and its
+    inverse is the permutation's inverse; single-hot (a transpose) and multi-hot."""
     from hotline.nn import EmbeddingBagCollection  # lazy: (see above)
     sizes = [50, 30, 20]
     tables = table_configs(sizes, 4)
     ebc = EmbeddingBagCollection(tables, placement="host", device="cpu")
     rng = np.random.default_rng(3)
-    for batch in (0, 1, 7):
-        lengths = torch.from_numpy(rng.integers(0, 4, len(sizes) * batch))
+    for batch, most in ((0, 4), (1, 4), (7, 4), (7, 1), (5, 2), (3, 1), (7, 1)):
+        lengths = torch.from_numpy(rng.integers(0 if most > 1 else 1, most, len(sizes) * batch)
+                                   if most > 1 else np.ones(len(sizes) * batch, np.int64))
         offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
         bag = torch.arange(len(lengths)).repeat_interleave(lengths)
         order, per_sample = ebc._sample_order(offsets, batch, int(lengths.sum()))
-        assert torch.equal(order, torch.argsort(bag % max(batch, 1), stable=True))
+        expected = torch.argsort(bag % max(batch, 1), stable=True)
+        assert torch.equal(order.by_sample, expected)
+        assert np.array_equal(order.inverse, torch.argsort(expected).numpy())
         assert torch.equal(per_sample, torch.bincount(bag % max(batch, 1), minlength=batch))
 
 

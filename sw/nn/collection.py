@@ -2,6 +2,7 @@
 FBGEMM-style optimizer fused into backward (docs/nn.md)."""
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -43,6 +44,13 @@ class _Batch:
     scale: torch.Tensor | None   # per bag: 1 / length for mean pooling
 
 
+class _SampleOrder(NamedTuple):
+    """A batch's lookups sample by sample (the device's stream order) against FBGEMM's feature
+    by feature layout."""
+    by_sample: torch.Tensor   # each sample-major lookup's index in the input
+    inverse: np.ndarray       # each input lookup's place sample by sample
+
+
 @dataclass
 class _Announced:
     """A batch given to `prefetch`: its input tensors (and their versions), its checked
@@ -52,7 +60,7 @@ class _Announced:
     indices_version: int
     offsets_version: int
     checked: tuple
-    order: torch.Tensor | None
+    order: _SampleOrder | None
     unique: tuple | None    # torch.unique's (keys, inverse); None for an in-place kernel
 
     def same(self, indices, offsets) -> bool:
@@ -62,27 +70,8 @@ class _Announced:
                 and offsets._version == self.offsets_version)
 
 
-@dataclass
 class _InPlace:
-    """One forward through the in-place kernel (`TBEKernel`), kept until its backward."""
-    out: torch.Tensor | None = None   # the kernel's output, with FBGEMM's autograd graph
-
-
-class _KernelLookup(torch.autograd.Function):
-    """The in-place kernel's pooled bags; backward runs FBGEMM's fused update of the store's
-    rows, then the store takes the batch back (`scatter_lookups`)."""
-
-    @staticmethod
-    def forward(ctx, anchor, ebc, batch, indices, offsets, weights):
-        ctx.ebc, ctx.batch = ebc, batch
-        with torch.enable_grad():
-            batch.out = ebc._kernel(indices, offsets, weights)
-        return batch.out.detach()
-
-    @staticmethod
-    def backward(ctx, grad):
-        ctx.ebc._kernel_update(ctx.batch, grad)
-        return None, None, None, None, None, None
+    """One forward through the in-place kernel (`TBEKernel`), pending until its backward."""
 
 
 class _Lookup(torch.autograd.Function):
@@ -194,6 +183,7 @@ class EmbeddingBagCollection(nn.Module):
         self._anchor = torch.zeros(0, requires_grad=True)
         self._pending: _Batch | _InPlace | None = None
         self._announced = None    # `_Announced`: the next forward's batch given to `prefetch`
+        self._single_hot = None   # (batch size, `_sample_order` of a single-hot batch of it)
         try:
             self._kernel = self._make_kernel(kernel)
         except BaseException:
@@ -333,7 +323,7 @@ class EmbeddingBagCollection(nn.Module):
         """A batch's unique keys (ascending) and each lookup's place in them."""
         return torch.unique(keys, sorted=True, return_inverse=True)
 
-    def _announce(self, keys, offsets, batch, unique) -> torch.Tensor | None:
+    def _announce(self, keys, offsets, batch, unique) -> _SampleOrder | None:
         """Give the store a batch's lookups (``unique``: their unique keys), sample by sample
         with each sample's count (the device counts every lookup in its learner, and samples
         in its popular split). Returns the sample-major order of the lookups (None: the store
@@ -342,27 +332,35 @@ class EmbeddingBagCollection(nn.Module):
             self.store.prefetch(keys)
             return None
         order, per_sample = self._sample_order(offsets, batch, keys.numel())
-        by_sample = keys.numpy()[order.numpy()]
+        by_sample = keys.numpy().take(order.by_sample.numpy())
         if getattr(self.store, "takes_positions", False):
             self.store.prefetch(by_sample, per_sample, checked=True, unique=unique)
         else:
             self.store.prefetch(torch.from_numpy(by_sample), per_sample)
         return order
 
-    def _sample_order(self, offsets, batch, lookups) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sample_order(self, offsets, batch, lookups) -> tuple[_SampleOrder, torch.Tensor]:
         """(the lookups' order sample by sample, features in order within a sample, as a
-        stable sort by sample would give; lookups per sample), in O(lookups), on the CPU."""
+        stable sort by sample would give, and its inverse; lookups per sample), in
+        O(lookups), on the CPU."""
         n_features = len(self.features)
         off = offsets.cpu().numpy()
         lengths = np.diff(off).reshape(n_features, batch)
         if lookups == n_features * batch and (lengths == 1).all():   # single-hot: a transpose
-            order = np.arange(lookups).reshape(n_features, batch).T.ravel()
-        else:
-            # bag f * batch + s taken sample by sample: bag s * F + f of the new order
-            lens, starts = lengths.T.ravel(), off[:-1].reshape(n_features, batch).T.ravel()
-            begin = np.cumsum(lens) - lens   # each bag's first lookup in the new order
-            order = np.arange(lookups) + np.repeat(starts - begin, lens)
-        return torch.from_numpy(order), torch.from_numpy(lengths.sum(0))
+            if self._single_hot is None or self._single_hot[0] != batch:   # made once per size
+                order = np.arange(lookups).reshape(n_features, batch).T.ravel()
+                inverse = np.arange(lookups).reshape(batch, n_features).T.ravel()
+                self._single_hot = (batch, _SampleOrder(torch.from_numpy(order), inverse),
+                                    torch.full((batch,), n_features, dtype=torch.int64))
+            return self._single_hot[1:]
+        # bag f * batch + s taken sample by sample: bag s * F + f of the new order
+        lens, starts = lengths.T.ravel(), off[:-1].reshape(n_features, batch).T.ravel()
+        begin = np.cumsum(lens) - lens   # each bag's first lookup in the new order
+        order = np.arange(lookups) + np.repeat(starts - begin, lens)
+        # (inverse: gathers are cheaper than the scatter ``inverse[order] = arange``)
+        to = begin.reshape(batch, n_features).T.ravel()   # bag f * B + s's begin, new order
+        inverse = np.arange(lookups) + np.repeat(to - off[:-1], lengths.ravel())
+        return _SampleOrder(torch.from_numpy(order), inverse), torch.from_numpy(lengths.sum(0))
 
     def close(self) -> None:
         self.store.close()
@@ -480,7 +478,7 @@ class EmbeddingBagCollection(nn.Module):
                 order = a.order if same else self._sample_order(offsets, batch, keys.numel())[0]
         if order is not None and getattr(self.store, "takes_positions", False):
             # each announced lookup's place in ``unique``: the store checks it, sparing a search
-            return self.store.gather(unique, positions=inverse[order])
+            return self.store.gather(unique, positions=inverse[order.by_sample])
         return self.store.gather(unique)
 
     def _lookup_in_place(self, keys, offsets, batch, weights, announced) -> torch.Tensor:
@@ -488,28 +486,31 @@ class EmbeddingBagCollection(nn.Module):
         order = announced.order if announced is not None else \
             self._announce(keys, offsets, batch, None)
         at = self.store.gather_lookups()   # each announced lookup's row, sample by sample
-        indices = np.empty(len(at), np.int64)
-        indices[order.numpy()] = at.numpy()
-        indices = torch.from_numpy(indices)
+        indices = torch.from_numpy(at.numpy().take(order.inverse))
         self._kernel.set_lr(self.optimizer.lr)
         if torch.is_grad_enabled():
-            self._pending = _InPlace()
-            bags = _KernelLookup.apply(self._anchor, self, self._pending, indices, offsets,
-                                       weights)
+            # FBGEMM's own autograd node updates the rows; hooks on it check the batch is
+            # still the pending one first and hand it back to the store after (a nested
+            # backward through a wrapping Function cost about 0.1 ms per batch)
+            b = self._pending = _InPlace()
+            bags = self._kernel(indices, offsets, weights)
+            bags.grad_fn.register_prehook(lambda grads: self._claim(b))
+            bags.grad_fn.register_hook(lambda grads_in, grads_out: self._kernel_updated())
         else:
             bags = self._kernel(indices, offsets, weights)
             self.store.scatter_lookups()
         return self._narrow(bags.to(self._device))
 
-    def _kernel_update(self, b: _InPlace, grad: torch.Tensor) -> None:
-        """Backward of an in-place batch: FBGEMM's fused update of the store's rows, then
-        the store takes the batch back."""
+    def _claim(self, b) -> None:
+        """Backward of batch ``b`` begins: it must be the forward pending."""
         if self._pending is not b:
             raise HotlineError("backward of a batch whose rows are gone: a later forward ran "
                                "first, or backward ran twice (one forward per backward)")
         self._pending = None
-        torch.autograd.backward(b.out, grad)
-        b.out = None
+
+    def _kernel_updated(self) -> None:
+        """FBGEMM's fused update of an in-place batch's rows is done: the store takes the
+        batch back."""
         self.optimizer.step += 1
         self.store.scatter_lookups()
 
@@ -521,10 +522,7 @@ class EmbeddingBagCollection(nn.Module):
 
     def _update(self, b: _Batch, grad: torch.Tensor) -> None:
         """Backward: the unique rows' gradients, the fused optimizer, the rows written back."""
-        if self._pending is not b:
-            raise HotlineError("backward of a batch whose rows are gone: a later forward ran "
-                               "first, or backward ran twice (one forward per backward)")
-        self._pending = None
+        self._claim(b)
         if b.scale is not None:
             grad = grad * b.scale.unsqueeze(1)
         bag = torch.arange(grad.shape[0], device=grad.device).repeat_interleave(
