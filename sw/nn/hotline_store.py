@@ -250,13 +250,19 @@ class HotlineStore(RowStore):
 
     # -- host memory --------------------------------------------------------------------
     @staticmethod
-    def staging_bytes(config, layout, banks=2, world=1, torch_device="cpu") -> int:
-        """The host memory after the tables that the staging banks take (``world`` ranks), and
-        the hot table where it lies in host memory (one process on the CPU: `in_place`)."""
+    def trains_in_place(torch_device, ranks) -> bool:
+        """Whether host memory is the torch device's memory (`in_place`): one process (no
+        ``ranks``) on the CPU. Its hot table then lies in host memory too."""
+        return torch.device(torch_device).type == "cpu" and ranks is None
+
+    @classmethod
+    def staging_bytes(cls, config, layout, banks=2, ranks=None, torch_device="cpu") -> int:
+        """The host memory after the tables that the staging banks take (a bank set per rank
+        of ``ranks``), and the hot table where it lies in host memory (`trains_in_place`)."""
         align = HostStore.alignment(layout)
         up = lambda n: -(-n // align) * align
-        hot = config.hot_slots * layout.nbytes \
-            if torch.device(torch_device).type == "cpu" and world == 1 else 0
+        world = 1 if ranks is None else ranks.world
+        hot = config.hot_slots * layout.nbytes if cls.trains_in_place(torch_device, ranks) else 0
         return up(banks * config.cold_max_keys * layout.nbytes) * world + up(hot)
 
     def _host(self, layout, host) -> None:
@@ -266,15 +272,16 @@ class HotlineStore(RowStore):
         world, rank = (1, 0) if self.ranks is None else (self.ranks.world, self.ranks.rank)
         align = HostStore.alignment(layout)
         self.host = host or HostStore(self.table_rows, layout, self.device, ranks=self.ranks,
-                                      extra_bytes=self.staging_bytes(self.config, layout,
-                                                                     self.banks, world))
+                                      extra_bytes=self.staging_bytes(
+                                          self.config, layout, self.banks, self.ranks,
+                                          self.device))
         self.memory, self.windows = self.host.memory, self.host.windows
         # data parallel: a staging window per rank, each rank's device gathers into its own
         self.staging_window = [self.memory.alloc(staging, align, name=f"staging{r}")
                                for r in range(world)][rank]
         # one process on the CPU: the hot table in host memory too (no DMA window: the device
         # never reaches it), so an in-place kernel's rows are host memory itself
-        self.in_place = self.device.type == "cpu" and self.ranks is None
+        self.in_place = self.trains_in_place(self.device, self.ranks)
         if self.in_place:
             self.hot_window = self.memory.alloc(self.config.hot_slots * layout.nbytes, align,
                                                 name="hot")

@@ -58,9 +58,10 @@ def hotline_store(run, hot_keys=None, schedule=None) -> HotlineStore:
         raise HotlineError(f"--batch-size {cfg.batch_size}: a batch has up to {slots:,} "
                            f"lookups, more than the {Device.max_slots:,} staging slots of a "
                            f"bank; use a smaller --batch-size")
-    check_fits(f"{run.dev.type} device memory (hot table + staging copies)",
-               (config.hot_slots + 2 * slots) * lay.nbytes, run.device_limit(), d)
-    host = host_store(run, HotlineStore.staging_bytes(config, lay, world=run.world,
+    if not HotlineStore.trains_in_place(run.dev, run.ranks):   # else all in host memory
+        check_fits(f"{run.dev.type} device memory (hot table + staging copies)",
+                   (config.hot_slots + 2 * slots) * lay.nbytes, run.device_limit(), d)
+    host = host_store(run, HotlineStore.staging_bytes(config, lay, ranks=run.ranks,
                                                     torch_device=run.dev))
     url = device_url(run)
     run.phase(f"opening the device ({url}), loading {len(hot_keys):,} hot keys into the CAM "
