@@ -1,5 +1,8 @@
 """HostMemory and the Device API (model:// backend) against independent references: the naive
 fragmenter of tests/reference.py and plain numpy row copies."""
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -14,6 +17,7 @@ from hotline.host.device import BatchResult, Device, ModelDevice
 from hotline.contract.config import AcceleratorConfig
 from hotline.contract.errors import HotlineError
 from hotline.contract.keys import MAX_ROWS, ROW_BITS, make_keys
+from hotline.host import host_memory
 from hotline.host.host_memory import HostMemory, Window
 from hotline.model.planner import exact_hot_set
 from hotline.data.generator import synth_criteo
@@ -42,8 +46,54 @@ def test_host_memory_windows_views_and_file_sharing():
         other = np.memmap(mem.path, np.uint8, "r", shape=(mem.size,))
         assert other[b.base:b.base + 160].view(np.float32)[13] == -7.0
         del other
-        path = mem.path
-    assert not path.exists()            # the temporary backing file is removed
+
+
+def _our_files(directory):
+    return {p.name for p in directory.glob(f"{host_memory.PREFIX}*")} if directory.is_dir() else set()
+
+
+@pytest.mark.skipif(not host_memory.RAM_DIR.is_dir(), reason="no /dev/shm here")
+def test_host_memory_default_is_in_ram_and_mapped_by_other_processes():
+    """The default file is in RAM, reserved, mapped by another process by its path, and gone
+    after close (a file on a disk made the in-place kernel 2x slower: writeback)."""
+    before = _our_files(host_memory.RAM_DIR)
+    with HostMemory(1 << 20) as mem:
+        mem.array[4096:4100] = [7, 8, 9, 10]
+        st = os.stat(mem.path)
+        assert st.st_blocks * 512 >= mem.size        # reserved: a full tmpfs cannot SIGBUS it
+        child = subprocess.run(
+            [sys.executable, "-c", "import numpy as np, sys; "
+             "m = np.memmap(sys.argv[1], np.uint8, 'r+'); print(m[4096:4100].tolist()); m[0] = 99",
+             str(mem.path)], capture_output=True, text=True, check=True)
+        assert child.stdout.strip() == "[7, 8, 9, 10]" and mem.array[0] == 99
+    assert _our_files(host_memory.RAM_DIR) == before   # nothing left in RAM
+
+
+def test_host_memory_falls_back_to_a_sparse_temporary_file(tmp_path, monkeypatch):
+    """No RAM directory, one too small for the size, or ``in_ram=False``: a sparse temporary
+    file on the disk, removed by close."""
+    small = tmp_path / "small"
+    small.mkdir()
+    real_statvfs = os.statvfs
+
+    def tiny(path):
+        st = real_statvfs(path)
+        return os.statvfs_result((st.f_bsize, st.f_frsize, st.f_blocks, st.f_bfree, 1,
+                                  st.f_files, st.f_ffree, st.f_favail, st.f_flag, st.f_namemax))
+
+    monkeypatch.setattr(host_memory.tempfile, "tempdir", str(tmp_path))
+    cases = [(tmp_path / "absent", {}), (small, {}), (host_memory.RAM_DIR, {"in_ram": False})]
+    for ram_dir, kw in cases:
+        monkeypatch.setattr(host_memory, "RAM_DIR", ram_dir)
+        if ram_dir == small:
+            monkeypatch.setattr(host_memory.os, "statvfs", tiny)
+        with HostMemory(64 << 20, **kw) as mem:
+            assert mem.path.parent == tmp_path and mem.path.exists()
+            assert os.stat(mem.path).st_blocks * 512 < mem.size   # sparse
+            path = mem.path
+        assert not path.exists()
+        monkeypatch.setattr(host_memory.os, "statvfs", real_statvfs)
+    assert _our_files(small) == set()
 
 
 def test_host_memory_errors():

@@ -1,13 +1,19 @@
 """Host memory as the accelerator sees it: one flat, byte-addressed region on the host bus.
 
-`HostMemory` is backed by a file (a temporary file by default) mapped with ``np.memmap``, so a
-simulator process can map the very same bytes later (``sim://`` backends) and the DMA really
-reads the tables the trainer updates. Bus address 0 is the region's first byte. Windows are
-carved out with a bump allocator; `view` gives zero-copy numpy arrays over a window
-(``torch.from_numpy`` on such a view shares the memory too).
+`HostMemory` is backed by a file mapped with ``np.memmap``, so a simulator process can map the
+very same bytes later (``sim://`` backends) and the DMA really reads the tables the trainer
+updates. Bus address 0 is the region's first byte. Windows are carved out with a bump
+allocator; `view` gives zero-copy numpy arrays over a window (``torch.from_numpy`` on such a
+view shares the memory too).
+
+The default file lives in RAM (``/dev/shm``) where it has room: a file on a disk would send
+every row the trainer writes through the page cache's writeback, which (measured on this
+project's 2-core VM, `make bench`'s multi-hot configuration) made the in-place kernel about
+2x slower and its timing swing with the disk.
 """
 import mmap
 import os
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,28 +42,68 @@ class Window:
         return self.base + self.size
 
 
-class HostMemory:
-    """``size`` bytes of file-backed host memory (``path``: the backing file; default a new
-    temporary file, removed by `close`). Use as a context manager or call `close`."""
+#: where a default host memory file goes when it fits (a tmpfs: RAM)
+RAM_DIR = Path("/dev/shm")
+PREFIX = "hotline-hostmem-"
 
-    def __init__(self, size, path=None):
+
+def _ram_file(size) -> tuple[int, Path] | None:
+    """A new file of ``size`` bytes in `RAM_DIR`, its blocks reserved (a tmpfs that fills up
+    later would otherwise kill the process with SIGBUS at a page's first touch), already
+    unlinked where ``/proc`` names open files (so no crash leaves RAM behind): (its open
+    descriptor, a path other processes of this user can map it by). None where there is no
+    such directory or no room."""
+    if not sys.platform.startswith("linux") or not RAM_DIR.is_dir():
+        return None
+    try:
+        st = os.statvfs(RAM_DIR)
+        if st.f_bavail * st.f_frsize < size:
+            return None
+        fd, name = tempfile.mkstemp(prefix=PREFIX, suffix=".bin", dir=RAM_DIR)
+    except OSError:
+        return None
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError:   # no room after all, or no fallocate on this file system
+        os.close(fd)
+        os.unlink(name)
+        return None
+    proc = Path(f"/proc/{os.getpid()}/fd/{fd}")
+    if not proc.exists():
+        return fd, Path(name)
+    os.unlink(name)
+    return fd, proc
+
+
+class HostMemory:
+    """``size`` bytes of file-backed host memory. ``path``: the backing file (made, or mapped
+    if it exists); default a new file in RAM (`RAM_DIR`, reserved) where it fits and
+    ``in_ram``, else a sparse temporary file (pages cost nothing until touched), either
+    removed by `close`. Use as a context manager or call `close`."""
+
+    def __init__(self, size, path=None, *, in_ram=True):
         size = int(size)
         if size <= 0:
             raise HotlineError(f"host memory size must be positive, not {size}")
         self.size = size
         self._owned = path is None
-        if path is None:
-            fd, name = tempfile.mkstemp(prefix="hotline-hostmem-", suffix=".bin")
+        self._fd = None   # a RAM file's descriptor, held while mapped
+        ram = _ram_file(size) if path is None and in_ram else None
+        self._unlinked = ram is not None and ram[1].parts[:2] == ("/", "proc")
+        if ram is not None:
+            self._fd, path = ram
+        elif path is None:
+            fd, name = tempfile.mkstemp(prefix=PREFIX, suffix=".bin")
             os.close(fd)
             path = name
         self.path = Path(path)
         try:
-            with open(self.path, "r+b" if self.path.exists() else "w+b") as f:
-                f.truncate(size)  # sparse: pages cost nothing until touched
+            if ram is None:
+                with open(self.path, "r+b" if self.path.exists() else "w+b") as f:
+                    f.truncate(size)
             self._mm = np.memmap(self.path, np.uint8, "r+", shape=(size,))
         except OSError as e:
-            if self._owned:
-                self.path.unlink(missing_ok=True)
+            self._remove()
             raise HotlineError(f"{self.path}: cannot map {fmt_bytes(size)} of host memory "
                                f"({e.strerror or e})") from None
         # A plain ndarray over the mapping: slicing a np.memmap costs a Python-level
@@ -140,7 +186,14 @@ class HostMemory:
                 mm.close()
             except BufferError:
                 pass  # live views still reference it; the OS unmaps when they go
-        if self._owned:
+        self._remove()
+
+    def _remove(self) -> None:
+        """Our own file goes (a RAM file's descriptor closed; unlinked unless it was already)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if self._owned and not self._unlinked:
             self.path.unlink(missing_ok=True)
 
     def __enter__(self):

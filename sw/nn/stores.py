@@ -108,7 +108,9 @@ class HostStore(RowStore):
         self.align = self.alignment(layout)
         need = self.bytes_needed(self.table_rows, layout, extra_bytes)
         self.writer = ranks is None or ranks.local_rank == 0   # writes this node's shared rows
-        self.memory = HostMemory(need) if self.writer else None
+        # over several nodes a node's file is mostly never touched: sparse, not in RAM
+        whole = ranks is None or ranks.nodes == 1
+        self.memory = HostMemory(need, in_ram=whole) if self.writer else None
         if ranks is not None:
             path = ranks.node_lead(str(self.memory.path) if self.writer else None)
             self.memory = self.memory or HostMemory(need, path)
