@@ -623,6 +623,10 @@ def test_sample_order_is_a_stable_sort_by_sample():
         expected = torch.argsort(bag % max(batch, 1), stable=True)
         assert torch.equal(order.by_sample, expected)
         assert np.array_equal(order.inverse, torch.argsort(expected).numpy())
+        values = rng.permutation(len(bag)).astype(np.int64)   # a value per input lookup
+        assert np.array_equal(order.to_samples(values), values[expected.numpy()])
+        assert np.array_equal(order.to_features(values[expected.numpy()]), values)
+        assert (order.grid is not None) == bool((lengths == 1).all())   # single-hot: a transpose
         assert torch.equal(per_sample, torch.bincount(bag % max(batch, 1), minlength=batch))
 
 

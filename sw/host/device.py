@@ -292,7 +292,8 @@ class Device(abc.ABC):
         keys = np.asarray(keys)
         if keys.ndim != 1:
             raise HotlineError("hot keys must be a 1-D array")
-        if keys.size and (keys.min() < 0 or keys.max() >= 1 << 32):
+        narrow = keys.dtype.kind == "u" and keys.dtype.itemsize <= 4   # 32-bit by its type
+        if keys.size and not narrow and (keys.min() < 0 or keys.max() >= 1 << 32):
             raise HotlineError("hot keys must be 32-bit keys (table << ROW_BITS | row)")
         keys = keys.astype(np.uint32)
         if len(np.unique(keys)) != len(keys):
@@ -339,7 +340,8 @@ class Device(abc.ABC):
         if n > self.config.max_batch_samples:
             raise HotlineError(f"push_batch: {n} samples; the device takes at most "
                                f"{self.config.max_batch_samples} per batch")
-        if keys.size and (keys.min() < 0 or keys.max() >= 1 << 32):
+        narrow = keys.dtype.kind == "u" and keys.dtype.itemsize <= 4   # 32-bit by its type
+        if keys.size and not narrow and (keys.min() < 0 or keys.max() >= 1 << 32):
             raise HotlineError("push_batch: keys must be 32-bit (table << ROW_BITS | row)")
         if self.staging is not None and len(self._in_flight) >= self.staging.banks:
             raise HotlineError(f"push_batch: {len(self._in_flight)} batches in flight already "

@@ -49,6 +49,19 @@ class _SampleOrder(NamedTuple):
     by feature layout."""
     by_sample: torch.Tensor   # each sample-major lookup's index in the input
     inverse: np.ndarray       # each input lookup's place sample by sample
+    grid: tuple | None = None   # single-hot: (features, batch), the order being a transpose
+
+    def to_samples(self, a: np.ndarray) -> np.ndarray:
+        """``a`` (a value per input lookup) sample by sample."""
+        if self.grid is not None:   # a strided copy: about 30% less than a gather
+            return a.reshape(self.grid).T.ravel()
+        return a.take(self.by_sample.numpy())
+
+    def to_features(self, a: np.ndarray) -> np.ndarray:
+        """``a`` (a value per lookup, sample by sample) in the input's order."""
+        if self.grid is not None:
+            return a.reshape(self.grid[::-1]).T.ravel()
+        return a.take(self.inverse)
 
 
 @dataclass
@@ -332,7 +345,7 @@ class EmbeddingBagCollection(nn.Module):
             self.store.prefetch(keys)
             return None
         order, per_sample = self._sample_order(offsets, batch, keys.numel())
-        by_sample = keys.numpy().take(order.by_sample.numpy())
+        by_sample = order.to_samples(keys.numpy())
         if getattr(self.store, "takes_positions", False):
             self.store.prefetch(by_sample, per_sample, checked=True, unique=unique)
         else:
@@ -350,7 +363,8 @@ class EmbeddingBagCollection(nn.Module):
             if self._single_hot is None or self._single_hot[0] != batch:   # made once per size
                 order = np.arange(lookups).reshape(n_features, batch).T.ravel()
                 inverse = np.arange(lookups).reshape(batch, n_features).T.ravel()
-                self._single_hot = (batch, _SampleOrder(torch.from_numpy(order), inverse),
+                self._single_hot = (batch, _SampleOrder(torch.from_numpy(order), inverse,
+                                                        (n_features, batch)),
                                     torch.full((batch,), n_features, dtype=torch.int64))
             return self._single_hot[1:]
         # bag f * batch + s taken sample by sample: bag s * F + f of the new order
@@ -486,7 +500,7 @@ class EmbeddingBagCollection(nn.Module):
         order = announced.order if announced is not None else \
             self._announce(keys, offsets, batch, None)
         at = self.store.gather_lookups()   # each announced lookup's row, sample by sample
-        indices = torch.from_numpy(at.numpy().take(order.inverse))
+        indices = torch.from_numpy(order.to_features(at.numpy()))
         self._kernel.set_lr(self.optimizer.lr)
         if torch.is_grad_enabled():
             # FBGEMM's own autograd node updates the rows; hooks on it check the batch is

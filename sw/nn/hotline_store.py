@@ -455,7 +455,8 @@ class HotlineStore(RowStore):
         the batch if they are not)."""
         if self._next is not None:
             raise HotlineError("prefetch: the batch prefetched before was not gathered yet")
-        k = self._keys(keys, "prefetch", tables=not checked)
+        # checked (the collection's): only converted, not scanned again
+        k = np.asarray(keys, np.uint32) if checked else self._keys(keys, "prefetch")
         b = self._batch(k, lengths, self.step + (self._cur is not None))
         if unique is not None:
             b.unique = self._keys(unique, "prefetch: unique", unique=True, tables=not checked)
