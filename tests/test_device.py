@@ -70,8 +70,8 @@ def test_host_memory_default_is_in_ram_and_mapped_by_other_processes():
 
 
 def test_host_memory_falls_back_to_a_sparse_temporary_file(tmp_path, monkeypatch):
-    """No RAM directory, one too small for the size, or ``in_ram=False``: a sparse temporary
-    file on the disk, removed by close."""
+    """No RAM directory, one too small for the size, more than half the available RAM, or
+    ``in_ram=False``: a sparse temporary file on the disk, removed by close."""
     small = tmp_path / "small"
     small.mkdir()
     real_statvfs = os.statvfs
@@ -82,11 +82,15 @@ def test_host_memory_falls_back_to_a_sparse_temporary_file(tmp_path, monkeypatch
                                   st.f_files, st.f_ffree, st.f_favail, st.f_flag, st.f_namemax))
 
     monkeypatch.setattr(host_memory.tempfile, "tempdir", str(tmp_path))
-    cases = [(tmp_path / "absent", {}), (small, {}), (host_memory.RAM_DIR, {"in_ram": False})]
+    cases = [(tmp_path / "absent", {}), (small, {}), (host_memory.RAM_DIR, {"in_ram": False}),
+             (host_memory.RAM_DIR, "short")]
     for ram_dir, kw in cases:
         monkeypatch.setattr(host_memory, "RAM_DIR", ram_dir)
         if ram_dir == small:
             monkeypatch.setattr(host_memory.os, "statvfs", tiny)
+        if kw == "short":   # 64 MiB would be more than half of the RAM available
+            monkeypatch.setattr(host_memory, "available_ram", lambda: (128 << 20) - 2)
+            kw = {}
         with HostMemory(64 << 20, **kw) as mem:
             assert mem.path.parent == tmp_path and mem.path.exists()
             assert os.stat(mem.path).st_blocks * 512 < mem.size   # sparse

@@ -47,13 +47,27 @@ RAM_DIR = Path("/dev/shm")
 PREFIX = "hotline-hostmem-"
 
 
+def available_ram() -> int:
+    """Bytes of RAM available now (MemAvailable; all of it where /proc/meminfo is missing)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 def _ram_file(size) -> tuple[int, Path] | None:
     """A new file of ``size`` bytes in `RAM_DIR`, its blocks reserved (a tmpfs that fills up
     later would otherwise kill the process with SIGBUS at a page's first touch), already
     unlinked where ``/proc`` names open files (so no crash leaves RAM behind): (its open
     descriptor, a path other processes of this user can map it by). None where there is no
-    such directory or no room."""
-    if not sys.platform.startswith("linux") or not RAM_DIR.is_dir():
+    such directory, no room in it, or more than half the available RAM would go (a tmpfs
+    reports its size limit, not the RAM left, and its pages, unlike a disk file's, are never
+    paged out without swap)."""
+    if not sys.platform.startswith("linux") or not RAM_DIR.is_dir() or size > available_ram() // 2:
         return None
     try:
         st = os.statvfs(RAM_DIR)

@@ -1,7 +1,6 @@
 """Embedding rows and memory budgets: DLRM's table initialisation (rows laid out as
 `hotline.nn.layout.RowLayout` says), and the checks that the tables fit."""
 import math
-import os
 
 import numpy as np
 
@@ -24,18 +23,6 @@ def init_table(seed, t, rows, lay, out, keep=None) -> None:
         w0, w1 = max(r0, lo), min(r1, hi)
         if w0 < w1:
             out[w0:w1, :lay.dim] = v[w0 - r0:w1 - r0]
-
-
-def available_ram() -> int:
-    """Bytes of RAM available now (MemAvailable; all of it where /proc/meminfo is missing)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def check_fits(what, need, limit, data) -> None:

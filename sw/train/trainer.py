@@ -11,6 +11,7 @@ import torch
 
 from hotline.contract.errors import HotlineError
 from hotline.data.report import fmt_bytes
+from hotline.host.host_memory import available_ram
 from hotline.nn.dist import Ranks
 from hotline.nn.layout import RowLayout
 
@@ -18,7 +19,6 @@ from .config import ADAGRAD_EPS, HOT_MEMORY_SHARE, torch_device
 from .dlrm import DLRM
 from .metrics import auc
 from .placement import Placement
-from .rows import available_ram
 
 
 class Trainer:
