@@ -65,6 +65,14 @@ COUNTER_NAMES = DEVICE_COUNTERS
 MODEL_DENSE_INDEX_ROWS = 1 << 26
 
 
+def _beyond_32_bits(keys: np.ndarray) -> bool:
+    """Whether an integer array holds a value that is no 32-bit key (an unsigned type of at
+    most 32 bits holds none: not scanned)."""
+    if not keys.size or (keys.dtype.kind == "u" and keys.dtype.itemsize <= 4):
+        return False
+    return bool(keys.min() < 0 or keys.max() >= 1 << 32)
+
+
 @dataclass
 class BatchResult:
     """What the device returns for one pushed mini-batch.
@@ -292,8 +300,7 @@ class Device(abc.ABC):
         keys = np.asarray(keys)
         if keys.ndim != 1:
             raise HotlineError("hot keys must be a 1-D array")
-        narrow = keys.dtype.kind == "u" and keys.dtype.itemsize <= 4   # 32-bit by its type
-        if keys.size and not narrow and (keys.min() < 0 or keys.max() >= 1 << 32):
+        if _beyond_32_bits(keys):
             raise HotlineError("hot keys must be 32-bit keys (table << ROW_BITS | row)")
         keys = keys.astype(np.uint32)
         if len(np.unique(keys)) != len(keys):
@@ -340,8 +347,7 @@ class Device(abc.ABC):
         if n > self.config.max_batch_samples:
             raise HotlineError(f"push_batch: {n} samples; the device takes at most "
                                f"{self.config.max_batch_samples} per batch")
-        narrow = keys.dtype.kind == "u" and keys.dtype.itemsize <= 4   # 32-bit by its type
-        if keys.size and not narrow and (keys.min() < 0 or keys.max() >= 1 << 32):
+        if _beyond_32_bits(keys):
             raise HotlineError("push_batch: keys must be 32-bit (table << ROW_BITS | row)")
         if self.staging is not None and len(self._in_flight) >= self.staging.banks:
             raise HotlineError(f"push_batch: {len(self._in_flight)} batches in flight already "
