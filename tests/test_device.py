@@ -226,6 +226,21 @@ def test_model_device_fragments_gathers_and_scatters_like_numpy(source):
     mem.close()
 
 
+def test_keys_beyond_32_bits_are_refused():
+    """A batch or a hot set with a value that is no 32-bit key is refused (one line); uint32
+    arrays are not scanned, their every value is one."""
+    dev, mem, tables, staging, placement = make_device([10, 20], [], batch=4)
+    with dev:
+        for bad in (1 << 32, -1):
+            with pytest.raises(HotlineError, match="push_batch: keys must be 32-bit"):
+                dev.push_batch(np.array([3, bad], np.int64), [2])
+            with pytest.raises(HotlineError, match="hot keys must be 32-bit"):
+                dev.load_hot_set(np.array([bad], np.int64))
+        dev.push_batch(np.array([3, 4], np.int64), [2])   # in range, of a wide type
+        assert dev.pull_batch().cold_keys.tolist() == [3, 4]
+    mem.close()
+
+
 def test_out_of_range_rows_are_refused_and_counted():
     dev, mem, tables, staging, placement = make_device([10, 20], [], batch=4)
     with dev:
