@@ -145,6 +145,7 @@ class _Fused:
     counts: tuple           # (hot lookups, lookups, popular samples, samples) on the device
     popular: np.ndarray
     host_keys: np.ndarray   # cold keys beyond the slots (ascending): updated in their tables
+    host_ids: np.ndarray    # their rows of `rows`
 
 
 class HotlineStore(RowStore):
@@ -671,9 +672,9 @@ class HotlineStore(RowStore):
                                "another torch device holds copies): use gather")
         self._take(b)
         r, counts = self._pull_result(b)
-        none = np.zeros(0, np.uint32)
+        none, no_ids = np.zeros(0, np.uint32), np.zeros(0, np.int64)
         if r is None:   # no lookups: every sample is popular
-            self._cur = _Fused(0, none, None, 0, counts, np.arange(len(b.lengths)), none)
+            self._cur = _Fused(0, none, None, 0, counts, np.arange(len(b.lengths)), none, no_ids)
             return torch.zeros(0, dtype=torch.int64)
         keys, n = r.cold_keys, len(r.cold_keys)
         canon, unique = None, n
@@ -682,30 +683,32 @@ class HotlineStore(RowStore):
             canon, unique = first[inverse], len(first)
         cold = r.slot if canon is None else canon[r.slot]
         cold0 = self.staging_row0 + r.bank * self.slots
-        index, host_keys = np.where(r.hot, self.hot_row0 + r.slot, cold0 + cold), none
+        index = np.where(r.hot, self.hot_row0 + r.slot, cold0 + cold)
+        host_keys, host_ids = none, no_ids
         if b.pushed is not b.lookups:   # its unique keys: each lookup through its key
-            index, host_keys = self._unique_rows(b, index)
+            index, host_keys, host_ids = self._unique_rows(b, index)
         if len(host_keys):   # updated in their tables: the batch before's scatter first
             self.dev.wait_scatters()
         self.totals["bytes_h2d"] += (n + len(host_keys)) * self.layout.nbytes
         self._cur = _Fused(r.bank, keys, canon, unique + len(host_keys), counts, r.popular,
-                           host_keys)
+                           host_keys, host_ids)
         return torch.from_numpy(index)
 
-    def _unique_rows(self, b, pushed_rows) -> tuple[np.ndarray, np.ndarray]:
+    def _unique_rows(self, b, pushed_rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Batch ``b``, pushed as its unique keys less the host's: (each lookup's row of
-        `rows`, the host's keys) from each pushed key's row ``pushed_rows``; the host's keys
-        take the rows after the staging slots, in key order."""
+        `rows`, the host's keys, their rows: in their tables) from each pushed key's row
+        ``pushed_rows``."""
         host = np.zeros(len(b.unique), bool) if b.host_key is None else b.host_key
+        host_keys = b.unique[host]
         row = np.empty(len(b.unique), np.int64)
         row[~host] = pushed_rows
-        row[host] = self._rows_of(b.unique[host])
+        row[host] = host_ids = self._rows_of(host_keys)
         _, dense = self._lookup_slots(b.lookups)
         if dense is None:
-            return row[np.searchsorted(b.unique, b.lookups)], b.unique[host]
+            return row[np.searchsorted(b.unique, b.lookups)], host_keys, host_ids
         index = self._hot_index()   # its scratch, a row per table row: one scatter, one gather
         index.scratch[index.dense_rows(b.unique)] = row
-        return index.scratch.take(dense), b.unique[host]
+        return index.scratch.take(dense), host_keys, host_ids
 
     def scatter_lookups(self) -> None:
         """The batch of `gather_lookups` is done (its rows updated in place, or not): the
@@ -720,7 +723,7 @@ class HotlineStore(RowStore):
         if m:   # the keys beyond the slots: in their tables already
             self.totals["host_rows"] += m
             self.totals["bytes_d2h"] += m * self.layout.nbytes
-            prev.append((g.host_keys, self.host_rows, self._rows_of(g.host_keys)))
+            prev.append((g.host_keys, self.host_rows, g.host_ids))
         if g.canon is not None:   # every slot of a key gets the row its lookups updated
             st[:n] = st[g.canon]
         # the next batch's stale rows are fixed from this bank before the device gathers into
