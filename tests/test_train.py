@@ -628,3 +628,15 @@ def test_hot_budget_from_rows_bytes_fraction_or_device_memory(tmp_path):
     base, _ = run(data, "baseline")
     assert base["hot_budget"] is None and base["hot_lookup_fraction"] is None
 
+
+def test_hot_budget_is_taken_once_and_reported_as_taken(monkeypatch):
+    """The default budget (25% of the device's free memory) is taken before the stores exist
+    and reported as planned, though the free memory changes during the run (the host memory
+    file lives in RAM)."""
+    import hotline.train.trainer as trainer_module  # lazy: patched for this test alone
+    free = iter([512 << 10] + [800 << 10] * 100)   # the host tables need 680 KiB of it
+    monkeypatch.setattr(trainer_module, "available_ram", lambda: next(free))
+    r, _ = run(generated(), "hotline")
+    rows = (128 << 10) // (4 * SMALL["dim"])        # 4,096 of 7,311 rows (6,400 later)
+    assert r["hot_budget"]["rows"] == r["hot_rows_requested"] == rows
+

@@ -29,7 +29,7 @@ def hotline_store(run, hot_keys=None, schedule=None) -> HotlineStore:
     schedule of learned loads and refreshes (``schedule``, from a checkpoint, or new), the
     accelerator sized for the run's batches, the tables DLRM-initialised in host memory."""
     d, cfg, lay = run.data, run.cfg, run.lay
-    budget = run.hot_budget()
+    budget = run.hot_budget
     target = budget["rows"]
     learns = cfg.hot_set == "learn" or cfg.refresh != "off"
     window = learn_window(run) if learns else 0

@@ -33,7 +33,7 @@ def build_report(trainer, data, cfg, run, notes, clock) -> dict:
     # before evaluation and checkpoints are outside them: device_other_seconds).
     busy, wait = (float(sum(v)) for v in zip(*run.step_device)) if run.step_device else (0.0, 0.0)
     other = trainer.device_time()[0] - busy
-    budget = trainer.hot_budget()
+    budget = trainer.hot_budget
     out = {
         "mode": cfg.mode,
         "device_url": cfg.device_url if cfg.mode == "hotline" else None,

@@ -6,6 +6,8 @@ Rows carry their optimizer state (`RowLayout`): ``dim`` floats, plus one row-wis
 accumulator with ``--optimizer adagrad``, padded to a multiple of 8 bytes (the DMA bus word),
 so moving a row between host memory, staging and the hot table moves its state with it.
 """
+import functools
+
 import numpy as np
 import torch
 
@@ -116,11 +118,13 @@ class Trainer:
             return torch.cuda.mem_get_info(self.dev)[0]
         return available_ram()
 
+    @functools.cached_property
     def hot_budget(self) -> dict | None:
         """The hot set the run asks for: {"rows", "bytes", "source"}. From --hot-rows,
         --hot-bytes (whole rows of this run's layout) or --hot-fraction (of the tables' rows);
         without them, in hotline mode, ``HOT_MEMORY_SHARE`` of the torch device's memory
-        (None in the other modes). At most every table row."""
+        (None in the other modes). At most every table row. Taken once, before the stores
+        exist (the memory they take is not free memory any more), and reported as taken."""
         cfg, row_bytes = self.cfg, self.lay.nbytes
         total = int(self.data.table_sizes.sum())
         if cfg.hot_rows is not None:
