@@ -127,6 +127,8 @@ class Trainer:
         exist (the memory they take is not free memory any more), and reported as taken."""
         cfg, row_bytes = self.cfg, self.lay.nbytes
         total = int(self.data.table_sizes.sum())
+        # one reading of the device's free memory, for the default and the check alike
+        limit = self.device_limit() if cfg.mode == "hotline" else None
         if cfg.hot_rows is not None:
             rows, source = cfg.hot_rows, f"--hot-rows {cfg.hot_rows}"
         elif cfg.hot_bytes is not None:
@@ -138,13 +140,12 @@ class Trainer:
             rows = max(1, int(cfg.hot_fraction * total))
             source = f"--hot-fraction {cfg.hot_fraction} of {total:,} rows"
         elif cfg.mode == "hotline":
-            limit = self.device_limit()
             rows = max(1, int(HOT_MEMORY_SHARE * limit) // row_bytes)
             source = (f"default: {HOT_MEMORY_SHARE:.0%} of the {self.dev.type} device's "
                       f"{fmt_bytes(limit)}")
         else:
             return None
-        if cfg.mode == "hotline" and rows * row_bytes > (limit := self.device_limit()):
+        if limit is not None and rows * row_bytes > limit:
             raise HotlineError(f"the hot set ({source}: {fmt_bytes(rows * row_bytes)}) exceeds "
                                f"the {self.dev.type} device's memory ({fmt_bytes(limit)}"
                                f"{', --device-memory' if cfg.device_memory else ''})")
