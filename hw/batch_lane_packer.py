@@ -16,10 +16,13 @@ class BatchLanePacker(wiring.Component):
     that cycle's entries (a batch may have none). ``o`` gives each batch's entries in lane
     beats {data, count}: ``count`` (1 .. L) entries in ``data[0 ..]``, L per beat from the
     batch's first, the last beat of a batch holding what is left. So the beats do not
-    depend on how the entries arrived. An entry leaves the cycle after its write at the
-    earliest (``o.payload`` from LUT RAM); a batch that is still open leaves only in full
-    beats. ``depth`` (a power of two, >= 2 L) entries; ``batches`` closed batches whose
-    entries are still queued (>= 4); ``count_shape`` holds a batch's entry count.
+    depend on how the entries arrived. A write is latched as it comes and applied in the next
+    cycle, so ``w_count`` meets only a register (it came from the writer's own logic, and
+    its adder into ``level`` was the 2-lane accelerator's critical path); an entry leaves two
+    cycles after its write at the earliest (``o.payload`` from LUT RAM); a batch that is
+    still open leaves only in full beats. ``depth`` (a power of two, >= 3 L) entries, of
+    which L are kept for the latched write; ``batches`` closed batches whose entries are
+    still queued (>= 5); ``count_shape`` holds a batch's entry count.
 
     Timing: a closed batch's count is loaded from its FIFO into a front register (with
     the entries it already sent while open subtracted) in a cycle that sends nothing, unless
@@ -31,8 +34,10 @@ class BatchLanePacker(wiring.Component):
     """
 
     def __init__(self, shape, lanes, depth, count_shape, batches=8):
-        if depth < 2 * lanes:
-            raise ValueError(f"depth ({depth}) must be at least 2 * lanes ({2 * lanes})")
+        if depth < 3 * lanes:
+            raise ValueError(f"depth ({depth}) must be at least 3 * lanes ({3 * lanes})")
+        if batches < 5:
+            raise ValueError(f"batches ({batches}) must be at least 5")
         self.shape, self.lanes, self.depth, self.batches = shape, lanes, depth, batches
         self.count_shape = count_shape
         super().__init__({
@@ -56,9 +61,13 @@ class BatchLanePacker(wiring.Component):
         # level >= k for k = 1 .. L, kept beside ``level`` (a register each)
         has = Signal(L + 1, init=1)
         opened = Signal(self.count_shape)   # entries written to the open batch so far
-        written = Mux(self.w_room, self.w_count, 0)
-        closing = self.w_room & self.w_end
-        m.d.comb += [ring.w_count.eq(written), ring.w_data.eq(self.w_data),
+        # the write latched last cycle, applied in this one
+        written = Signal.like(self.w_count)
+        closing = Signal()
+        w_data = Signal.like(self.w_data)
+        m.d.sync += [written.eq(Mux(self.w_room, self.w_count, 0)),
+                     closing.eq(self.w_room & self.w_end), w_data.eq(self.w_data)]
+        m.d.comb += [ring.w_count.eq(written), ring.w_data.eq(w_data),
                      ends.w_en.eq(closing), ends.w_data.eq(opened + written)]
         m.d.sync += opened.eq(Mux(closing, 0, opened + written))
 
@@ -97,14 +106,16 @@ class BatchLanePacker(wiring.Component):
         with m.Elif(fire):
             m.d.sync += sent.eq(sent + L)
 
-        # The level, its flags and the room after this cycle, without and with a beat.
+        # The level, its flags and the room after this cycle, without and with a beat. The
+        # room leaves space for this cycle's latched write and the next cycle's, and the
+        # batch-count FIFO for one end more.
         def flags(after):
             return Cat(C(1, 1), *(after >= k for k in range(1, L + 1)))
         kept, gone = level + written, level + written - want
         m.d.sync += [
             rp.eq(Mux(fire, rp + want, rp)), level.eq(Mux(fire, gone, kept)),
             has.eq(Mux(fire, flags(gone), flags(kept))),
-            self.w_room.eq(Mux(fire, gone <= self.depth - L, kept <= self.depth - L)
-                           & fifo_has_room(ends)),
+            self.w_room.eq(Mux(fire, gone <= self.depth - 2 * L, kept <= self.depth - 2 * L)
+                           & fifo_has_room(ends, writes=3)),
         ]
         return m

@@ -16,7 +16,7 @@ def reference_beats(batches, lanes):
 
 def run(lanes, batches, busy, seed, depth=None):
     """Write ``batches`` (lists of entries) at random counts per cycle; the beats read."""
-    dut = BatchLanePacker(16, lanes, depth or 4 * lanes, 12, batches=4)
+    dut = BatchLanePacker(16, lanes, depth or 4 * lanes, 12, batches=5)
     rng = random.Random(seed)
     beats = []
     total = sum(len(b) for b in batches)
@@ -69,3 +69,11 @@ def test_beats_are_each_batch_in_lanes(lanes, busy, name):
     batches = batch_sets(random.Random(5))[name]
     beats = run(lanes, batches, busy, seed=lanes * 7 + int(busy * 10))
     assert beats == reference_beats(batches, lanes)
+
+
+
+@pytest.mark.parametrize("lanes", [2, 4])
+def test_a_ring_without_room_for_the_latched_write_is_refused(lanes):
+    """Below 3 L entries an open batch short of a beat could leave no room to close it."""
+    with pytest.raises(ValueError, match="at least 3 \\* lanes"):
+        BatchLanePacker(16, lanes, 2 * lanes, 12)

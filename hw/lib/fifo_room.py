@@ -4,11 +4,12 @@ from amaranth.hdl import Cat, Signal
 __all__ = ["fifo_room", "fifo_has_room"]
 
 
-def fifo_has_room(fifos):
-    """The value `fifo_room` registers: each of ``fifos`` holds at most ``depth - 3`` entries
-    (for a register that a caller computes from it together with other next values)."""
+def fifo_has_room(fifos, writes=2):
+    """The value `fifo_room` registers: each of ``fifos`` holds at most ``depth - 1 - writes``
+    entries, so ``writes`` more writes still fit (for a register that a caller computes from
+    it together with other next values: 2 = this cycle's and the next one's)."""
     fifos = fifos if isinstance(fifos, (list, tuple)) else [fifos]
-    return Cat(fifo.level <= fifo.depth - 3 for fifo in fifos).all()
+    return Cat(fifo.level <= fifo.depth - 1 - writes for fifo in fifos).all()
 
 
 def fifo_room(m, fifos, name):
