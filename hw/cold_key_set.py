@@ -177,10 +177,15 @@ class ColdLaneAnswers(wiring.Component):
     key's lane.
 
     ``decided`` In (per partition): the decided beat's ``key``, ``insert`` and ``lane``, and
-    its answer (``slot``, ``first``, ``overflow``); ``eob``, ``user`` and ``valid`` In: the
-    beat's. ``o`` Out (the set's ``o`` payload): one partition: its answer; with partitions,
-    lane j takes the answer of the partition whose inserted key came from lane j (``insert``:
-    there is one; else its fields are 0).
+    its answer (``first``: a new key, ``overflow``; one partition: its ``slot``; with
+    partitions ``found``: a repeat, of ``found_slot``); ``eob``, ``user`` and ``valid`` In:
+    the beat's; with partitions ``count`` In, the batch's slots before the beat's. ``o`` Out
+    (the set's ``o`` payload): one partition: its answer; with partitions, lane j takes the
+    answer of the partition whose inserted key came from lane j (``insert``: there is one;
+    else its fields are 0), and a new key's slot is numbered here, from the lanes' ``first``
+    flags (`ColdKeySet._numbered`, as the partitions number them for their own records), so
+    the lane select does not come after the numbering's adder (timing: the partitions' slots
+    through it made the 2-lane set's output register late, 15.5 ns).
 
     Latency: 1 cycle (a register). Throughput: one beat per cycle. Backpressure: none
     (``o.ready`` is not looked at: the set's output queue has room for every beat).
@@ -188,11 +193,14 @@ class ColdLaneAnswers(wiring.Component):
 
     def __init__(self, cold):
         self.cold = cold
+        answer = ({"slot": cold.slot_width} if cold.partitions == 1 else
+                  {"found": 1, "found_slot": cold.slot_width})
         decided = data.StructLayout({"key": cold.key_width, "insert": 1,
-                                     "lane": ceil_log2(cold.lanes), "slot": cold.slot_width,
+                                     "lane": ceil_log2(cold.lanes), **answer,
                                      "first": 1, "overflow": 1})
         super().__init__({
             "decided": In(data.ArrayLayout(decided, cold.partitions)),
+            **({"count": In(cold.count_shape)} if cold.partitions > 1 else {}),
             "eob": In(1), "user": In(cold.user_width), "valid": In(1),
             "o": Out(cold.o.signature),
         })
@@ -205,17 +213,26 @@ class ColdLaneAnswers(wiring.Component):
         so_valid = Signal()
         m.d.comb += [self.o.valid.eq(so_valid), self.o.payload.eq(so)]
         m.d.sync += [so_valid.eq(self.valid), so.eob.eq(self.eob), so.user.eq(self.user)]
+        new = []    # per lane: its key is new
         for j in range(L):
             if P == 1:
                 sel = [C(1, 1)]
                 m.d.sync += _lane(so.insert, L, j).eq(sd[0].insert)
+                slot = one_hot_select(sel, [x.slot for x in sd])
             else:
                 sel = [sd[p].insert & (sd[p].lane == j) for p in range(P)]
                 m.d.sync += _lane(so.insert, L, j).eq(Cat(*sel).any())
+                new.append(one_hot_select(sel, [x.first for x in sd]))
+                room, numbered = self.cold._numbered(self.count,
+                                                     popcount(new[:j]) if j else C(0, 1))
+                slot = Mux(one_hot_select(sel, [x.found for x in sd]),
+                           one_hot_select(sel, [x.found_slot for x in sd]),
+                           Mux(new[j] & room, numbered, 0))
             m.d.sync += [
                 _lane(so.key, L, j).eq(one_hot_select(sel, [x.key for x in sd])),
+                _lane(so.slot, L, j).eq(slot),
                 *(_lane(getattr(so, f), L, j).eq(one_hot_select(sel, [x[f] for x in sd]))
-                  for f in ("slot", "first", "overflow")),
+                  for f in ("first", "overflow")),
             ]
         return m
 
@@ -270,6 +287,9 @@ class ColdKeySet(wiring.Component):
         self.QUEUE_DEPTH = self.LATENCY + 1
         self.buckets = capacity // (2 * ways * partitions)   # per table and partition
         self.slot_width = cold_slot_width(max_keys)
+        # The batch's slot count (with partitions it takes every new key of a beat while below
+        # max_keys, so it passes max_keys by less than a beat's keys, then holds).
+        self.count_shape = range(max_keys + partitions)
         self.hash_family = hash_family
         self.hashes = [bucket_hash(s, key_width, ceil_log2(self.buckets), hash_family) for s in seeds]
         self.partition_hash = bucket_hash(COLD_PARTITION_SEED, key_width, ceil_log2(partitions),
@@ -323,7 +343,7 @@ class ColdKeySet(wiring.Component):
         m.submodules.front = front = ColdInput(self)
         table, wr_addr, wr_data, wr_en = self._tables(m, front.rd_addr, sfx)
 
-        count = Signal(range(self.max_keys + 1))
+        count = Signal(self.count_shape)
         stash_key = [Array(Signal(self.key_width, name=f"stash_key{i}{sfx[p]}", reset_less=True)
                            for i in range(self.stash)) for p in parts]
         stash_slot = [Array(Signal(self.slot_width, name=f"stash_slot{i}{sfx[p]}",
@@ -375,20 +395,22 @@ class ColdKeySet(wiring.Component):
         # The slots: a new key gets the batch's count, plus the new keys of this beat in
         # earlier lanes (other partitions).
         sd = [s[p][-1] for p in parts]
+        new = [decided[p]["new"] for p in parts]
         if P == 1:
             base = [count]
             room_keys = [count < self.max_keys]
+            n_new = popcount([new[0] & room_keys[0]])
+            counting = vd
         else:
-            before = [popcount([decided[q]["new"] & (sd[q].lane < sd[p].lane)
-                                for q in parts if q != p]) for p in parts]
-            base = [count + k for k in before]
-            # The room for the keys before it, from registers: below[k] = count + k <
-            # max_keys (timing: the decisions through base's adder and its compare into the
-            # count made the 2-lane set's critical path, 11.94 ns). Registered sums for base
-            # too (a select by the keys before it) made the set slower: 97.27 against 99.99 MHz.
-            below = Signal(P, init=sum(1 << k for k in range(P) if k < self.max_keys))
-            room_keys = [below.bit_select(k, 1) for k in before]
-        n_new = popcount([decided[p]["new"] & room_keys[p] for p in parts])
+            before = [popcount([new[q] & (sd[q].lane < sd[p].lane) for q in parts if q != p])
+                      for p in parts]
+            room_keys, base = zip(*(self._numbered(count, k) for k in before))
+            # Every new key counts while the count is below max_keys, so the count's loop
+            # holds no room decision (timing: the decisions through the room select into the
+            # count, and into room registers for the next beat, made the 2-lane set's count
+            # and room late, 14.9-15.2 ns).
+            n_new = popcount(new)
+            counting = vd & (count < self.max_keys)
         placed = [self._place(m, p, sd[p], vd, decided[p], base, room_keys, hist[p], last[p],
                               (wr_addr[p], wr_data[p], wr_en[p]), clear_addr,
                               (stash_key[p], stash_slot[p], stash_valid[p]), sfx[p])
@@ -398,23 +420,19 @@ class ColdKeySet(wiring.Component):
         # Each partition's answer back to its key's lane.
         m.submodules.back = back = ColdLaneAnswers(self)
         m.d.comb += [back.valid.eq(vd), back.eob.eq(sd[0].eob), back.user.eq(sd[0].user)]
+        fields = ("slot",) if P == 1 else ("found", "found_slot")
         for p in parts:
-            d = back.decided[p]
+            d, answer = back.decided[p], {**decided[p], **placed[p]}
             m.d.comb += [d.key.eq(sd[p].key), d.insert.eq(sd[p].insert), d.lane.eq(sd[p].lane),
-                         *(d[f].eq(placed[p][f]) for f in ("slot", "first", "overflow"))]
+                         *(d[f].eq(answer[f]) for f in fields + ("first", "overflow"))]
+        if P > 1:
+            m.d.comb += back.count.eq(count)
         wiring.connect(m, back.o, queue.i)
 
-        with m.If(vd):
+        with m.If(counting):
             m.d.sync += count.eq(count + n_new)
-            if P > 1:
-                # below's next value: count + n_new + k < max_keys, a select by n_new of
-                # compares of the count register alone.
-                lt = Cat(count + j < self.max_keys for j in range(2 * P))
-                m.d.sync += below.eq(Cat(lt.bit_select(n_new + k, 1) for k in range(P)))
         with m.If(vd & sd[0].eob):
             m.d.sync += [count.eq(0), *(v.eq(0) for v in stash_valid)]
-            if P > 1:
-                m.d.sync += below.eq(below.init)
 
         # Reset starts with a clearing pass, since the memories keep their contents.
         with m.FSM(init="CLEAR"):
@@ -427,6 +445,15 @@ class ColdKeySet(wiring.Component):
                 with m.If(vd & sd[0].eob & (sd[0].epoch == max_epoch)):
                     m.next = "CLEAR"
         return m
+
+    def _numbered(self, count, before):
+        """With partitions: (room, slot) of a new key after ``before`` new keys of its beat
+        (in earlier lanes): slot ``count + before``, room while that is below ``max_keys``. The
+        room is a select by ``before`` of compares of ``count`` alone (timing: no compare
+        behind the adder; registered sums for the slot too, a select by ``before``, made the
+        2-lane set slower: 97.27 against 99.99 MHz)."""
+        below = Cat(count + k < self.max_keys for k in range(self.partitions))
+        return below.bit_select(before, 1), count + before
 
     def _carry(self, m, s, valid, last, last_valid):
         """One partition's pipeline registers ``s`` (s1 .. sd) carry the beat along; at s1 it

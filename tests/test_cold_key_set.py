@@ -489,6 +489,19 @@ def test_lanes_slots_cross_partitions_in_lane_order():
     assert exp[2]["overflow"] == [1] * 4 and exp[3]["slot"] == [0, 1, 2, 3]
 
 
+def test_lanes_many_new_keys_beyond_max_keys():
+    """A batch with ten times ``max_keys`` distinct keys, in lane beats: every key beyond
+    ``max_keys`` overflows however many come (the count stops past it, never wraps to give
+    room again), and the next batch numbers from 0. Mutation caught: the count not held."""
+    dut = ColdKeySet(256, max_keys=6, partitions=4, lanes=4)
+    rng = np.random.default_rng(12)
+    keys = rng.choice(1 << 20, 80, replace=False)
+    entries = [(int(k), n == 59) for n, k in enumerate(keys[:60])]
+    entries += [(int(k), n == 19) for n, k in enumerate(keys[60:])]
+    exp = check_lanes(dut, lane_beats(dut, entries, rng), busy_out=0.2)
+    assert sum(sum(e["overflow"]) for e in exp) == (60 - 6) + (20 - 6)
+
+
 def test_lanes_partition_fills_alone():
     """Keys that all collide in one partition's tables fill its buckets, then its stash, then
     overflow, while the other partitions take keys in the same beats."""

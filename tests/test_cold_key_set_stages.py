@@ -108,25 +108,39 @@ def test_cold_input(partitions, lanes):
 
 @pytest.mark.parametrize("partitions,lanes", GEOMETRIES)
 def test_cold_lane_answers(partitions, lanes):
-    """Random decisions (each lane claimed by at most one partition's inserted key): one cycle
-    later, ``o`` has each lane's answer from its partition (one partition: lane 0 its own),
-    lanes without one all 0, the beat's eob and user, and ``valid``."""
+    """Random decisions (each lane claimed by at most one partition's inserted key, each a new
+    key, a repeat or neither) and counts: one cycle later, ``o`` has each lane's answer from
+    its partition (one partition: lane 0 its own, its slot), lanes without one all 0, the
+    beat's eob and user, and ``valid``; with partitions a repeat's slot is its
+    ``found_slot``, a new key's the count plus the new keys in earlier lanes while that is
+    below ``max_keys``, else 0. Mutations caught: the slots numbered in reverse lane order,
+    the room compare at <=."""
     rng = random.Random(partitions * 10 + lanes)
     cold = cold_set(partitions, lanes)
     dut = ColdLaneAnswers(cold)
-    fields = ("key", "slot", "first", "overflow", "insert")
+    fields = ("key", "first", "overflow", "insert")
     checked = []
 
     async def main(ctx):
         want = None
         for cycle in range(600):
             lane_of = rng.sample(range(lanes), min(partitions, lanes)) + [0] * partitions
-            decided = [{"key": rng.randrange(1 << KW), "slot": rng.randrange(16),
-                        "first": rng.randrange(2), "overflow": rng.randrange(2),
-                        "insert": int(p < lanes and rng.random() < 0.7), "lane": lane_of[p]}
-                       for p in range(partitions)]
+            decided = []
+            for p in range(partitions):
+                insert = int(p < lanes and rng.random() < 0.7)
+                kind = rng.choice(("new", "found", "none")) if insert else "none"
+                answer = ({"slot": rng.randrange(12)} if partitions == 1 else {
+                    # a non-insert beat's match is not an answer
+                    "found": int(kind == "found" or not insert and rng.random() < 0.5),
+                    "found_slot": rng.randrange(12)})
+                decided.append({"key": rng.randrange(1 << KW), "overflow": rng.randrange(2),
+                                "insert": insert, "lane": lane_of[p],
+                                "first": int(kind == "new"), **answer})
+            count = rng.randrange(cold.max_keys + partitions)
             valid, eob, user = rng.random() < 0.7, rng.randrange(2), rng.randrange(8)
             ctx.set(dut.decided, decided)
+            if partitions > 1:
+                ctx.set(dut.count, count)
             ctx.set(dut.valid, valid)
             ctx.set(dut.eob, eob)
             ctx.set(dut.user, user)
@@ -134,17 +148,25 @@ def test_cold_lane_answers(partitions, lanes):
                 o = ctx.get(dut.o.payload)
                 assert ctx.get(dut.o.valid) == want[0]
                 assert (o.eob, o.user) == want[1:3]
-                got = [{f: getattr(o, f) if lanes == 1 else getattr(o, f)[j] for f in fields}
-                       for j in range(lanes)]
+                got = [{f: getattr(o, f) if lanes == 1 else getattr(o, f)[j]
+                        for f in fields + ("slot",)} for j in range(lanes)]
                 assert got == want[3], cycle
                 checked.append(cycle)
-            per_lane = []
+            per_lane, new_before = [], 0
             for j in range(lanes):
                 if partitions == 1:
                     d = decided[0]
                 else:
                     d = next((d for d in decided if d["insert"] and d["lane"] == j), None)
-                per_lane.append({f: d[f] for f in fields} if d else dict.fromkeys(fields, 0))
+                if d is None:
+                    per_lane.append(dict.fromkeys(fields + ("slot",), 0))
+                    continue
+                slot = (d["slot"] if partitions == 1 else
+                        d["found_slot"] if d["found"] else
+                        count + new_before if d["first"] and count + new_before < cold.max_keys
+                        else 0)
+                new_before += d["first"]
+                per_lane.append({**{f: d[f] for f in fields}, "slot": slot})
             want = (valid, eob, user, per_lane)
             await ctx.tick()
 
