@@ -55,7 +55,8 @@ BLOCK_TARGET_MHZ = {("accelerator", "ecp5-85f"): 100, ("fragmenter", "ecp5-85f")
 # ~248 arcs late and 120-230 wires still overused after 900 iterations; at 50 MHz it converged
 # after 2,030 and routed at 51.38 MHz). Since, asked for 54 MHz (2 x 54 lookups/s beat one
 # lane's 106.5M) it converged after 2,256 / 3,166 / 1,727 iterations and routed at 59.40 /
-# 58.63 / 57.99 MHz at seeds 1 / 2 / 3 (docs/hardware.md).
+# 58.63 / 57.99 MHz at seeds 1 / 2 / 3; since the packer's write latch and the cold set's
+# numbering change, 78.95 MHz at seed 1 (asked for 54; docs/hardware.md).
 # The 4-lane top has not routed (congestion, docs/hardware.md): asked for 40 MHz (4 x 40 = 160M
 # lookups/s) its placement has no arc late, and the report of its time-out says how far it got.
 BLOCK_PNR_MHZ = {("accelerator", "ecp5-85f", 1): 103, ("accelerator", "ecp5-85f", 2): 54,
