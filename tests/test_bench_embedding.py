@@ -74,56 +74,12 @@ class _FakePath(embedding.Path):
         return self.host, 0.0, 0.0
 
 
-def test_time_paths_catches_a_double_counting_clock():
+def test_time_path_catches_a_double_counting_clock():
     grad = torch.zeros(1)
-    split, = embedding.time_paths([_FakePath(0.5)], [None] * 4, grad, 1, 2)
+    split = embedding.time_path(_FakePath(0.5), [None] * 4, grad, 1, 2)
     assert 0.4 < split.host / split.total <= 0.5 + 1e-9
     with pytest.raises(ValueError, match="time split"):
-        embedding.time_paths([_FakePath(2.0)], [None] * 4, grad, 1, 2)   # counted twice
-
-
-class _LoggedPath(_FakePath):
-    """A `_FakePath` that logs its steps and settles (a settle takes 20 ms, as its wait)."""
-
-    def __init__(self, name, log):
-        super().__init__(0.0)
-        self.name, self.log, self.wait = name, log, 0.0
-
-    def step(self, batch, grad, next_batch):
-        self.log.append((self.name, batch))
-        super().step(batch, grad, next_batch)
-
-    def settle(self):
-        self.log.append((self.name, "settle"))
-        time.sleep(0.02)
-        self.wait += 0.02
-
-    def clocks(self):
-        return self.host, self.wait, 0.0
-
-
-def test_time_paths_takes_turns_and_counts_the_settle():
-    """Paths timed together take each batch in turn, the first of them rotating, and each
-    step's settle counts in that path's time as its accelerator wait."""
-    log = []
-    a, b = _LoggedPath("a", log), _LoggedPath("b", log)
-    sa, sb = embedding.time_paths([a, b], list(range(5)), torch.zeros(1), 1, 3)
-    steps = [e for e in log if e[1] != "settle"]
-    assert steps == [("a", 0), ("b", 0), ("b", 1), ("a", 1), ("a", 2), ("b", 2),
-                     ("b", 3), ("a", 3)]
-    assert all(log[i + 1] == (n, "settle") for i, (n, x) in enumerate(log) if x != "settle")
-    for s in (sa, sb):
-        assert s.total >= 0.024 and s.accelerator == pytest.approx(0.02)
-
-
-def test_timing_groups_pair_tbe_with_the_hotline_placement():
-    names = ["fbgemm-tbe", "torch-embeddingbag", "hotline.nn host", "hotline.nn hotline",
-             "hotline.nn hotline (torch)"]
-    assert embedding.timing_groups(names) == [
-        ["fbgemm-tbe", "hotline.nn hotline"], ["torch-embeddingbag"], ["hotline.nn host"],
-        ["hotline.nn hotline (torch)"]]
-    # on a GPU (no TBE) or without the hotline placement, every path alone
-    assert embedding.timing_groups(names[1:]) == [[n] for n in names[1:]]
+        embedding.time_path(_FakePath(2.0), [None] * 4, grad, 1, 2)   # counted twice
 
 
 def test_embedding_section_on_tiny_tables():
@@ -158,9 +114,6 @@ def test_embedding_section_on_tiny_tables():
             pa = res["paths"]["hotline.nn hotline (process agent)"]
             assert pa["kernel"] == "fbgemm" and pa["accelerator_busy_ms"] > 0
             assert pa["hot_share"] == hl["hot_share"]
-            assert hl["timed_with"] == ["fbgemm-tbe"]
-            assert res["paths"]["fbgemm-tbe"]["timed_with"] == ["hotline.nn hotline"]
-            assert pa["timed_with"] == []
             assert res["ratios"]["hotline_vs_tbe"] == pytest.approx(
                 hl["total_ms"] / res["paths"]["fbgemm-tbe"]["total_ms"])
             assert res["ratios"]["hotline_host_vs_host_path"] == pytest.approx(

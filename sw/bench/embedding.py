@@ -17,10 +17,6 @@ MLPerf DLRM-DCNv2 pooling sizes (`MULTI_HOT_SIZES`: each sample's row of table t
 B = 1024 and 8192. The hotline placement's hot set is the exact top 10% of the rows over the
 whole stream (`make train`'s).
 
-TBE and the hotline placement, whose ratio the 1.2x target reads, are timed together
-(`timing_groups`, `time_paths`): a batch of each in turn, each step ending when its
-accelerator's work is done; the other paths one after another.
-
 Each path's time per batch is split (`TimeSplit`) into ``host`` (CPU work a GPU node's CPU would
 still do: the collection's key checks, sample order and unique keys, the host placement's row
 gathers and put-backs in host memory, the hotline store's main-thread work besides waiting for
@@ -219,10 +215,6 @@ class Path(abc.ABC):
         """What the path reports about its run (read before `close`)."""
         return {}
 
-    def settle(self) -> None:
-        """Wait for the work a step left running (an accelerator's prefetch), its wait counted
-        in `clocks`."""
-
     def close(self) -> None:
         pass
 
@@ -314,7 +306,6 @@ class NNPath(Path):
         self.device = next((v for v in vars(self.store).values() if isinstance(v, Device)), None)
         self.clock = HostClock(self.store, self.ebc)
         self.prefetch = placement == "hotline" and hasattr(self.ebc, "prefetch")
-        self.settled = 0.0    # seconds of `settle` waits
 
     def step(self, batch, grad, next_batch):
         out = self.ebc(batch.indices, batch.offsets)   # a Tensor [B, F * dim]
@@ -328,14 +319,7 @@ class NNPath(Path):
             return 0.0, 0.0, 0.0     # its store's row moves are device compute
         t = self.device.time if self.device is not None else {}
         wait, busy = t.get("wait_seconds", 0.0), t.get("busy_seconds", 0.0)
-        # the host clock's spans hold the waits, except those of `settle`
-        return self.clock.seconds - (wait - self.settled), wait, busy
-
-    def settle(self):
-        if self.device is not None:
-            w0 = self.device.time["wait_seconds"]
-            self.device.drain()
-            self.settled += self.device.time["wait_seconds"] - w0
+        return self.clock.seconds - wait, wait, busy
 
     def info(self):
         out = {"kernel": "fbgemm" if self.ebc._kernel is not None else "torch"}
@@ -349,39 +333,26 @@ class NNPath(Path):
         self.store.close()
 
 
-def time_paths(paths, batches, grad, warmup, timed) -> list[TimeSplit]:
-    """Run ``warmup`` then ``timed`` batches through each of ``paths`` (each step given the
-    next batch, for prefetch); their mean `TimeSplit`s over the timed ones, checked. Several
-    paths take a batch each in turn, in an order rotating by batch, and each step ends with
-    the path's `Path.settle` (counted in its time), so no path's work runs in another's step.
-    Paths timed together see the same machine: this VM's speed drifts between runs (TBE alone
-    took 57-85 ms per dim 128 B = 8192 batch in one day), which paths timed apart carry into
-    their ratio."""
+def time_path(path, batches, grad, warmup, timed) -> TimeSplit:
+    """Run ``warmup`` then ``timed`` batches (each given the next one, for prefetch); the mean
+    `TimeSplit` over the timed ones, checked."""
     import torch  # lazy: (see make_batches)
     sync = torch.cuda.synchronize if grad.is_cuda else (lambda: None)
-    together = len(paths) > 1
-    sums = [np.zeros(4) for _ in paths]        # total, host, wait, busy
+    total = host = wait = busy = 0.0
     for i in range(warmup + timed):
-        for j in range(len(paths)):
-            k = (i + j) % len(paths)
-            path = paths[k]
-            h0, w0, b0 = path.clocks()
-            t0 = time.perf_counter()
-            path.step(batches[i], grad, batches[i + 1])
-            if together:
-                path.settle()
-            sync()
-            dt = time.perf_counter() - t0
-            h1, w1, b1 = path.clocks()
-            if i >= warmup:
-                sums[k] += (dt, h1 - h0, w1 - w0, b1 - b0)
-    splits = []
-    for total, host, wait, busy in (sum_k.tolist() for sum_k in sums):
-        split = TimeSplit(total / timed, host / timed, (total - host - wait) / timed,
-                          wait / timed, busy / timed)
-        split.check()
-        splits.append(split)
-    return splits
+        h0, w0, b0 = path.clocks()
+        t0 = time.perf_counter()
+        path.step(batches[i], grad, batches[i + 1])
+        sync()
+        dt = time.perf_counter() - t0
+        h1, w1, b1 = path.clocks()
+        if i >= warmup:
+            total, host, wait, busy = (total + dt, host + h1 - h0, wait + w1 - w0,
+                                       busy + b1 - b0)
+    split = TimeSplit(total / timed, host / timed, (total - host - wait) / timed, wait / timed,
+                      busy / timed)
+    split.check()
+    return split
 
 
 # -- the accelerator's RTL estimate and the projection ------------------------------------------
@@ -503,48 +474,27 @@ def _bench_embedding(quick, configs, torch_device, projection):
         rtl = res["accelerator_rtl"] = (
             rtl_estimate(batches[cfg.warmup], hot.keys, data.table_sizes, cfg.dim)
             if projection else None)
-        makers = dict(paths_for(sizes, cfg.dim, hot.keys, placements, torch_device,
-                                cfg.batch_size, max(b.lookups for b in batches)))
-        for group in timing_groups(makers):
-            print(f"bench: embedding {cfg.name} {' + '.join(group)} ...", file=sys.stderr,
-                  flush=True)
-            paths = {}
+        for name, make in paths_for(sizes, cfg.dim, hot.keys, placements, torch_device,
+                                    cfg.batch_size, max(b.lookups for b in batches)):
+            print(f"bench: embedding {cfg.name} {name} ...", file=sys.stderr, flush=True)
+            path = make()
             try:
-                for name in group:
-                    paths[name] = makers[name]()
-                splits = time_paths(list(paths.values()), batches, grad, cfg.warmup,
-                                    cfg.timed)
-                infos = [p.info() for p in paths.values()]
+                split = time_path(path, batches, grad, cfg.warmup, cfg.timed)
+                info = path.info()
             finally:
-                for p in paths.values():
-                    p.close()
-            del paths
-            for name, split, info in zip(group, splits, infos):
-                ms = split.as_ms()
-                entry = {**ms, "samples_per_s": cfg.batch_size / split.total,
-                         "timed_with": [n for n in group if n != name], **info}
-                if projection and name.startswith("hotline.nn "):
-                    p = name.split()[1]
-                    entry["gpu_node_projection"] = project_gpu_step(
-                        p, ms, batches[cfg.warmup], cfg.dim, rtl["cold_unique_rows"], rtl["ms"])
-                res["paths"][name] = entry
-        res["paths"] = {name: res["paths"][name] for name in makers}
+                path.close()
+            del path
+            ms = split.as_ms()
+            entry = {**ms, "samples_per_s": cfg.batch_size / split.total, **info}
+            if projection and name.startswith("hotline.nn "):
+                p = name.split()[1]
+                entry["gpu_node_projection"] = project_gpu_step(
+                    p, ms, batches[cfg.warmup], cfg.dim, rtl["cold_unique_rows"], rtl["ms"])
+            res["paths"][name] = entry
         res["ratios"] = ratios(res["paths"])
         out["configs"][cfg.name] = res
         rows += table_rows(cfg.name, res)
     return out, rows
-
-
-# The paths of the issue's 1.2x target, timed together (`time_paths`).
-PAIRED = ("fbgemm-tbe", "hotline.nn hotline")
-
-
-def timing_groups(names) -> list[list[str]]:
-    """``names`` as timed: `PAIRED` together where both are there, the others alone."""
-    pair = [n for n in names if n in PAIRED]
-    together = len(pair) == len(PAIRED)
-    groups = [[n] for n in names if not (together and n in PAIRED)]
-    return [pair] + groups if together else groups
 
 
 def ratios(paths) -> dict:
