@@ -71,7 +71,6 @@ def test_beats_are_each_batch_in_lanes(lanes, busy, name):
     assert beats == reference_beats(batches, lanes)
 
 
-
 @pytest.mark.parametrize("lanes", [2, 4])
 def test_a_ring_without_room_for_the_latched_write_is_refused(lanes):
     """Below 3 L entries an open batch short of a beat could leave no room to close it."""
