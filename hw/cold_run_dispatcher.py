@@ -42,12 +42,16 @@ class ColdRunDispatcher(wiring.Component):
     (from the entries before them in the stage and the last L written): a repeat is a
     property of the sequence, not of the runs, so the run choice compares no keys. The run is
     chosen from a window of L registered entries, and the window is refilled from the queue
-    (LUT RAM) in the cycle a run leaves. ``w_room`` counts the queue, the stage and the write
-    but not the entries leaving the queue in that cycle (timing: that made the run choice
-    reach ``w_room``), so up to L entries of the ``depth`` may be left unused.
+    (LUT RAM) in the cycle a run leaves. ``w_room`` is registered from the queue and the stage
+    alone, keeping room for the write in that cycle and the next (timing: the write count
+    comes late, and the entries leaving the queue would bring in the run choice), so up to
+    2 L entries of the ``depth`` (>= 3 L) may be left unused.
     """
 
     def __init__(self, key_width, part_width, lanes, depth):
+        if depth < 3 * lanes:
+            raise ValueError(f"ColdRunDispatcher depth {depth} is below 3 x {lanes} lanes: "
+                             "it keeps room for two writes of L entries")
         self.lanes, self.depth = lanes, depth
         self.entry_layout = data.StructLayout({"key": key_width, "part": part_width,
                                                "close": 1, "dummy": 1})
@@ -144,6 +148,8 @@ class ColdRunDispatcher(wiring.Component):
             from_win = Array(padded[k:k + L + 1])[taken]
             from_queue = Array(heads[:k + 1])[(k - remain)[:bits_for(L)]] if k else heads[0]
             m.d.sync += win[k].eq(Mux(k < remain, from_win, from_queue))
+        # Room for the stage and two writes (the one in this cycle, whose count is not added:
+        # it comes late, through the caller's hit / miss split; and the next one).
         m.d.sync += [rp.eq(rp + fill), level.eq(level + s_count - fill), win_n.eq(remain + fill),
-                     self.w_room.eq(level + s_count + written <= self.depth - L)]
+                     self.w_room.eq(level + s_count <= self.depth - 2 * L)]
         return m

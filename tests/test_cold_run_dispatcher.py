@@ -182,3 +182,12 @@ def test_real_cold_lookups():
     dut = ColdRunDispatcher(KEY_BITS, ceil_log2(partitions), 4, depth=4096)
     runs = drive(dut, entries, write_first=True, busy=0.2, rng=random.Random(1))
     assert summarize(runs) == reference_runs(entries, 4)
+
+
+@pytest.mark.filterwarnings("ignore:.*created but never used")
+@pytest.mark.parametrize("lanes", [2, 4])
+def test_a_queue_without_room_for_two_writes_is_refused(lanes):
+    """``w_room`` keeps room for the write in its cycle and the next: 3 L entries at least."""
+    with pytest.raises(ValueError, match=f"below 3 x {lanes} lanes"):
+        ColdRunDispatcher(KEY_BITS, 2, lanes, depth=3 * lanes - 1)
+    ColdRunDispatcher(KEY_BITS, 2, lanes, depth=3 * lanes)
