@@ -37,16 +37,19 @@ class ColdRunDispatcher(wiring.Component):
     a cycle only when the next keys cannot fill it. What a run holds depends on when its
     entries arrived; the keys reach the cold set in order, and repeats are found, either way.
 
-    Timing: an entry can leave two cycles after its write at the earliest. The entries
-    written are registered (a stage in front of the queue), where their repeats are found
-    (from the entries before them in the stage and the last L written): a repeat is a
-    property of the sequence, not of the runs, so the run choice compares no keys. The run is
-    chosen from a window of L registered entries, and the window is refilled from the queue
-    (LUT RAM) in the cycle a run leaves. ``w_room`` is registered from the queue and the stage
-    alone, keeping room for the write in that cycle and the next (timing: the write count
-    comes late, and the entries leaving the queue would bring in the run choice), so up to
-    2 L entries of the ``depth`` (>= 3 L) may be left unused.
+    Timing: an entry is on ``o`` ``LATENCY`` (4) cycles after its write at the earliest. The
+    entries written pass two register stages in front of the queue, where their repeats are
+    found (the key matches with the entries before them in the first stage and the last L that
+    left it, then the latest match): a repeat is a property of the sequence, not of the runs,
+    so the run choice compares no keys. The run is chosen from a window of L registered
+    entries, and the window is refilled from the queue (LUT RAM) in the cycle a run leaves.
+    ``w_room`` is registered from the queue and the stages alone, keeping room for the write in
+    that cycle and the next (timing: the write count comes late, and the entries leaving the
+    queue would bring in the run choice), so up to 2 L entries of the ``depth`` (>= 3 L) may be
+    left unused.
     """
+
+    LATENCY = 4   # cycles from an entry's write to its run on ``o``, at the earliest
 
     def __init__(self, key_width, part_width, lanes, depth):
         if depth < 3 * lanes:
@@ -72,10 +75,12 @@ class ColdRunDispatcher(wiring.Component):
         queued_layout = data.StructLayout({**self.entry_layout.members, "repeat": rb})
         m.submodules.queue = queue = BankedRing(queued_layout, self.depth, L, reads=L)
 
-        # The stage: the entries written, and their repeats. Entry k repeats the latest equal
-        # key among the L cold lookups before it in its batch: the stage's entries before it,
-        # then the last L written to the queue (``hist``, latest first; none after a batch
-        # end).
+        # Two stages in front of the queue find the repeats. Entry k repeats the latest equal
+        # key among the L cold lookups before it in its batch: the entries before it in the
+        # first stage, then the last L that left that stage (``hist``, latest first; none
+        # after a batch end). The first stage registers which of them match (``matches``),
+        # the second picks the latest (timing: the key compares and the pick, then the
+        # queue's bank select, were one path into the queue's LUT RAM).
         s_count = Signal(range(L + 1))
         stage = [Signal(self.entry_layout, name=f"stage{k}") for k in range(L)]
         hist_key = [Signal.like(stage[0].key, name=f"hist_key{j}") for j in range(L)]
@@ -83,24 +88,28 @@ class ColdRunDispatcher(wiring.Component):
         written = Mux(self.w_room, self.w_count, 0)
         m.d.sync += [s_count.eq(written), *(stage[k].eq(self.w_data[k]) for k in range(L))]
         close = [stage[k].close & (s_count > k) for k in range(L)]
-        queued = []
+        m_count = Signal(range(L + 1))
+        matched = [Signal(self.entry_layout, name=f"matched{k}") for k in range(L)]
+        matches = [Signal(L, name=f"matches{k}") for k in range(L)]   # bit d - 1: d back
+        m.d.sync += [m_count.eq(s_count), *(matched[k].eq(stage[k]) for k in range(L))]
         for k in range(L):
-            before = []
             for d in range(1, L + 1):
                 if d <= k:   # in the stage: valid if no batch end from it up to k
-                    before.append((stage[k - d].key,
-                                   ~stage[k - d].dummy & ~Cat(close[k - d:k]).any()))
+                    key, valid = (stage[k - d].key,
+                                  ~stage[k - d].dummy & ~Cat(close[k - d:k]).any())
                 else:
-                    before.append((hist_key[d - k - 1],
-                                   hist_valid[d - k - 1] & ~Cat(close[:k]).any()))
+                    key, valid = (hist_key[d - k - 1],
+                                  hist_valid[d - k - 1] & ~Cat(close[:k]).any())
+                m.d.sync += matches[k][d - 1].eq(~stage[k].dummy & valid & (key == stage[k].key))
+        queued = []
+        for k in range(L):
             distance = C(0, rb)
             for d in reversed(range(1, L + 1)):
-                key, valid = before[d - 1]
-                distance = Mux(valid & (key == stage[k].key), d, distance)
+                distance = Mux(matches[k][d - 1], d, distance)
             entry = Signal(queued_layout, name=f"queued{k}")
-            m.d.comb += [entry.eq(stage[k]), entry.repeat.eq(Mux(stage[k].dummy, 0, distance))]
+            m.d.comb += [entry.eq(matched[k]), entry.repeat.eq(distance)]
             queued.append(entry)
-        m.d.comb += [queue.w_count.eq(s_count), *(queue.w_data[k].eq(queued[k])
+        m.d.comb += [queue.w_count.eq(m_count), *(queue.w_data[k].eq(queued[k])
                                                   for k in range(L))]
         # The history takes the stage's keys; an entry at or before a batch end in the stage
         # is not valid, nor what the history held.
@@ -148,8 +157,8 @@ class ColdRunDispatcher(wiring.Component):
             from_win = Array(padded[k:k + L + 1])[taken]
             from_queue = Array(heads[:k + 1])[(k - remain)[:bits_for(L)]] if k else heads[0]
             m.d.sync += win[k].eq(Mux(k < remain, from_win, from_queue))
-        # Room for the stage and two writes (the one in this cycle, whose count is not added:
+        # Room for the stages and two writes (the one in this cycle, whose count is not added:
         # it comes late, through the caller's hit / miss split; and the next one).
-        m.d.sync += [rp.eq(rp + fill), level.eq(level + s_count - fill), win_n.eq(remain + fill),
-                     self.w_room.eq(level + s_count <= self.depth - 2 * L)]
+        m.d.sync += [rp.eq(rp + fill), level.eq(level + m_count - fill), win_n.eq(remain + fill),
+                     self.w_room.eq(level + s_count + m_count <= self.depth - 2 * L)]
         return m

@@ -671,9 +671,9 @@ class Fragmenter(wiring.Component):
     @staticmethod
     def cycles_to_cold(lanes):
         """Cycles from a beat leaving the CAM to its cold lookups reaching the cold set at the
-        earliest: with lanes, the dispatcher's stage, queue and window, then a register slice
-        (4); one lane, its register (1)."""
-        return 4 if lanes > 1 else 1
+        earliest: with lanes, the dispatcher's (`ColdRunDispatcher.LATENCY`), then a register
+        slice; one lane, its register (1)."""
+        return ColdRunDispatcher.LATENCY + 1 if lanes > 1 else 1
 
     def elaborate(self, platform):
         m = Module()

@@ -29,8 +29,8 @@ def entries_of(keys, batch, dummies=(), partitions=4):
     for b, start in enumerate(range(0, len(keys), batch)):
         chunk = [(int(k), p, 0, 0) for k, p in zip(keys[start:start + batch],
                                                      part[start:start + batch])]
-        if b in dummies:
-            chunk.append((0, 0, 1, 1))
+        if b in dummies:   # its key, which means nothing, that of the lookup before it
+            chunk.append((chunk[-1][0], 0, 1, 1))
         else:
             chunk[-1] = chunk[-1][:2] + (1, 0)
         out += chunk
