@@ -117,7 +117,9 @@ class ColdRunDispatcher(wiring.Component):
         shift_in(m, list(hist_valid), [~stage[k].dummy & ~Cat(close[k:]).any()
                                        for k in range(L)], s_count, keep=~Cat(close).any())
 
-        rp = Signal(range(self.depth))
+        # The queue's read positions rp + k, each its own register (timing: no adder between
+        # them and the LUT RAM's read address).
+        rp = [Signal(range(self.depth), name=f"rp{k}", init=k) for k in range(L)]
         level = Signal(range(self.depth + 1))
         win = [Signal(queued_layout, name=f"win{k}") for k in range(L)]
         win_n = Signal(range(L + 1))
@@ -147,10 +149,13 @@ class ColdRunDispatcher(wiring.Component):
         taken = Mux(fire, count, 0)
         remain = Signal(range(L + 1))
         fill = Signal(range(L + 1))
+        # What depends on the run is a select among values computed from registers alone
+        # (timing: the run choice, then a compare and adders, was the path into rp and level).
+        below = Array(level < j for j in range(L + 1))          # level < j
         m.d.comb += [remain.eq(win_n - taken),
-                     fill.eq(Mux(level < L - remain, level, L - remain))]
+                     fill.eq(Mux(below[L - remain], level, L - remain))]
         for k in range(L):
-            m.d.comb += queue.r_pos[k].eq(rp + k)
+            m.d.comb += queue.r_pos[k].eq(rp[k])
         padded = win + [C(0, queued_layout.size)] * L
         heads = [queue.r_data[k] for k in range(L)]
         for k in range(L):
@@ -159,6 +164,9 @@ class ColdRunDispatcher(wiring.Component):
             m.d.sync += win[k].eq(Mux(k < remain, from_win, from_queue))
         # Room for the stages and two writes (the one in this cycle, whose count is not added:
         # it comes late, through the caller's hit / miss split; and the next one).
-        m.d.sync += [rp.eq(rp + fill), level.eq(level + m_count - fill), win_n.eq(remain + fill),
+        ahead = [rp[0] + j for j in range(2 * L)]
+        m.d.sync += [*(rp[k].eq(Array(ahead[k:k + L + 1])[fill]) for k in range(L)),
+                     level.eq(Array(level + m_count - f for f in range(L + 1))[fill]),
+                     win_n.eq(remain + fill),
                      self.w_room.eq(level + s_count + m_count <= self.depth - 2 * L)]
         return m
