@@ -429,6 +429,31 @@ def paths_for(sizes, dim, hot_keys, placements, torch_device="cpu", batch_size=N
     return out
 
 
+# glibc's mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+KEEP_FREED = {"mmap_threshold": 1 << 30, "trim_threshold": (1 << 31) - 1}
+
+
+def keep_freed_memory():
+    """Has glibc's malloc keep freed memory for reuse in this process: blocks up to 1 GiB come
+    from its heap instead of fresh mappings (``M_MMAP_THRESHOLD``), and the heap's top is not
+    handed back (``M_TRIM_THRESHOLD``). Why: a step's output and gradient tensors (B x tables x
+    dim floats, 109 MB at B = 8192, dim 128) are otherwise mapped anew and unmapped at every
+    step, and their first touch costs 26,600 page faults a step, in every path alike, which a
+    GPU's caching allocator does not pay; with them the timings of one path swung 1.5x from run
+    to run. Returns `KEEP_FREED`, or None where the C library is not glibc (nothing changed)."""
+    import ctypes
+    import ctypes.util
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return None
+    ok = (mallopt(_M_MMAP_THRESHOLD, KEEP_FREED["mmap_threshold"])
+          and mallopt(_M_TRIM_THRESHOLD, KEEP_FREED["trim_threshold"]))
+    return dict(KEEP_FREED) if ok else None
+
+
 def bench_embedding(quick, configs=None, torch_device="cpu", projection=None):
     """The section: per configuration, each path's `TimeSplit` (ms per batch), the ratios the
     issue asks for and, with ``projection`` (default: on the CPU), the RTL estimate and the
@@ -448,7 +473,7 @@ def _bench_embedding(quick, configs, torch_device, projection):
     configs = configs or (QUICK_CONFIGS if quick else CONFIGS)
     placements, left_out = nn_placements()
     out = {"threads": 1, "torch_device": torch_device, "placements": list(placements),
-           "left_out": left_out,
+           "left_out": left_out, "malloc_keeps_freed": keep_freed_memory(),
            "projection_assumptions": PROJECTION, "configs": {}}
     rows, streams = [], {}
     for cfg in configs:
