@@ -196,24 +196,26 @@ import resource, sys, torch
 from hotline.bench.embedding import keep_freed_memory
 kept = keep_freed_memory() if sys.argv[1] == "keep" else None
 faults = []
-for _ in range(3):     # a step's 109 MB output, allocated, written and freed
+for _ in range(6):     # a step's 109 MB output, allocated, written and freed
     f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     out = torch.empty(8192 * 26 * 128)
     out.fill_(1.0)
     del out
     faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
-print(kept is not None, faults[-1])
+print(kept is not None, *faults)
 """
 
 
 def test_keep_freed_memory_stops_the_per_step_page_faults():
     """A freed 109 MB tensor is mapped anew, and faulted in page by page, at every allocation;
-    with `keep_freed_memory` the third allocation reuses the heap (no glibc: skipped)."""
+    with `keep_freed_memory` the heap is reused once it has settled (its first 2-3
+    allocations may still map pages; no glibc: skipped)."""
     import subprocess
     import sys
     runs = {how: subprocess.run([sys.executable, "-c", _FAULTS, how], capture_output=True,
                                 text=True, check=True).stdout.split() for how in ("plain", "keep")}
     if runs["keep"][0] != "True":
         pytest.skip("the C library has no glibc mallopt")
-    assert int(runs["plain"][1]) > 20_000          # 26,624 pages of 4 KiB
-    assert int(runs["keep"][1]) < 1_000
+    plain, keep = ([int(f) for f in runs[how][1:]] for how in ("plain", "keep"))
+    assert min(plain) > 20_000          # 26,624 pages of 4 KiB, every time
+    assert sum(keep[3:]) < 1_000
