@@ -15,7 +15,8 @@ samples folded with --max-ind-range 1000000) at dim 16 and 128, and a multi-hot 
 MLPerf DLRM-DCNv2 pooling sizes (`MULTI_HOT_SIZES`: each sample's row of table t, then
 ``size_t - 1`` uniform rows of the table, as MLPerf's synthetic multi-hot Criteo), at
 B = 1024 and 8192. The hotline placement's hot set is the exact top 10% of the rows over the
-whole stream (`make train`'s).
+whole stream (`make train`'s). The section has glibc keep freed memory for reuse
+(`keep_freed_memory`), so no path pays page faults for its step's fresh tensors.
 
 Each path's time per batch is split (`TimeSplit`) into ``host`` (CPU work a GPU node's CPU would
 still do: the collection's key checks, sample order and unique keys, the host placement's row
