@@ -162,11 +162,11 @@ class ColdRunDispatcher(wiring.Component):
             from_win = Array(padded[k:k + L + 1])[taken]
             from_queue = Array(heads[:k + 1])[(k - remain)[:bits_for(L)]] if k else heads[0]
             m.d.sync += win[k].eq(Mux(k < remain, from_win, from_queue))
-        # Room for the stages and two writes (the one in this cycle, whose count is not added:
-        # it comes late, through the caller's hit / miss split; and the next one).
         ahead = [rp[0] + j for j in range(2 * L)]
         m.d.sync += [*(rp[k].eq(Array(ahead[k:k + L + 1])[fill]) for k in range(L)),
                      level.eq(Array(level + m_count - f for f in range(L + 1))[fill]),
-                     win_n.eq(remain + fill),
-                     self.w_room.eq(level + s_count + m_count <= self.depth - 2 * L)]
+                     win_n.eq(remain + fill)]
+        # Room for the stages and two writes (the one in this cycle, whose count is not added:
+        # it comes late, through the caller's hit / miss split; and the next one).
+        m.d.sync += self.w_room.eq(level + s_count + m_count <= self.depth - 2 * L)
         return m

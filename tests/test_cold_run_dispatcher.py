@@ -191,3 +191,24 @@ def test_a_queue_without_room_for_two_writes_is_refused(lanes):
     with pytest.raises(ValueError, match=f"below 3 x {lanes} lanes"):
         ColdRunDispatcher(KEY_BITS, 2, lanes, depth=3 * lanes - 1)
     ColdRunDispatcher(KEY_BITS, 2, lanes, depth=3 * lanes)
+
+
+@pytest.mark.parametrize("lanes", [2, 4])
+def test_an_entry_leaves_latency_cycles_after_its_write(lanes):
+    """`ColdRunDispatcher.LATENCY` (which `Fragmenter.cycles_to_cold` is built on): a lone
+    entry written into an empty dispatcher is on ``o`` that many cycles later."""
+    dut = ColdRunDispatcher(KEY_BITS, 2, lanes, depth=4 * lanes)
+    seen = []
+
+    async def main(ctx):
+        ctx.set(dut.o.ready, 1)
+        ctx.set(dut.w_count, 1)
+        ctx.set(dut.w_data[0], {"key": 5, "part": 1, "close": 1, "dummy": 0})
+        await ctx.tick()
+        ctx.set(dut.w_count, 0)
+        for cycle in range(1, 10):
+            if ctx.get(dut.o.valid):
+                seen.append(cycle)
+            await ctx.tick()
+    simulate(dut, main)
+    assert seen == [ColdRunDispatcher.LATENCY]
