@@ -29,6 +29,8 @@ turns the split into a labelled *projection* of a GPU node's step (`PROJECTION`:
 assumptions).
 """
 import abc
+import ctypes
+import ctypes.util
 import dataclasses
 import math
 import sys
@@ -443,8 +445,6 @@ def keep_freed_memory():
     step, and their first touch costs 26,600 page faults a step, in every path alike, which a
     GPU's caching allocator does not pay; with them the timings of one path swung 1.5x from run
     to run. Returns `KEEP_FREED`, or None where the C library is not glibc (nothing changed)."""
-    import ctypes
-    import ctypes.util
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         mallopt = libc.mallopt
