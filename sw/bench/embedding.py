@@ -29,8 +29,6 @@ turns the split into a labelled *projection* of a GPU node's step (`PROJECTION`:
 assumptions).
 """
 import abc
-import ctypes
-import ctypes.util
 import dataclasses
 import math
 import sys
@@ -42,6 +40,7 @@ import numpy as np
 from hotline.contract.config import AcceleratorConfig
 from hotline.contract.keys import MAX_ROWS, ROW_BITS
 from hotline.data.spec import open_data
+from hotline.host.host_memory import M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, mallopt
 from hotline.model.device_model import DeviceModel
 from hotline.model.planner import exact_hot_set
 from hotline.nn.layout import RowLayout
@@ -432,8 +431,6 @@ def paths_for(sizes, dim, hot_keys, placements, torch_device="cpu", batch_size=N
     return out
 
 
-# glibc's mallopt parameters (malloc.h)
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 KEEP_FREED = {"mmap_threshold": 1 << 30, "trim_threshold": (1 << 31) - 1}
 
 
@@ -445,13 +442,8 @@ def keep_freed_memory():
     step, and their first touch costs 26,600 page faults a step, in every path alike, which a
     GPU's caching allocator does not pay; with them the timings of one path swung 1.5x from run
     to run. Returns `KEEP_FREED`, or None where the C library is not glibc (nothing changed)."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return None
-    ok = (mallopt(_M_MMAP_THRESHOLD, KEEP_FREED["mmap_threshold"])
-          and mallopt(_M_TRIM_THRESHOLD, KEEP_FREED["trim_threshold"]))
+    ok = (mallopt(M_MMAP_THRESHOLD, KEEP_FREED["mmap_threshold"])
+          and mallopt(M_TRIM_THRESHOLD, KEEP_FREED["trim_threshold"]))
     return dict(KEEP_FREED) if ok else None
 
 

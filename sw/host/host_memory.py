@@ -11,6 +11,8 @@ every row the trainer writes through the page cache's writeback, which (measured
 project's 2-core VM, `make bench`'s multi-hot configuration) made the in-place kernel about
 2x slower and its timing swing with the disk.
 """
+import ctypes
+import ctypes.util
 import mmap
 import os
 import sys
@@ -45,6 +47,20 @@ class Window:
 #: where a default host memory file goes when it fits (a tmpfs: RAM)
 RAM_DIR = Path("/dev/shm")
 PREFIX = "hotline-hostmem-"
+
+
+# glibc's mallopt options (malloc.h)
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+
+
+def mallopt(option, value) -> bool:
+    """glibc's ``mallopt(option, value)`` for this process (how its malloc keeps and maps
+    memory); False where the C library has none (nothing changed) or refuses the value."""
+    try:
+        fn = getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), "mallopt", None)
+    except OSError:
+        return False
+    return bool(fn is not None and fn(option, value))
 
 
 def available_ram() -> int:
