@@ -85,8 +85,9 @@ class HotlineAccelerator(wiring.Component):
     `hotline.contract.streams.stream_layouts` of that configuration.
     """
     CMD_DEPTH = 16
-    # The core's parts with a soft reset register each (see elaborate); "glue": the rest.
-    RESET_GROUPS = ("fragmenter", "learner", "dma", "csr", "glue")
+    # The core's parts with a soft reset register each (see elaborate); "glue": the rest. The
+    # fragmenter's stages have theirs (`Fragmenter.stage_resets`).
+    RESET_GROUPS = ("learner", "dma", "csr", "glue")
 
     @classmethod
     def from_config(cls, config: AcceleratorConfig, data_width=64, addr_width=32, num_tables=32,
@@ -173,11 +174,12 @@ class HotlineAccelerator(wiring.Component):
             top.d.comb += getattr(dst, name).eq(value)
         lite_idle = ((lite_reads == 0) & (lite_writes == 0) & ~axil.awvalid & ~axil.wvalid
                      & ~axil.arvalid)
-        # The core's blocks are reset by copies of soft_rst, one each (timing: one register
-        # driving the reset of every block had routes across the die; it was the critical path
-        # at seed 2).
+        # The core's blocks are reset by copies of soft_rst, one each, the fragmenter's one per
+        # stage (timing: one register driving the reset of every block had routes across the
+        # die, the critical path at seed 2; so was the fragmenter's at 2 lanes).
         resets = {name: replica(1, f"soft_rst_{name}") for name in self.RESET_GROUPS}
-        top.d.sync += [soft_rst.eq(0), cleared.eq(soft_rst), *(r.eq(0) for r in resets.values())]
+        copies = [*resets.values(), *self.fragmenter.stage_resets.values()]
+        top.d.sync += [soft_rst.eq(0), cleared.eq(soft_rst), *(r.eq(0) for r in copies)]
         # quiet, registered (timing: the gate's in-flight counts reached the reset decision);
         # once quiet, the gate stays so while it holds, so a cycle late is as good.
         quiet = Signal(name="soft_quiet")
@@ -185,7 +187,7 @@ class HotlineAccelerator(wiring.Component):
         with top.If(soft["request"]):
             top.d.sync += requested.eq(1)
         with top.Elif(requested & quiet & lite_idle):
-            top.d.sync += [requested.eq(0), soft_rst.eq(1), *(r.eq(1) for r in resets.values())]
+            top.d.sync += [requested.eq(0), soft_rst.eq(1), *(r.eq(1) for r in copies)]
         top.d.comb += [quiesce.hold.eq(requested | soft_rst),
                        soft["busy"].eq(requested | soft_rst | cleared)]
         # The watchdog's count and cause live here, outside the soft reset: a reset that had to
@@ -251,8 +253,8 @@ class HotlineAccelerator(wiring.Component):
         TIMEOUTS count and the timeout cause (in)."""
         core, m = Module(), Module()
         frag, learner, dma, csr = self.fragmenter, self.learner, self.dma, self.csr
-        for name, block in (("fragmenter", frag), ("learner", learner), ("dma", dma),
-                            ("csr", csr), ("glue", m)):
+        core.submodules.fragmenter = frag   # its stages' resets are its own
+        for name, block in (("learner", learner), ("dma", dma), ("csr", csr), ("glue", m)):
             core.submodules[name] = ResetInserter(resets[name])(block)
         m.submodules.merge = merge = self.merge
         m.submodules.fork = fork = StreamFork(self.merge.out_layout, n=2)

@@ -74,6 +74,7 @@ from .lib.fifo_room import fifo_has_room, fifo_room
 from .lib.lagged_counter import lagged_count
 from .lib.onehot import compact, popcount, shift_in
 from .lib.register_slice import RegisterSlice
+from .lib.replica import replica
 from .popularity_cam import PopularityCAM
 
 __all__ = ["Fragmenter", "COUNTERS", "LookupSplit", "AnswerRing", "BeatCollector",
@@ -621,7 +622,14 @@ class Fragmenter(wiring.Component):
     (>= 4 entries per output FIFO), ``lanes`` (lookups per beat: 1, 2 or 4). The geometry
     defaults (the blocks' own, and ``max_batch_samples``) are the product configuration's
     (`hotline.contract.config.PRODUCT`).
+
+    ``stage_resets`` (not ports): a reset per group of `RESET_STAGES`, each a register of its
+    own (`replica`) for the owner to drive, e.g. with a soft reset: one register and one net
+    for the whole fragmenter spanned the die (the 2-lane top's critical path). Undriven, they
+    are 0 (no reset beyond the domain's).
     """
+    # The groups of `stage_resets`: the CAM, the cold-key set, the other stages.
+    RESET_STAGES = ("cam", "cold", "stages")
     # Its stage components (with the CAM and the cold set): see the module docstring.
     STAGES = (LookupSplit, AnswerRing, BeatCollector, SampleClassifier)
     # Lookup beats between the CAM and the collector: enough to cover the cold set's latency
@@ -642,6 +650,7 @@ class Fragmenter(wiring.Component):
         self.fifo_depth = fifo_depth
         self.max_batch_samples = max_batch_samples
         self.lanes = L = lanes
+        self.stage_resets = {n: replica(1, f"soft_rst_fragmenter_{n}") for n in self.RESET_STAGES}
         # The beat's keys and marks ride through the CAM as its sideband.
         self.marks_layout = marks_layout(key_width, L)
         self.cam = PopularityCAM(**self.cam_args, key_width=key_width,
@@ -678,19 +687,22 @@ class Fragmenter(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         L = self.lanes
-        m.submodules.cam = cam = self.cam
-        m.submodules.cold = cold = self.cold
+        rst = self.stage_resets
+        cam, cold = self.cam, self.cold
+        m.submodules.cam = ResetInserter(rst["cam"])(cam)
+        m.submodules.cold = ResetInserter(rst["cold"])(cold)
         wiring.connect(m, wiring.flipped(self.cmd), cam.cmd)
         wiring.connect(m, cam.resp, wiring.flipped(self.resp))
         wiring.connect(m, cam.moves, wiring.flipped(self.moves))
-        m.submodules.split = split = LookupSplit(self.marks_layout, cam, cold, self.GROUP_DEPTH,
-                                                 L)
-        m.submodules.answers = ring = AnswerRing(cold, self.layouts, self.GROUP_DEPTH,
-                                                 self.fifo_depth, L)
-        m.submodules.collect = collect = BeatCollector(split.beat_layout, cam.slot_width,
-                                                       cold.slot_width, ring.tally_layout, L)
-        m.submodules.classify = classify = SampleClassifier(
-            collect.layout, self.layouts, self.max_batch_samples, self.fifo_depth, L)
+        split = LookupSplit(self.marks_layout, cam, cold, self.GROUP_DEPTH, L)
+        ring = AnswerRing(cold, self.layouts, self.GROUP_DEPTH, self.fifo_depth, L)
+        collect = BeatCollector(split.beat_layout, cam.slot_width, cold.slot_width,
+                                ring.tally_layout, L)
+        classify = SampleClassifier(collect.layout, self.layouts, self.max_batch_samples,
+                                    self.fifo_depth, L)
+        for name, stage in (("split", split), ("answers", ring), ("collect", collect),
+                            ("classify", classify)):
+            m.submodules[name] = ResetInserter(rst["stages"])(stage)
 
         # ---- lookups -> CAM, the marks as sideband ----------------------------------------
         beat = self.lookups.payload
