@@ -265,7 +265,7 @@ class ColdKeySet(wiring.Component):
 
     def __init__(self, capacity=PRODUCT.cold_capacity, *, ways=PRODUCT.cold_ways,
                  stash=PRODUCT.cold_stash, max_keys=PRODUCT.cold_max_keys, key_width=32,
-                 user_width=1, epoch_bits=PRODUCT.cold_epoch_bits, seeds=COLD_SEEDS,
+                 user_width=1, epoch_bits=PRODUCT.cold_kwargs()["epoch_bits"], seeds=COLD_SEEDS,
                  hash_family="tabulation", primitive=None, partitions=1, lanes=None):
         lanes = partitions if lanes is None else lanes
         for name, value in (("capacity", capacity), ("ways", ways), ("partitions", partitions),

@@ -40,7 +40,7 @@ takes one new key per cycle at one lane, up to L with lanes. With lanes, bursts 
 batch boundaries (the cold set needs no clearing pass between batches, except one pass of
 ``min(capacity // (2 * ways * partitions), 2048)`` cycles every ``2**epoch_bits - 1``
 batches, `ColdKeySet.clear_cycles`: 2048 cycles every 255 batches in the product
-configuration). Latency ``LATENCY`` cycles from a ``lookups``
+configuration, every 1023 at 4 lanes). Latency ``LATENCY`` cycles from a ``lookups``
 handshake to the FIFO write through the cold set (``cam.LATENCY + 3`` without cold lookups),
 plus the FIFOs' own. An output whose FIFO holds more than ``fifo_depth - 3`` entries stalls
 the pipeline only when the beat at its end needs that FIFO (a beat that closes a sample

@@ -225,9 +225,9 @@ def beat_cycles(run, keys, config):
             entries[g].append([-1, False, False])
         entries[g][-1][2] = True
     wraps = np.zeros(n, bool)                  # the beats after which the cold set clears
-    epochs = (1 << config.cold_epoch_bits) - 1
-    wraps[np.nonzero(closes)[0][epochs - 1::epochs]] = True
     cold = config.cold_kwargs()
+    epochs = (1 << cold["epoch_bits"]) - 1
+    wraps[np.nonzero(closes)[0][epochs - 1::epochs]] = True
     clearing = ColdKeySet.clear_cycles(cold["capacity"], cold["ways"], cold["partitions"])
     depth, answer = Fragmenter.GROUP_DEPTH, ColdKeySet.latency(cold["partitions"]) + 1
     to_cold = Fragmenter.cycles_to_cold(lanes)

@@ -1,4 +1,5 @@
 """The contract layer (`hotline.contract`): each fact defined once and the same everywhere."""
+import dataclasses
 import subprocess
 import sys
 import warnings
@@ -194,17 +195,21 @@ def test_the_product_configuration_is_one_definition():
                                  frag.max_batch_samples)
 
     assert config.PRODUCT == AcceleratorConfig()
+    # the epoch bits left open resolve by lane count: the product's as built
+    built = dataclasses.replace(config.PRODUCT,
+                                cold_epoch_bits=config.PRODUCT.cold_kwargs()["epoch_bits"])
+    assert built.cold_epoch_bits == config.COLD_EPOCH_BITS[config.PRODUCT.lanes]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnusedElaboratable)
         top = BLOCKS["accelerator"]("ecp5-85f")
-        assert geometry(top.fragmenter) == config.PRODUCT
+        assert geometry(top.fragmenter) == built
         assert (top.dma.data_width, top.dma.num_tables) == (64, 32)
         cold = BLOCKS["cold-key-set"]("ecp5-85f")
         assert (cold.capacity, cold.max_keys, cold.epoch_bits) == \
             (config.PRODUCT.cold_capacity, config.PRODUCT.cold_max_keys,
-             config.PRODUCT.cold_epoch_bits)
+             config.PRODUCT.cold_kwargs()["epoch_bits"])
         assert BLOCKS["cam"]("ecp5-85f").entries == config.PRODUCT.cam_entries
-        assert geometry(Fragmenter()) == config.PRODUCT
+        assert geometry(Fragmenter()) == built
         c = ColdKeySet()
         assert (c.capacity, c.ways, c.stash, c.max_keys, c.epoch_bits, c.partitions) == tuple(
             config.PRODUCT.cold_kwargs().values())

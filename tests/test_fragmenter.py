@@ -109,6 +109,26 @@ def test_the_schedule_counts_the_cold_sets_clearing_passes(rtl):
     assert abs(cycles / beat_cycles(run, ds.keys, config) - 1) < 0.01
 
 
+def test_four_lanes_clear_the_cold_set_four_times_less_often():
+    """A batch takes a quarter of the cycles at 4 lanes, so the cold set's clearing pass
+    (2048 cycles at this capacity) would weigh four times as much: the 4-lane geometry has
+    10 epoch bits (a pass every 1023 batches), one lane 8 (every 255). On 300 small batches
+    of two-lookup samples the schedule has one pass at 8 bits and none at the default (the
+    RTL keeps the schedule: the tests above)."""
+    rng = np.random.default_rng(5)
+    ds = Dataset(np.ones((300 * 64, 2), np.int32), rng.integers(0, 1 << 20, 300 * 128),
+                 np.array([1 << 20, 1 << 20]))
+    wide = dataclasses.replace(REAL, cold_capacity=262144, cold_max_keys=131072, lanes=4)
+    assert wide.cold_kwargs()["epoch_bits"] == 10
+    assert dataclasses.replace(wide, lanes=1).cold_kwargs()["epoch_bits"] == 8
+    cycles = {}
+    for bits in (8, None):
+        config = dataclasses.replace(wide, cold_epoch_bits=bits)
+        _, run = model_fragment(ds.keys, ds.sample_offsets, 64, np.zeros(0, np.uint32), config)
+        cycles[bits] = beat_cycles(run, ds.keys, config)
+    assert cycles[8] - cycles[None] >= 2048
+
+
 def multi_hot(rng, n, f, max_len, rows, empty_rate=0.0):
     lengths = rng.integers(0, max_len + 1, (n, f)).astype(np.int32)
     if empty_rate:

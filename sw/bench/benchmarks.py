@@ -236,8 +236,8 @@ def bench_fragment_rtl(quick):
     # The geometry a user gets (`for_workload`), shared by the streams whose cold sets come
     # out the same size (one build per geometry and lane count). One sized for all (`make
     # sim`'s) would be Alimama's (82,137 lookups in a batch: a 262,144-entry cold set), whose
-    # clearing passes (2,048 cycles every 255 batches, all banks at once) cost Amazon-book's
-    # 590 batches 0.3% of their cycles.
+    # clearing passes (2,048 cycles every 255 batches, all banks at once; every 1023 at 4
+    # lanes) cost Amazon-book's 590 batches 0.3% of their cycles at one lane.
     batch_lookups = [max_batch_lookups(ds.sample_offsets, batch) for ds in datasets]
     groups = {}
     for i, n in enumerate(batch_lookups):

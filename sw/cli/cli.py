@@ -414,7 +414,7 @@ def cmd_gather(args):
 def _lanes_arg(p):
     p.add_argument("--lanes", type=int, choices=LANES, default=1,
                    help="lookup lanes of the Fragmenter RTL: lookups per input beat and per "
-                        "cycle (default 1; with 2 or 4 the cold-key set has 4 partitions); "
+                        "cycle (default 1; the cold-key set has 4 partitions at 2 lanes, 8 at 4); "
                         "lookups_per_cycle is measured against this many")
 
 

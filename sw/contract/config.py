@@ -45,6 +45,16 @@ LANES = (1, 2, 4)
 # bench's key families with 2 ways and an 8-entry stash (0.44-0.49 with a 4-entry one; 0.65-0.73
 # with 4 ways; `python -m hotline.bench --only hashing`).
 COLD_PARTITIONS = {1: 1, 2: 4, 4: 8}
+# Epoch bits of the cold-key set per lane count, where the configuration leaves them open: one
+# clearing pass (up to 2048 cycles, no lookup entering) every ``2**bits - 1`` batches. At four
+# lanes a batch takes a quarter of the cycles, so a pass weighs four times as much: in `make
+# sim LANES=4`'s one geometry (2048-cycle passes) Amazon-book, two lookups a sample (512
+# cycles a B = 1024 batch), spent 1.3% of its cycles in two passes with 8 bits (0.982 lookups
+# per cycle per lane in `beat_cycles` and the RTL), 0.989 with 9, 0.996 with 10 (no pass in
+# its 590 batches; one every 1023 batches costs <= 0.4%). Free in block RAM beyond one lane:
+# the set's 512-deep tables take two 36-bit DP16KD per entry (72 bits for 53-57). At one lane
+# its 2048 x 9 tables would take a seventh block RAM per way beyond 54 bits.
+COLD_EPOCH_BITS = {1: 8, 2: 8, 4: 10}
 
 
 def repeat_window(lanes: int) -> int:
@@ -100,7 +110,7 @@ class AcceleratorConfig:
     The defaults are the product configuration (`PRODUCT`): a 16384-entry CAM (2 x 8 ways,
     4-entry stash, 64 kicks) holding 14,745 hot rows; a 16384-entry cold-key set (2 x 4 ways,
     4-entry stash) numbering up to 8192 cold keys per batch, with 8 epoch bits (one clearing
-    pass every 255 batches); batches of up to 1024 samples; a 16384-entry access learner
+    pass every 255 batches; ``cold_epoch_bits`` None: `COLD_EPOCH_BITS` by lanes); batches of up to 1024 samples; a 16384-entry access learner
     (2048 buckets x 8 ways); one lookup lane (``lanes``: lookups per ``lookups`` beat and per
     cycle, 1, 2 or 4; `hotline.contract.streams` has the lane beats).
     `for_workload` sizes the CAM, the cold-key set and the batch for one workload instead.
@@ -113,7 +123,7 @@ class AcceleratorConfig:
     cold_ways: int = 4
     cold_stash: int = 4
     cold_max_keys: int = 8192
-    cold_epoch_bits: int = 8
+    cold_epoch_bits: int | None = None
     max_batch_samples: int = 1024
     learner_buckets: int = 2048
     learner_ways: int = 8
@@ -189,7 +199,8 @@ class AcceleratorConfig:
         spread = max(1, self.cold_partitions // 4)
         return dict(capacity=self.cold_capacity, ways=max(1, self.cold_ways // spread),
                     stash=self.cold_stash * spread, max_keys=self.cold_max_keys,
-                    epoch_bits=self.cold_epoch_bits, partitions=self.cold_partitions)
+                    epoch_bits=self.cold_epoch_bits or COLD_EPOCH_BITS[self.lanes],
+                    partitions=self.cold_partitions)
 
     def learner_kwargs(self) -> dict:
         return dict(buckets=self.learner_buckets, ways=self.learner_ways)
