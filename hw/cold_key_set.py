@@ -355,7 +355,8 @@ class ColdKeySet(wiring.Component):
         # then so into the output queue; one per partition, all in lockstep (a partition
         # without a key in a beat gets a non-insert beat). Each beat carries the epoch of its
         # batch, counted at the input, and its key's lane.
-        # Comparisons with the ``window`` beats ahead, made at s1 and carried along:
+        # Comparisons with the ``window`` beats ahead, made at s1 (in s3 from s3 on, `_carry`)
+        # and carried along:
         # same_key[k] / same_bucket[k][t]: the beat k + 1 ahead is valid, in the same batch,
         # an insert (same_key only) with the same key / the same bucket in table t.
         # s1 is the input stage's (`ColdInput`).
@@ -386,7 +387,7 @@ class ColdKeySet(wiring.Component):
         m.d.comb += [front.room.eq(room), front.clearing.eq(clearing)]
         m.d.sync += valid.eq(Cat(front.fed, valid[:-1]))
         for p in parts:
-            self._carry(m, s[p], valid, last[p], last_valid)
+            self._carry(m, s[p], valid, last[p], last_valid, sfx[p])
 
         decided = [self._match_and_decide(m, p, sfx[p], s[p], valid, hist[p], table[p],
                                           stash_key[p], stash_slot[p], stash_valid[p], low_bits)
@@ -455,26 +456,39 @@ class ColdKeySet(wiring.Component):
         below = Cat(count + k < self.max_keys for k in range(self.partitions))
         return below.bit_select(before, 1), count + before
 
-    def _carry(self, m, s, valid, last, last_valid):
+    def _carry(self, m, s, valid, last, last_valid, sfx):
         """One partition's pipeline registers ``s`` (s1 .. sd) carry the beat along; at s1 it
-        is compared with the ``FORWARD`` beats ahead (``same_key``, ``same_bucket``), the last
-        of them the one decided in the last cycle (``last``)."""
+        is compared with the ``FORWARD`` beats ahead (``same_key``, ``same_bucket``, valid from
+        s3 on), the last of them the one decided in the last cycle (``last``)."""
         window, tables = self.FORWARD, (0, 1)
         carried = ("key", "insert", "eob", "user", "epoch", "bucket", "lane")
         for j in range(1, len(s)):
             m.d.sync += [getattr(s[j], f).eq(getattr(s[j - 1], f)) for f in carried]
-            if j >= 2:
+            if j >= 3:
                 m.d.sync += [s[j].same_key.eq(s[j - 1].same_key),
                              s[j].same_bucket.eq(s[j - 1].same_bucket)]
         ahead = ([(valid[j], s[j]) for j in range(1, len(s))] + [(last_valid, last)])
         ahead = ahead[:window]
-        assert len(ahead) == window
+        assert len(ahead) == window and len(s) >= 4   # sc, their first use, is s4 or later
+        # The compares are registered in parts (the batch, each half of the key, each table's
+        # bucket) beside s2 and ANDed into s3, as the first use is at sc (timing: a 32-bit
+        # compare ANDed with the epoch compare into s2 was the 2-lane set's latest input,
+        # 12.5 ns, the keys fanning out to 6 compares each).
+        half = self.key_width // 2
+        parts = Signal(data.StructLayout({
+            "in_batch": window, "insert": window, "key_lo": window, "key_hi": window,
+            "bucket": data.ArrayLayout(data.ArrayLayout(1, 2), window)}),
+            name=f"compare_parts{sfx}", reset_less=True)
         for k, (v, b) in enumerate(ahead):
-            in_batch = valid[0] & v & (b.epoch == s[0].epoch)
-            m.d.sync += s[1].same_key[k].eq(in_batch & b.insert & (b.key == s[0].key))
+            m.d.sync += [parts.in_batch[k].eq(valid[0] & v & (b.epoch == s[0].epoch)),
+                         parts.insert[k].eq(b.insert),
+                         parts.key_lo[k].eq(b.key[:half] == s[0].key[:half]),
+                         parts.key_hi[k].eq(b.key[half:] == s[0].key[half:]),
+                         *(parts.bucket[k][t].eq(b.bucket[t] == s[0].bucket[t]) for t in tables)]
+            m.d.sync += s[2].same_key[k].eq(parts.in_batch[k] & parts.insert[k] &
+                                            parts.key_lo[k] & parts.key_hi[k])
             for t in tables:
-                m.d.sync += s[1].same_bucket[k][t].eq(
-                    in_batch & (b.bucket[t] == s[0].bucket[t]))
+                m.d.sync += s[2].same_bucket[k][t].eq(parts.in_batch[k] & parts.bucket[k][t])
 
     def _place(self, m, p, sd, vd, d, base, room_keys, hist, last, writes, clear_addr, stash,
                sfx):
@@ -513,8 +527,12 @@ class ColdKeySet(wiring.Component):
                     wr_en[t][k].eq(Mux(clearing, -1, Mux(hit, C(1, ways) << d["way"][t], 0))),
                 ]
         with m.If(to_stash):
-            m.d.sync += [stash_valid.eq(stash_valid | (1 << d["stash_index"])),
-                         stash_key[d["stash_index"]].eq(sd.key),
+            m.d.sync += stash_valid.eq(stash_valid | (1 << d["stash_index"]))
+        # The free entry's key and slot are written without the room decision (timing: the
+        # room takes the other partitions' new keys, and it reached these 45-bit enables): an
+        # entry not made valid is not read.
+        with m.If(new & ~any_way & d["stash_free"]):
+            m.d.sync += [stash_key[d["stash_index"]].eq(sd.key),
                          stash_slot[d["stash_index"]].eq(b)]
         return dict(slot=slot, first=new, overflow=overflow)
 
