@@ -110,9 +110,10 @@ class AcceleratorConfig:
     The defaults are the product configuration (`PRODUCT`): a 16384-entry CAM (2 x 8 ways,
     4-entry stash, 64 kicks) holding 14,745 hot rows; a 16384-entry cold-key set (2 x 4 ways,
     4-entry stash) numbering up to 8192 cold keys per batch, with 8 epoch bits (one clearing
-    pass every 255 batches; ``cold_epoch_bits`` None: `COLD_EPOCH_BITS` by lanes); batches of up to 1024 samples; a 16384-entry access learner
-    (2048 buckets x 8 ways); one lookup lane (``lanes``: lookups per ``lookups`` beat and per
-    cycle, 1, 2 or 4; `hotline.contract.streams` has the lane beats).
+    pass every 255 batches; ``cold_epoch_bits`` None: `COLD_EPOCH_BITS` by lanes); batches of
+    up to 1024 samples; a 16384-entry access learner (2048 buckets x 8 ways); one lookup lane
+    (``lanes``: lookups per ``lookups`` beat and per cycle, 1, 2 or 4;
+    `hotline.contract.streams` has the lane beats).
     `for_workload` sizes the CAM, the cold-key set and the batch for one workload instead.
     """
     cam_entries: int = 16384
