@@ -200,7 +200,8 @@ class AcceleratorConfig:
         spread = max(1, self.cold_partitions // 4)
         return dict(capacity=self.cold_capacity, ways=max(1, self.cold_ways // spread),
                     stash=self.cold_stash * spread, max_keys=self.cold_max_keys,
-                    epoch_bits=self.cold_epoch_bits or COLD_EPOCH_BITS[self.lanes],
+                    epoch_bits=(COLD_EPOCH_BITS[self.lanes] if self.cold_epoch_bits is None
+                                else self.cold_epoch_bits),
                     partitions=self.cold_partitions)
 
     def learner_kwargs(self) -> dict:
