@@ -44,7 +44,7 @@ def run(ref, store, batches, prefetch="none", events=None, seed=1, in_place=Fals
     (the next batch announced before this one's scatter: its staging copy is stale), "late"
     (after the scatter) or "mixed". ``events[i]``: called with the store before batch i.
     ``in_place``: the store's batches that fit (`fuses`) go through `gather_lookups` (every
-    lookup's row checked), are updated in its ``rows`` through each key's first lookup (a key
+    lookup's row checked; odd batches of an even size as a transposed grid), are updated in its ``rows`` through each key's first lookup (a key
     whose lookups had several rows would keep an old one), and `scatter_lookups`. Returns the
     store's counters and ``fused``: whether each batch went in place."""
     rng = np.random.default_rng(seed)
@@ -61,7 +61,11 @@ def run(ref, store, batches, prefetch="none", events=None, seed=1, in_place=Fals
         if fused:
             if not announced:
                 store.prefetch(lookups, lengths)
-            at = store.gather_lookups()
+            n = len(lookups)
+            if i % 2 and n and n % 2 == 0:   # as a (n / 2) x 2 grid, transposed: back here
+                at = store.gather_lookups(grid=(2, n // 2)).view(2, n // 2).T.reshape(-1)
+            else:
+                at = store.gather_lookups()
             assert torch.equal(store.rows[at], want[inverse]), f"batch {i}: lookup rows differ"
         else:
             got = store.gather(keys)
@@ -231,6 +235,22 @@ def test_cold_key_set_overflow(prefetch, in_place):
     ref, store = stores(sizes, batch_lookups=64)
     with store:
         run(ref, store, [(lookups, None)] * 4, prefetch, in_place=in_place)
+        assert store.dev.counters()["overflows"] > 0
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_cold_key_set_overflow_beside_hot_keys(in_place):
+    """An overflowed batch with hot lookups too: each hot lookup keeps its hot slot (its slot
+    number may pass the batch's cold slots: it is no index into them)."""
+    sizes = [40000]
+    config = AcceleratorConfig.for_workload(64, 1, 64)
+    keys = overflowing_keys(sizes[0], config, 16)
+    hot = np.setdiff1d(make_keys(0, np.arange(0, 40000, 97)), keys)[:64]
+    lookups = as_keys(np.r_[keys, hot[:24], keys[::-1], hot[:24]])
+    ref, store = stores(sizes, hot_keys=hot, batch_lookups=64)
+    with store:
+        assert store.placement.slots.max() >= 3 * len(keys)   # beyond the cold slots
+        run(ref, store, [(lookups, None)] * 3, "early", in_place=in_place)
         assert store.dev.counters()["overflows"] > 0
 
 
@@ -619,30 +639,35 @@ def test_sample_order_is_a_stable_sort_by_sample():
                                    if most > 1 else np.ones(len(sizes) * batch, np.int64))
         offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
         bag = torch.arange(len(lengths)).repeat_interleave(lengths)
-        order, per_sample = ebc._sample_order(offsets, batch, int(lengths.sum()))
+        checked = ebc._keys(torch.zeros(len(bag), dtype=torch.int64), offsets)
+        assert checked.single_hot == bool((lengths == 1).all())
+        order, per_sample = ebc._sample_order(checked)
         expected = torch.argsort(bag % max(batch, 1), stable=True)
         assert torch.equal(order.by_sample, expected)
         assert np.array_equal(order.inverse, torch.argsort(expected).numpy())
         values = rng.permutation(len(bag)).astype(np.int64)   # a value per input lookup
         assert np.array_equal(order.to_samples(values), values[expected.numpy()])
+        as_u32 = order.to_samples(values, np.uint32)
+        assert as_u32.dtype == np.uint32 and np.array_equal(as_u32, values[expected.numpy()])
         assert np.array_equal(order.to_features(values[expected.numpy()]), values)
-        assert (order.grid is not None) == bool((lengths == 1).all())   # single-hot: a transpose
-        assert torch.equal(per_sample, torch.bincount(bag % max(batch, 1), minlength=batch))
+        assert (order.grid is not None) == checked.single_hot   # single-hot: a transpose
+        assert np.array_equal(per_sample, np.bincount(bag % max(batch, 1), minlength=batch))
 
 
-def test_collection_prefetch_reuses_only_the_same_unmodified_batch():
+@pytest.mark.parametrize("kernel", ["torch", "fbgemm"])
+def test_collection_prefetch_reuses_only_the_same_unmodified_batch(kernel):
     """A forward of the tensors given to `prefetch` reuses their checked keys; of equal copies
     it trains the same; of the same tensors modified in place it is refused (the batch
-    announced is not this one), not trained on the keys announced."""
+    announced is not this one), not trained on the keys announced. With FBGEMM's kernel
+    (in place) too: the ids announced are views of the tensors, so modified they read equal."""
     from hotline.nn import EmbeddingBagCollection  # lazy: (see above)
     sizes = [40, 30]
     tables = table_configs(sizes, 4)
     host = EmbeddingBagCollection(tables, placement="host", lr=0.1, device="cpu")
     # batches of more lookups than the staging slots: pushed as the unique keys announced
-    # (the torch kernel: FBGEMM's would take a batch whose cold lookups fit, per lookup)
     hot = EmbeddingBagCollection(tables, placement="hotline", lr=0.1, device="cpu",
                                  hot_keys=make_keys(0, [0, 1, 2]), batch_lookups=16,
-                                 batch_size=8, kernel="torch")
+                                 batch_size=8, kernel=kernel)
     hot.load_state_dict(host.state_dict())
     batches = fbgemm_batches(sizes, 4, 8)
     try:

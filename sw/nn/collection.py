@@ -2,6 +2,7 @@
 FBGEMM-style optimizer fused into backward (docs/nn.md)."""
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import NamedTuple
 
 import numpy as np
@@ -51,11 +52,13 @@ class _SampleOrder(NamedTuple):
     inverse: np.ndarray       # each input lookup's place sample by sample
     grid: tuple | None = None   # single-hot: (features, batch), the order being a transpose
 
-    def to_samples(self, a: np.ndarray) -> np.ndarray:
-        """``a`` (a value per input lookup) sample by sample."""
+    def to_samples(self, a: np.ndarray, dtype=None) -> np.ndarray:
+        """``a`` (a value per input lookup) sample by sample, as ``dtype`` (default: a's)."""
         if self.grid is not None:   # a strided copy: about 30% less than a gather
-            return a.reshape(self.grid).T.ravel()
-        return a.take(self.by_sample.numpy())
+            out = np.empty(self.grid[::-1], dtype or a.dtype)
+            out[...] = a.reshape(self.grid).T   # converted in the same pass
+            return out.ravel()
+        return a.take(self.by_sample.numpy()).astype(dtype or a.dtype, copy=False)
 
     def to_features(self, a: np.ndarray) -> np.ndarray:
         """``a`` (a value per lookup, sample by sample) in the input's order."""
@@ -65,22 +68,58 @@ class _SampleOrder(NamedTuple):
 
 
 @dataclass
+class _Checked:
+    """A batch's checked lookups: ``ids`` (int64, each within its feature's table) in the
+    input's order, ``offsets`` (an int64 CPU tensor), ``batch`` samples, ``single_hot``
+    (every bag holds one lookup), and per feature its ``counts`` of lookups and its
+    ``table_bits`` (table << ROW_BITS)."""
+    ids: np.ndarray
+    offsets: torch.Tensor
+    batch: int
+    single_hot: bool
+    counts: np.ndarray
+    table_bits: np.ndarray
+
+    @cached_property
+    def keys(self) -> torch.Tensor:
+        """The lookups' keys (int64, table << ROW_BITS | row) in the input's order."""
+        return torch.from_numpy(self.ids | np.repeat(self.table_bits, self.counts))
+
+    def keys_by_sample(self, order: _SampleOrder) -> np.ndarray:
+        """The keys sample by sample (``order``), as the device's uint32 keys."""
+        if order.grid is None:
+            return order.to_samples(self.keys.numpy(), np.uint32)
+        # single-hot: each feature's ids and its table's bits, transposed, in one pass
+        out = np.empty(order.grid[::-1], np.uint32)
+        np.bitwise_or(self.ids.reshape(order.grid).T, self.table_bits, out=out, casting="unsafe")
+        return out.ravel()
+
+
+@dataclass
 class _Announced:
-    """A batch given to `prefetch`: its input tensors (and their versions), its checked
-    (keys, offsets, batch size) and the sample-major order it was announced in."""
+    """A batch given to `prefetch`: its input tensors (and their versions), its `_Checked`
+    keys and the sample-major order it was announced in."""
     indices: torch.Tensor
     offsets: torch.Tensor
     indices_version: int
     offsets_version: int
-    checked: tuple
+    checked: _Checked
     order: _SampleOrder | None
     unique: tuple | None    # torch.unique's (keys, inverse); None for an in-place kernel
 
     def same(self, indices, offsets) -> bool:
         """Whether ``indices`` and ``offsets`` are the tensors announced, not modified since."""
-        return (indices is self.indices and offsets is self.offsets
-                and indices._version == self.indices_version
-                and offsets._version == self.offsets_version)
+        return indices is self.indices and offsets is self.offsets and self.intact()
+
+    def intact(self) -> bool:
+        """Whether the tensors announced are unmodified: ``checked`` views them."""
+        return (self.indices._version == self.indices_version
+                and self.offsets._version == self.offsets_version)
+
+    def equals(self, checked) -> bool:
+        """Whether a `_Checked` batch holds the lookups announced."""
+        return self.intact() and np.array_equal(checked.ids, self.checked.ids) and \
+            torch.equal(checked.offsets, self.checked.offsets)
 
 
 class _InPlace:
@@ -325,8 +364,8 @@ class EmbeddingBagCollection(nn.Module):
         if not isinstance(features, torch.Tensor):
             features, offsets, _ = self._unpack(features)
         checked = self._keys(features, offsets)
-        unique = None if self._kernel is not None else self._unique(checked[0])
-        order = self._announce(*checked, None if unique is None else unique[0])
+        unique = None if self._kernel is not None else self._unique(checked.keys)
+        order = self._announce(checked, None if unique is None else unique[0])
         # the forward of these same tensors (unmodified) reuses the checked keys and unique
         self._announced = _Announced(features, offsets, features._version, offsets._version,
                                      checked, order, unique)
@@ -336,37 +375,38 @@ class EmbeddingBagCollection(nn.Module):
         """A batch's unique keys (ascending) and each lookup's place in them."""
         return torch.unique(keys, sorted=True, return_inverse=True)
 
-    def _announce(self, keys, offsets, batch, unique) -> _SampleOrder | None:
-        """Give the store a batch's lookups (``unique``: their unique keys), sample by sample
-        with each sample's count (the device counts every lookup in its learner, and samples
-        in its popular split). Returns the sample-major order of the lookups (None: the store
-        takes them as they are)."""
+    def _announce(self, checked, unique) -> _SampleOrder | None:
+        """Give the store a batch's `_Checked` lookups (``unique``: their unique keys), sample
+        by sample with each sample's count (the device counts every lookup in its learner, and
+        samples in its popular split). Returns the sample-major order of the lookups (None:
+        the store takes them as they are)."""
         if not self.store.counts_lookups:
-            self.store.prefetch(keys)
+            self.store.prefetch(checked.keys)
             return None
-        order, per_sample = self._sample_order(offsets, batch, keys.numel())
-        by_sample = order.to_samples(keys.numpy())
+        order, per_sample = self._sample_order(checked)
         if getattr(self.store, "takes_positions", False):
-            self.store.prefetch(by_sample, per_sample, checked=True, unique=unique)
+            self.store.prefetch(checked.keys_by_sample(order), per_sample, checked=True,
+                                unique=unique)
         else:
-            self.store.prefetch(torch.from_numpy(by_sample), per_sample)
+            self.store.prefetch(torch.from_numpy(order.to_samples(checked.keys.numpy())),
+                                per_sample)
         return order
 
-    def _sample_order(self, offsets, batch, lookups) -> tuple[_SampleOrder, torch.Tensor]:
-        """(the lookups' order sample by sample, features in order within a sample, as a
-        stable sort by sample would give, and its inverse; lookups per sample), in
-        O(lookups), on the CPU."""
-        n_features = len(self.features)
-        off = offsets.cpu().numpy()
-        lengths = np.diff(off).reshape(n_features, batch)
-        if lookups == n_features * batch and (lengths == 1).all():   # single-hot: a transpose
+    def _sample_order(self, checked) -> tuple[_SampleOrder, np.ndarray]:
+        """A `_Checked` batch's (lookups' order sample by sample, features in order within a
+        sample, as a stable sort by sample would give, and its inverse; lookups per sample),
+        in O(lookups), on the CPU."""
+        n_features, batch, lookups = len(self.features), checked.batch, len(checked.ids)
+        if checked.single_hot:   # a transpose
             if self._single_hot is None or self._single_hot[0] != batch:   # made once per size
                 order = np.arange(lookups).reshape(n_features, batch).T.ravel()
                 inverse = np.arange(lookups).reshape(batch, n_features).T.ravel()
                 self._single_hot = (batch, _SampleOrder(torch.from_numpy(order), inverse,
                                                         (n_features, batch)),
-                                    torch.full((batch,), n_features, dtype=torch.int64))
+                                    np.full(batch, n_features, np.int64))
             return self._single_hot[1:]
+        off = checked.offsets.numpy()
+        lengths = np.diff(off).reshape(n_features, batch)
         # bag f * batch + s taken sample by sample: bag s * F + f of the new order
         lens, starts = lengths.T.ravel(), off[:-1].reshape(n_features, batch).T.ravel()
         begin = np.cumsum(lens) - lens   # each bag's first lookup in the new order
@@ -374,7 +414,7 @@ class EmbeddingBagCollection(nn.Module):
         # (inverse: gathers are cheaper than the scatter ``inverse[order] = arange``)
         to = begin.reshape(batch, n_features).T.ravel()   # bag f * B + s's begin, new order
         inverse = np.arange(lookups) + np.repeat(to - off[:-1], lengths.ravel())
-        return _SampleOrder(torch.from_numpy(order), inverse), torch.from_numpy(lengths.sum(0))
+        return _SampleOrder(torch.from_numpy(order), inverse), lengths.sum(0)
 
     def close(self) -> None:
         self.store.close()
@@ -399,9 +439,9 @@ class EmbeddingBagCollection(nn.Module):
             raise HotlineError("input: the collection is weighted, the KeyedJaggedTensor has no weights")
         return kjt.values(), kjt.offsets(), weights
 
-    def _keys(self, indices, offsets):
-        """Checked lookups -> (keys, offsets, as int64 CPU tensors; batch size). The host's
-        work is numpy's on the CPU: the accelerator and the host stores take keys there."""
+    def _keys(self, indices, offsets) -> _Checked:
+        """Checked lookups as keys (`_Checked`). The host's work is numpy's on the CPU: the
+        accelerator and the host stores take keys there."""
         for what, t in (("indices", indices), ("offsets", offsets)):
             if not isinstance(t, torch.Tensor) or t.dtype not in (torch.int32, torch.int64) or t.dim() != 1:
                 raise HotlineError(f"{what}: a 1-D int32 or int64 tensor expected, got "
@@ -415,34 +455,40 @@ class EmbeddingBagCollection(nn.Module):
         batch = bags // n_features
         ind = indices.detach().cpu().numpy().astype(np.int64, copy=False)
         off = offsets.detach().cpu().numpy().astype(np.int64, copy=False)
-        if off[0] != 0 or off[-1] != len(ind) or (np.diff(off) < 0).any():
+        # single-hot: rising at every step from 0 to len(ind) = bags (one pass, no int64 temp)
+        single_hot = len(ind) == bags and off[0] == 0 and off[-1] == bags and \
+            bool((off[1:] > off[:-1]).all())
+        if not single_hot and (off[0] != 0 or off[-1] != len(ind) or (off[1:] < off[:-1]).any()):
             raise HotlineError(f"offsets: must rise from 0 to len(indices) = {len(ind)}")
-        starts = off[np.arange(n_features + 1) * batch]
-        counts = np.diff(starts)
+        if single_hot:
+            counts = np.full(n_features, batch)
+        else:
+            counts = np.diff(off[np.arange(n_features + 1) * batch])
         used = np.flatnonzero(counts)
         if len(used):   # each feature's ids within its table: its segment's min and max
-            seg = starts[used]
-            bad = (np.minimum.reduceat(ind, seg) < 0) | \
-                (np.maximum.reduceat(ind, seg) >= self._feature_rows[used])
+            seg = (np.cumsum(counts) - counts)[used]
+            # as unsigned, a negative id is above every table's rows: one pass finds both
+            bad = np.maximum.reduceat(ind.view(np.uint64), seg) >= self._feature_rows[used]
             if bad.any():
                 f = int(used[np.argmax(bad)])
-                part = ind[starts[f]:starts[f + 1]]
+                part = ind[seg[np.argmax(bad)]:][:counts[f]]
                 i = int(np.argmax((part < 0) | (part >= self._feature_rows[f])))
                 c = self._configs[int(self._feature_table[f])]
                 raise HotlineError(f"feature {self.features[f]!r}: id {int(part[i])} is beyond "
                                    f"table {c.name!r} ({c.num_embeddings} rows)")
-        keys = ind | np.repeat(self._feature_table << ROW_BITS, counts)
-        return torch.from_numpy(keys), torch.from_numpy(off), batch
+        return _Checked(ind, torch.from_numpy(off), batch, single_hot, counts,
+                        self._feature_table << ROW_BITS)
 
     def _lookup(self, indices, offsets, weights):
         if offsets is None:
             raise HotlineError("forward(indices): offsets are needed too (FBGEMM's layout)")
         a = self._announced
         same = a is not None and a.same(indices, offsets)
-        keys, offsets, batch = a.checked if same else self._keys(indices, offsets)
+        checked = a.checked if same else self._keys(indices, offsets)
+        offsets, batch, lookups = checked.offsets, checked.batch, len(checked.ids)
         if weights is not None and (not isinstance(weights, torch.Tensor) or weights.dtype != torch.float32
-                                    or tuple(weights.shape) != tuple(keys.shape)):
-            raise HotlineError(f"per_sample_weights: float32 [{keys.numel()}] expected, got "
+                                    or tuple(weights.shape) != (lookups,)):
+            raise HotlineError(f"per_sample_weights: float32 [{lookups}] expected, got "
                                f"{getattr(weights, 'dtype', type(weights).__name__)} "
                                f"{tuple(getattr(weights, 'shape', ()))}")
         if weights is not None and self._any_mean:
@@ -452,12 +498,12 @@ class EmbeddingBagCollection(nn.Module):
         # evaluation (no grad, nothing announced): the current rows, past the device's
         # pipeline, so its learner and the hot-set schedule see training batches only
         evaluate = not torch.is_grad_enabled() and a is None
-        if not evaluate and self._kernel is not None and (a is None or same or (
-                torch.equal(keys, a.checked[0]) and torch.equal(offsets, a.checked[1]))):
-            return self._lookup_in_place(keys, offsets, batch, weights, a)
-        unique, inverse = a.unique if same and a.unique is not None else self._unique(keys)
+        if not evaluate and self._kernel is not None and (a is None or same or a.equals(checked)):
+            return self._lookup_in_place(checked, weights, a)
+        unique, inverse = a.unique if same and a.unique is not None else \
+            self._unique(checked.keys)
         rows = self.store.read(unique) if evaluate else \
-            self._gather(keys, offsets, batch, unique, inverse, a, same)
+            self._gather(checked, unique, inverse, a, same)
         dev = rows.device
         scale = None
         if self._any_mean:
@@ -481,26 +527,28 @@ class EmbeddingBagCollection(nn.Module):
         the backward pads the gradient with zeros)."""
         return out if self._columns is None else out.index_select(1, self._columns.to(out.device))
 
-    def _gather(self, keys, offsets, batch, unique, inverse, a, same) -> torch.Tensor:
-        """The rows of the batch's ``unique`` keys from the store (announced first where the
-        store counts lookups and ``a``, the batch announced, is none)."""
+    def _gather(self, checked, unique, inverse, a, same) -> torch.Tensor:
+        """The rows of the `_Checked` batch's ``unique`` keys from the store (announced first
+        where the store counts lookups and ``a``, the batch announced, is none)."""
         order = None
         if self.store.counts_lookups:
             if a is None:
-                order = self._announce(keys, offsets, batch, unique)
+                order = self._announce(checked, unique)
             else:   # the batch announced may not be this one: the store checks it is
-                order = a.order if same else self._sample_order(offsets, batch, keys.numel())[0]
+                order = a.order if same else self._sample_order(checked)[0]
         if order is not None and getattr(self.store, "takes_positions", False):
             # each announced lookup's place in ``unique``: the store checks it, sparing a search
             return self.store.gather(unique, positions=inverse[order.by_sample])
         return self.store.gather(unique)
 
-    def _lookup_in_place(self, keys, offsets, batch, weights, announced) -> torch.Tensor:
-        """The batch through `TBEKernel` on the store's rows: [B, F * dim]."""
-        order = announced.order if announced is not None else \
-            self._announce(keys, offsets, batch, None)
-        at = self.store.gather_lookups()   # each announced lookup's row, sample by sample
-        indices = torch.from_numpy(order.to_features(at.numpy()))
+    def _lookup_in_place(self, checked, weights, announced) -> torch.Tensor:
+        """The `_Checked` batch through `TBEKernel` on the store's rows: [B, F * dim]."""
+        offsets = checked.offsets
+        order = announced.order if announced is not None else self._announce(checked, None)
+        if order.grid is not None:   # single-hot: transposed by the store as it makes them
+            indices = self.store.gather_lookups(grid=order.grid)
+        else:   # each announced lookup's row, sample by sample
+            indices = torch.from_numpy(order.to_features(self.store.gather_lookups().numpy()))
         self._kernel.set_lr(self.optimizer.lr)
         if torch.is_grad_enabled():
             # FBGEMM's own autograd node updates the rows; hooks on it check the batch is

@@ -450,7 +450,8 @@ class HotlineStore(RowStore):
         """Announce the next batch to be gathered: its lookups (batch order, duplicates kept)
         and, optionally, ``lengths`` (lookups per sample, for the popular share). The device
         fragments and gathers it now, while the current batch trains. ``checked``: the caller
-        has checked that every key names a row of the store's tables (the collection does);
+        has checked that every key names a row of the store's tables and gives ``lengths``
+        (if any) as an int64 array that sums to the lookups (the collection does);
         ``unique``: the lookups' unique keys (ascending), if the caller has them (a batch of
         more lookups than the staging slots is pushed as them; `gather` checks them and drops
         the batch if they are not)."""
@@ -458,16 +459,19 @@ class HotlineStore(RowStore):
             raise HotlineError("prefetch: the batch prefetched before was not gathered yet")
         # checked (the collection's): only converted, not scanned again
         k = np.asarray(keys, np.uint32) if checked else self._keys(keys, "prefetch")
-        b = self._batch(k, lengths, self.step + (self._cur is not None))
+        b = self._batch(k, lengths, self.step + (self._cur is not None), checked)
         if unique is not None:
             b.unique = self._keys(unique, "prefetch: unique", unique=True, tables=not checked)
         self._next = b
         if not self._loads(b.step):
             self._push(b)
 
-    def _batch(self, lookups, lengths, step) -> _Batch:
+    def _batch(self, lookups, lengths, step, checked=False) -> _Batch:
+        """``checked``: ``lengths`` are the caller's int64 array, known to fit ``lookups``."""
         if lengths is None or len(lengths) > self.config.max_batch_samples:
-            lengths = [len(lookups)]   # counted as one sample
+            lengths, checked = [len(lookups)], False   # counted as one sample
+        if checked:
+            return _Batch(step, lookups, lengths)
         lengths = np.asarray(lengths.detach().cpu() if torch.is_tensor(lengths) else lengths,
                              np.int64)
         if lengths.ndim != 1 or lengths.sum() != len(lookups) or (lengths < 0).any():
@@ -653,14 +657,18 @@ class HotlineStore(RowStore):
             self._index = HotIndex(self.placement.keys, self.placement.slots, self.table_rows)
         return self._index
 
-    def gather_lookups(self) -> torch.Tensor:
+    def gather_lookups(self, grid=None) -> torch.Tensor:
         """The prefetched batch for a kernel that updates rows in place (FBGEMM's TBE): each
         lookup, in the order announced, as its row of `rows`, which is host memory itself
         (one process on the CPU: `in_place`): hot rows at their slots of the hot table, cold
         rows at their staging slots (stale rows fixed; after a cold-key set overflow every
         lookup of a key gets the key's first slot), the cold keys beyond the staging slots at
         their table rows (after the batch before's scatter). Nothing is copied. The kernel
-        updates `rows`; `scatter_lookups` hands the cold rows back to the device."""
+        updates `rows`; `scatter_lookups` hands the cold rows back to the device.
+
+        ``grid`` (n, m): the lookups announced are an m x n matrix, row-major (e.g. m samples
+        of n single-hot features); they come back transposed (FBGEMM's feature-major order),
+        in the same pass."""
         b = self._next
         if b is None:
             raise HotlineError("gather_lookups: no batch prefetched (prefetch it first)")
@@ -677,16 +685,29 @@ class HotlineStore(RowStore):
             self._cur = _Fused(0, none, None, 0, counts, np.arange(len(b.lengths)), none, no_ids)
             return torch.zeros(0, dtype=torch.int64)
         keys, n = r.cold_keys, len(r.cold_keys)
-        canon, unique = None, n
+        canon, unique, slot = None, n, r.slot
         if r.overflow:
             _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
             canon, unique = first[inverse], len(first)
-        cold = r.slot if canon is None else canon[r.slot]
+            cold = np.flatnonzero(~r.hot)
+            slot = slot.copy()
+            slot[cold] = canon[slot[cold]]
+        # each lookup's row: its table's base (int64: host memory may pass 2**31 rows) + slot
         cold0 = self.staging_row0 + r.bank * self.slots
-        index = np.where(r.hot, self.hot_row0 + r.slot, cold0 + cold)
         host_keys, host_ids = none, no_ids
         if b.pushed is not b.lookups:   # its unique keys: each lookup through its key
+            index = np.where(r.hot, self.hot_row0, cold0)
+            index += slot
             index, host_keys, host_ids = self._unique_rows(b, index)
+            if grid is not None:
+                index = index.reshape(grid[::-1]).T.ravel()
+        else:
+            hot = r.hot if grid is None else r.hot.reshape(grid[::-1]).T
+            slot = slot if grid is None else slot.reshape(grid[::-1]).T
+            index = np.empty(hot.shape, np.int64)
+            np.add(slot, cold0, out=index)
+            np.add(index, self.hot_row0 - cold0, out=index, where=hot)
+            index = index.ravel()
         if len(host_keys):   # updated in their tables: the batch before's scatter first
             self.dev.wait_scatters()
         self.totals["bytes_h2d"] += (n + len(host_keys)) * self.layout.nbytes
@@ -734,7 +755,9 @@ class HotlineStore(RowStore):
             self.dev.scatter(g.bank, g.slot_keys, wait=False)
             self.totals["bytes_d2h"] += n * self.layout.nbytes
         self.totals["cold_rows"] += g.cold_rows
-        order = np.argsort(g.slot_keys, kind="stable")
+        # (not a stable sort, which takes 5x as long: a key in several slots, after an
+        # overflow, has the same row in each)
+        order = np.argsort(g.slot_keys)
         self._done(g, prev + [(g.slot_keys[order], new, order)])
 
     def read(self, keys) -> torch.Tensor:
