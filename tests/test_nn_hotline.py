@@ -254,6 +254,39 @@ def test_cold_key_set_overflow_beside_hot_keys(in_place):
         assert store.dev.counters()["overflows"] > 0
 
 
+@pytest.mark.parametrize("grid", [None, (2, 8)])
+def test_in_place_rows_past_2_to_31(grid):
+    """Each lookup's row of `rows` is int64 arithmetic: with the hot table and the staging
+    banks moved past 2**31 rows (for the row numbers only, after the gather), every hot and
+    cold lookup's row is past 2**31 too, not wrapped."""
+    sizes = [50]
+    ref, store = stores(sizes, hot_keys=make_keys(0, [1, 2, 3]), batch_lookups=32)
+    lookups = as_keys(make_keys(0, [1, 5, 2, 7, 5, 9, 3, 11, 1, 12, 13, 2, 14, 15, 3, 16]))
+    keys, inverse = torch.unique(lookups, return_inverse=True)
+    far, pull = 2**32, store._pull_result
+
+    def pull_then_move(b):
+        out = pull(b)
+        store.hot_row0 += far
+        store.staging_row0 += far
+        return out
+
+    with store:
+        store.prefetch(lookups)
+        store._pull_result = pull_then_move
+        try:
+            at = store.gather_lookups(grid=grid)
+        finally:
+            store._pull_result = pull
+            store.hot_row0 -= far
+            store.staging_row0 -= far
+        if grid is not None:
+            at = at.view(grid).T.reshape(-1)
+        assert at.dtype == torch.int64 and bool((at >= far).all())
+        assert torch.equal(store.rows[at - far], ref.gather(keys)[inverse])
+        store.scatter_lookups()
+
+
 @pytest.mark.parametrize("prefetch", ["none", "early", "late"])
 @pytest.mark.parametrize("in_place", [False, True])
 def test_small_and_empty_batches(prefetch, in_place):

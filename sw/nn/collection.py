@@ -468,7 +468,8 @@ class EmbeddingBagCollection(nn.Module):
         if len(used):   # each feature's ids within its table: its segment's min and max
             seg = (np.cumsum(counts) - counts)[used]
             # as unsigned, a negative id is above every table's rows: one pass finds both
-            bad = np.maximum.reduceat(ind.view(np.uint64), seg) >= self._feature_rows[used]
+            bad = np.maximum.reduceat(ind.view(np.uint64), seg) >= \
+                self._feature_rows[used].astype(np.uint64)
             if bad.any():
                 f = int(used[np.argmax(bad)])
                 part = ind[seg[np.argmax(bad)]:][:counts[f]]

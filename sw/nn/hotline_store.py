@@ -705,8 +705,9 @@ class HotlineStore(RowStore):
             hot = r.hot if grid is None else r.hot.reshape(grid[::-1]).T
             slot = slot if grid is None else slot.reshape(grid[::-1]).T
             index = np.empty(hot.shape, np.int64)
-            np.add(slot, cold0, out=index)
-            np.add(index, self.hot_row0 - cold0, out=index, where=hot)
+            # (dtype: the slots are int32, and a ufunc computes in its inputs' type)
+            np.add(slot, cold0, out=index, dtype=np.int64)
+            np.add(index, self.hot_row0 - cold0, out=index, where=hot, dtype=np.int64)
             index = index.ravel()
         if len(host_keys):   # updated in their tables: the batch before's scatter first
             self.dev.wait_scatters()
