@@ -44,9 +44,10 @@ def run(ref, store, batches, prefetch="none", events=None, seed=1, in_place=Fals
     (the next batch announced before this one's scatter: its staging copy is stale), "late"
     (after the scatter) or "mixed". ``events[i]``: called with the store before batch i.
     ``in_place``: the store's batches that fit (`fuses`) go through `gather_lookups` (every
-    lookup's row checked; odd batches of an even size as a transposed grid), are updated in its ``rows`` through each key's first lookup (a key
-    whose lookups had several rows would keep an old one), and `scatter_lookups`. Returns the
-    store's counters and ``fused``: whether each batch went in place."""
+    lookup's row checked; odd batches of an even size as a transposed grid), are updated in
+    its ``rows`` through each key's first lookup (a key whose lookups had several rows would
+    keep an old one), and `scatter_lookups`. Returns the store's counters and ``fused``:
+    whether each batch went in place."""
     rng = np.random.default_rng(seed)
     events = events or {}
     announced, fused_batches = False, []
