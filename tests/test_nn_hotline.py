@@ -712,8 +712,11 @@ def test_collection_prefetch_reuses_only_the_same_unmodified_batch(kernel):
                                                                       offsets.clone())
             for ebc in (host, hot):
                 ebc(indices, offsets).sum().backward()
-        assert torch.equal(host.state_dict()["embedding_bags.t0.weight"],
-                           hot.state_dict()["embedding_bags.t0.weight"])
+        # FBGEMM's kernel sums a row's gradients in its own order: equal within float rounding
+        torch.testing.assert_close(hot.state_dict()["embedding_bags.t0.weight"],
+                                   host.state_dict()["embedding_bags.t0.weight"],
+                                   rtol=0 if kernel == "torch" else 1e-6,
+                                   atol=0 if kernel == "torch" else 1e-7)
         indices, offsets = batches[3]
         hot.prefetch(indices, offsets)
         indices[0] = next(v for v in range(min(sizes)) if v not in set(indices.tolist()))
