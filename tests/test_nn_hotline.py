@@ -681,8 +681,9 @@ def test_sample_order_is_a_stable_sort_by_sample():
         assert np.array_equal(order.inverse, torch.argsort(expected).numpy())
         values = rng.permutation(len(bag)).astype(np.int64)   # a value per input lookup
         assert np.array_equal(order.to_samples(values), values[expected.numpy()])
-        as_u32 = order.to_samples(values, np.uint32)
-        assert as_u32.dtype == np.uint32 and np.array_equal(as_u32, values[expected.numpy()])
+        by_sample = checked.keys_by_sample(order)   # the device's keys, both paths
+        assert by_sample.dtype == np.uint32 and \
+            np.array_equal(by_sample, checked.keys.numpy()[expected.numpy()])
         assert np.array_equal(order.to_features(values[expected.numpy()]), values)
         assert (order.grid is not None) == checked.single_hot   # single-hot: a transpose
         assert np.array_equal(per_sample, np.bincount(bag % max(batch, 1), minlength=batch))
