@@ -7,11 +7,11 @@ bucket's minimum-count entry (lowest way on ties; an empty entry has count 0) an
 count = minimum + 1. Counts saturate at ``2**count_bits - 1``. Entry address =
 ``bucket * ways + way``; an entry is valid iff its count is non-zero.
 
-Hazard rule (``WINDOW`` = 6): a counted key is **dropped** (leaves the table untouched and
+Hazard rule (``WINDOW`` = 7): a counted key is **dropped** (leaves the table untouched and
 increments ``dropped``) when one of the ``WINDOW`` keys counted just before it, dropped or
 not, has the same bucket and a different key. The rule depends on the key sequence only,
 never on timing, so the model mirrors it exactly. It is what lets the read-modify-write
-span seven pipeline stages at one key per cycle: every update still in flight when a key
+span eight pipeline stages at one key per cycle: every update still in flight when a key
 reads its bucket is then one of the same key, whose result is forwarded (count + 1, same
 way).
 
@@ -19,11 +19,13 @@ Size it with ``hotline.contract.config.learner_geometry(K, distinct_keys)``: ent
 power of two >= max(8 K, distinct / 2), at least 4096. A fixed 8 x 2048 keeps >= 0.99 of
 the exact top-K coverage on the Criteo samples but only 0.67 on Amazon-book (flat, 135k
 distinct keys): the gap is capacity, not the hash or the hazard rule (see
-``hotline.sim.bench_access_learner``). The rule drops 0-1.7% of the lookups and costs
-<= 0.003 of that ratio at 512 buckets or more; with few buckets (<= 32) it drops most keys. A count-min sketch
-admission filter in front helps only when the table is smaller than about 2x K; at the
-default size its collision noise made the ranking worse, so it is not used. On LFE5U-85F-6
-with ``primitive="ecp5"`` the learner alone places and routes at 128-132 MHz (nextpnr).
+``hotline.sim.bench_access_learner``). The rule (window 7) drops 0-2.0% of the lookups and
+costs <= 0.001 of that ratio at the sized geometry on the shared files (`python -m
+hotline.bench --only learner`); with few buckets (<= 32) it drops most keys. A count-min
+sketch admission filter in front helps only when the table is smaller than about 2x K; at
+the default size its collision noise made the ranking worse, so it is not used. On LFE5U-85F-6
+with ``primitive="ecp5"`` the learner alone places and routes at 125.05 / 129.58 / 142.19 MHz
+at nextpnr seeds 1 / 2 / 3.
 """
 from types import SimpleNamespace
 
@@ -85,16 +87,16 @@ def verdict_signature(key_bits, bucket_bits):
 def compared_signature(ways, key_bits, bucket_bits, count_bits):
     """A key with its bucket word compared (`LearnerCompare` -> `LearnerUpdate`): ``fwd``
     one-hot of the youngest of the WINDOW keys ahead that update its bucket (0: none), ``hits``
-    its ways holding the key, ``lower`` per way pair (w, v) of `_pairs` whether w's count is
-    below v's, ``counts`` the ways' counts side by side and ``full`` whether each is all ones."""
+    its ways holding the key, ``minimum`` one-hot of the lowest way with the least count,
+    ``counts`` the ways' counts side by side and ``full`` whether each is all ones."""
     return wiring.Signature({
         "valid": Out(1), "key": Out(key_bits), "bucket": Out(bucket_bits), "fwd": Out(WINDOW),
-        "hits": Out(ways), "lower": Out(len(_pairs(ways))), "counts": Out(ways * count_bits),
+        "hits": Out(ways), "minimum": Out(ways), "counts": Out(ways * count_bits),
         "full": Out(ways)})
 
 
 def ahead_signature(bucket_bits):
-    """The updates that `LearnerCompare` checks beside its own: those in s7, r1 and r2."""
+    """The updates that `LearnerCompare` checks beside its own: those in s8, r1 and r2."""
     return wiring.Signature({"valid": Out(3), "bucket": Out(bucket_bits).array(3)})
 
 
@@ -110,7 +112,7 @@ class LearnerFront(wiring.Component):
 
     Latency: a key transferred in cycle t is hashed in t+1, its bucket is on ``read_bucket``
     in t+2 (and compared with the last WINDOW keys then), and it is on ``o`` with its verdict
-    in t+3; ``dropped`` counts it in t+4. Throughput: one key per cycle; no backpressure.
+    in t+3; ``counted`` counts it in t+2, ``dropped`` in t+4. Throughput: one key per cycle; no backpressure.
     """
 
     def __init__(self, hash, ways):
@@ -128,10 +130,6 @@ class LearnerFront(wiring.Component):
         m = Module()
         clear, o = self.clear, self.o
         m.d.comb += self.lookups.ready.eq(1)
-        with m.If(clear):
-            m.d.sync += self.counted.eq(0)
-        with m.Elif(self.lookups.valid & self.active):
-            m.d.sync += self.counted.eq(self.counted + 1)
 
         # t+1: the counted key and its bucket (hashed from the input port, so only flip-flops
         # drive the read address below: timing).
@@ -143,6 +141,12 @@ class LearnerFront(wiring.Component):
         s1_in, s1_open = Signal(name="s1_in"), Signal(name="s1_open")
         m.d.sync += [s1_in.eq(self.lookups.valid), s1_open.eq(self.active & ~clear)]
         m.d.comb += s1.valid.eq(s1_in & s1_open)
+        # Counted from s1, not from the input port (timing: the accelerator's lookup handshake
+        # reached the counter's enable).
+        with m.If(clear):
+            m.d.sync += self.counted.eq(0)
+        with m.Elif(s1.valid):
+            m.d.sync += self.counted.eq(self.counted + 1)
 
         # t+2: the bucket addresses the read port (the host readout borrows the port whenever
         # the stage is empty) and is checked against the last WINDOW counted keys.
@@ -182,17 +186,16 @@ class LearnerFront(wiring.Component):
 
 
 class LearnerCompare(wiring.Component):
-    """Stages s4..s6: the bucket word's key and count compares, and the forward choice.
+    """Stages s4..s7: the bucket word's key and count compares, and the forward choice.
 
     Ports: ``i`` In(`verdict_signature`): the key in s3 (it goes on only if not dropped);
-    ``ahead`` In(`ahead_signature`): the keys in s7, r1 and r2 (`LearnerUpdate`); ``early``
-    In(ArrayLayout(entry, ways)): the bucket word at the block RAMs' output registers, a cycle
-    after ``i``; ``word`` In: the same word a cycle later (the tables' fabric register);
-    ``clear`` In: cancels the keys in s4..s6; ``o`` Out(`compared_signature`): the key in s6;
-    ``busy`` Out: a key in s4..s6.
+    ``ahead`` In(`ahead_signature`): the keys in s8, r1 and r2 (`LearnerUpdate`); ``word``
+    In(ArrayLayout(entry, ways)): the bucket word, two cycles after ``i`` (the tables' fabric
+    register); ``clear`` In: cancels the keys in s4..s7; ``o`` Out(`compared_signature`): the
+    key in s7; ``busy`` Out: a key in s4..s7.
 
-    Latency: a key on ``i`` in cycle u is on ``o`` in u+3, with ``fwd`` one-hot of the
-    youngest key ahead of it (in s4, s5, s6 or ``ahead``, in cycle u) in its bucket.
+    Latency: a key on ``i`` in cycle u is on ``o`` in u+4, with ``fwd`` one-hot of the
+    youngest key ahead of it (in s4..s7 or ``ahead``, in cycle u) in its bucket.
     Throughput: one key per cycle; no backpressure.
     """
 
@@ -202,7 +205,6 @@ class LearnerCompare(wiring.Component):
         super().__init__({
             "i": In(verdict_signature(key_bits, bucket_bits)),
             "ahead": In(ahead_signature(bucket_bits)),
-            "early": In(data.ArrayLayout(entry, ways)),
             "word": In(data.ArrayLayout(entry, ways)),
             "clear": In(1),
             "o": Out(compared_signature(ways, key_bits, bucket_bits, count_bits)),
@@ -211,72 +213,81 @@ class LearnerCompare(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        ways, count_bits, i, early, word = self.ways, self.count_bits, self.i, self.early, self.word
+        ways, count_bits, i, word = self.ways, self.count_bits, self.i, self.word
         key_bits = len(i.key)
-        # Stages 4..7 carry "valid" only for keys that will write (not dropped).
+        # Stages 4..8 carry "valid" only for keys that will write (not dropped).
         in_flight = Signal(WINDOW)   # one-hot of the youngest; driven below
         s4 = _stage(m, self.clear, "s4", i.valid & ~i.drop, key=i.key, bucket=i.bucket,
                     fwd=in_flight)
-        # t+4: the table's registers carry the word away from the block RAM.
         s5 = _stage(m, self.clear, "s5", s4.valid, key=s4.key, bucket=s4.bucket, fwd=s4.fwd)
 
-        # t+4: the bucket word at the block RAMs' output registers (``early``): the equality of
-        # each key byte, and the pairwise compares of the counts' halves, registered (timing:
-        # whole key and count compares from the word in t+5 were critical paths at every
-        # seed). Each way compares with its own copy of the key (timing: one register fanned
-        # out to the compares beside all the ways' block RAMs).
-        match_key = [replica(key_bits, f"s4_key{w}") for w in range(ways)]
-        m.d.sync += [k.eq(i.key) for k in match_key]
+        # t+5: the bucket word, from the fabric register behind each way's block RAMs; the
+        # equality of each key byte and the pairwise compares of the counts' halves,
+        # registered. Nothing is computed from the block RAMs' own output registers (timing:
+        # the count compares pair the words of two ways' block RAMs, which the placer spreads
+        # over the die: 5-6 ns routes in front of a carry chain, 100.84 MHz alone at seed 1;
+        # from flip-flops the placer moves, those routes end at registers). Each way compares
+        # with its own copy of the key (timing: one register fanned out to the compares beside
+        # all the ways' words).
+        match_key = [replica(key_bits, f"s5_key{w}") for w in range(ways)]
+        m.d.sync += [k.eq(s4.key) for k in match_key]
         parts = [(lo, min(lo + 8, key_bits)) for lo in range(0, key_bits, 8)]
-        key_parts = [Signal(len(parts), name=f"s5_key_parts{w}") for w in range(ways)]
-        m.d.sync += [key_parts[w].eq(Cat(early[w].key[lo:hi] == match_key[w][lo:hi]
+        key_parts = [Signal(len(parts), name=f"s6_key_parts{w}") for w in range(ways)]
+        m.d.sync += [key_parts[w].eq(Cat(word[w].key[lo:hi] == match_key[w][lo:hi]
                                          for lo, hi in parts)) for w in range(ways)]
         pairs = _pairs(ways)
         half = count_bits // 2
         # per pair (w, v): high half of w's count below v's, high halves equal, low half below
-        halves = Signal(3 * len(pairs), name="s5_count_halves")
+        halves = Signal(3 * len(pairs), name="s6_count_halves")
         m.d.sync += halves.eq(Cat(
-            Cat(early[w].count[half:] < early[v].count[half:],
-                early[w].count[half:] == early[v].count[half:],
-                early[w].count[:half] < early[v].count[:half]) for w, v in pairs))
-
-        # t+5: the bucket word; hits and every pairwise count comparison, registered (timing:
-        # the minimum's AND after the compares' carry chains was a critical path).
-        hits = Cat(word[w].valid & key_parts[w].all() for w in range(ways))
-        below = [halves[3 * p] | halves[3 * p + 1] & halves[3 * p + 2] for p in range(len(pairs))]
+            Cat(word[w].count[half:] < word[v].count[half:],
+                word[w].count[half:] == word[v].count[half:],
+                word[w].count[:half] < word[v].count[:half]) for w, v in pairs))
         # Every count travels with its flag "all ones" (``full``), found beside the compares
         # here and kept up to date with each increment, so a saturating increment needs no
         # all-ones test in front of its carry chain (timing: that was the loop through r1).
         s6 = _stage(m, self.clear, "s6", s5.valid, key=s5.key, bucket=s5.bucket, fwd=s5.fwd,
-                    hits=hits, lower=Cat(below),
+                    valid_ways=Cat(word[w].valid for w in range(ways)),
                     counts=Cat(word[w].count for w in range(ways)),
                     full=Cat(word[w].count.all() for w in range(ways)))
 
+        # t+6: hits, and the minimum (one-hot, lowest way on ties) from the pairwise compares,
+        # registered (timing: the minimum's AND after the compares' carry chains, then in
+        # front of the count select in `LearnerUpdate`, were critical paths).
+        hits = Cat(s6.valid_ways[w] & key_parts[w].all() for w in range(ways))
+        lower = {pair: halves[3 * p] | halves[3 * p + 1] & halves[3 * p + 2]
+                 for p, pair in enumerate(pairs)}
+        minimum = Cat(Cat([lower[w, v] for v in range(w)] +
+                          [~lower[v, w] for v in range(w + 1, ways)]).all()
+                      for w in range(ways))
+        s7 = _stage(m, self.clear, "s7", s6.valid, key=s6.key, bucket=s6.bucket, fwd=s6.fwd,
+                    hits=hits, minimum=minimum, counts=s6.counts, full=s6.full)
+
         # Back in t+3: the key d places ahead of the one on ``i`` is in stage 3 + d, and will
-        # hold its result in r(d - 1) when this key reaches stage 7.
-        ahead = ([(s.valid, s.bucket) for s in (s4, s5, s6)]
+        # hold its result in r(d - 1) when this key reaches stage 8.
+        ahead = ([(s.valid, s.bucket) for s in (s4, s5, s6, s7)]
                  + list(zip(self.ahead.valid, self.ahead.bucket)))
         m.d.comb += in_flight.eq(lowest_one_hot([v & (b == i.bucket) for v, b in ahead]))
-        m.d.comb += [getattr(self.o, name).eq(getattr(s6, name)) for name in self.o.signature.members]
-        m.d.comb += self.busy.eq(Cat(s4.valid, s5.valid, s6.valid).any())
+        m.d.comb += [getattr(self.o, name).eq(getattr(s7, name)) for name in self.o.signature.members]
+        m.d.comb += self.busy.eq(Cat(s4.valid, s5.valid, s6.valid, s7.valid).any())
         return m
 
 
 class LearnerUpdate(wiring.Component):
-    """Stages s7 and r1..r6 and the write-back: the way chosen and its count + 1 (or the
+    """Stages s8 and r1..r7 (r1..rWINDOW) and the write-back: the way chosen and its count + 1 (or the
     forwarded count + 1), written to the tables; and the wipe of a clear.
 
-    Ports: ``i`` In(`compared_signature`): the key in s6; ``clear`` In: cancels the keys in
-    s7..r6 and wipes the tables; ``write_bucket`` Out, one register per way, ``write_en``
+    Ports: ``i`` In(`compared_signature`): the key in s7; ``clear`` In: cancels the keys in
+    s8..r7 and wipes the tables; ``write_bucket`` Out, one register per way, ``write_en``
     Out(ways), ``write_data`` Out(entry): the tables' write port, from registers;
     ``clearing`` Out: the wipe runs (``buckets`` cycles from the cycle after ``clear``, one
     bucket each; ``clear`` during it restarts it); ``ahead`` Out(`ahead_signature`): the keys
-    in s7, r1 and r2; ``busy`` Out: a key in s7 or r1.
+    in s8, r1 and r2; ``busy`` Out: a key in s8 or r1.
 
     Latency: a key on ``i`` in cycle u is on the write port in u+2: its way (the hit, else the
-    lowest minimum count) and that count are selected in u (into s7), count + 1 (saturating)
+    lowest minimum count) and that count are selected in u (into s8), count + 1 (saturating)
     in u+1 (into r1 and the write port's registers). A key whose ``fwd`` bit d is set takes
-    instead the way and count + 1 of the key d + 1 places ahead (in r(d+1) when it is in s7):
+    instead the way and count + 1 of the key d + 1 places ahead (in r(d+1) when it is in s8):
     the only one-cycle loop. Throughput: one key per cycle; no backpressure.
     """
 
@@ -296,26 +307,23 @@ class LearnerUpdate(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        ways, count_bits, s6, clear = self.ways, self.count_bits, self.i, self.clear
-        # t+6: the minimum (one-hot, lowest way on ties), the way (the hit, else the minimum)
-        # and its count, both selected while the hit test runs.
-        lower = dict(zip(_pairs(ways), s6.lower))
-        minimum = Cat(Cat([lower[w, v] for v in range(w)] +
-                          [~lower[v, w] for v in range(w + 1, ways)]).all()
-                      for w in range(ways))
-        hit = s6.hits.any()
-        counts = [s6.counts.word_select(w, count_bits) for w in range(ways)]
-        # A count forwarded in t+7 from r2..r6 is in r1..r5 now (the result registers shift
+        ways, count_bits, s7, clear = self.ways, self.count_bits, self.i, self.clear
+        # t+7: the way (the hit, else the minimum) and its count, both selected while the hit
+        # test runs.
+        minimum = s7.minimum
+        hit = s7.hits.any()
+        counts = [s7.counts.word_select(w, count_bits) for w in range(ways)]
+        # A count forwarded in t+8 from r2..r7 is in r1..r6 now (the result registers shift
         # every cycle): it is selected here, a cycle early, so the loop through r1 keeps only
-        # its own increment and a 2:1 select (timing). Driven below, once r1..r5 exist.
+        # its own increment and a 2:1 select (timing). Driven below, once r1..r6 exist.
         early, early_full = Signal(count_bits), Signal()
-        s7 = _stage(m, clear, "s7", s6.valid, key=s6.key, bucket=s6.bucket, fwd=s6.fwd,
-                    early=early, early_full=early_full, lanes=Mux(hit, s6.hits, minimum),
-                    count=Mux(hit, one_hot_select(s6.hits, counts),
+        s8 = _stage(m, clear, "s8", s7.valid, key=s7.key, bucket=s7.bucket, fwd=s7.fwd,
+                    early=early, early_full=early_full, lanes=Mux(hit, s7.hits, minimum),
+                    count=Mux(hit, one_hot_select(s7.hits, counts),
                               one_hot_select(minimum, counts)),
-                    full=Mux(hit, (s6.hits & s6.full).any(), (minimum & s6.full).any()))
+                    full=Mux(hit, (s7.hits & s7.full).any(), (minimum & s7.full).any()))
 
-        # t+7: count + 1 (saturating) of the chosen entry, or of the youngest forwarded one.
+        # t+8: count + 1 (saturating) of the chosen entry, or of the youngest forwarded one.
         # The result registers after r1 hold count + 1 already.
         def plus_one(count, full):
             """(count + 1 saturating, its full flag) of a count and its flag: saturation adds 0
@@ -324,7 +332,7 @@ class LearnerUpdate(wiring.Component):
             return (count + ~full)[:count_bits], count[1:].all()
 
         new_lanes, new_count, new_full = Signal(ways), Signal(count_bits), Signal()
-        results = [_stage(m, clear, "r1", s7.valid, bucket=s7.bucket, lanes=new_lanes,
+        results = [_stage(m, clear, "r1", s8.valid, bucket=s8.bucket, lanes=new_lanes,
                           count=new_count, full=new_full)]
         r1_next, r1_next_full = plus_one(results[0].count, results[0].full)
         for d in range(2, WINDOW + 1):
@@ -336,29 +344,29 @@ class LearnerUpdate(wiring.Component):
                 fields["next"] = r1_next if d == 2 else prev.next
                 fields["next_full"] = r1_next_full if d == 2 else prev.next_full
             results.append(_stage(m, clear, f"r{d}", prev.valid, lanes=prev.lanes, **fields))
-        forward = s7.fwd.any()
-        sources = Cat(s7.fwd, ~forward)
+        forward = s8.fwd.any()
+        sources = Cat(s8.fwd, ~forward)
         # The way written is one-hot throughout, in the result registers too (timing: a
         # decode after, then in front of, the forward select was the longest path).
         m.d.comb += [
-            new_lanes.eq(one_hot_select(sources, [r.lanes for r in results] + [s7.lanes])),
-            early.eq(one_hot_select(s6.fwd[1:],
+            new_lanes.eq(one_hot_select(sources, [r.lanes for r in results] + [s8.lanes])),
+            early.eq(one_hot_select(s7.fwd[1:],
                                      [r1_next] + [r.next for r in results[1:WINDOW - 1]])),
             early_full.eq(one_hot_select(
-                s6.fwd[1:], [r1_next_full] + [r.next_full for r in results[1:WINDOW - 1]])),
-            Cat(new_count, new_full).eq(Mux(s7.fwd[0], Cat(r1_next, r1_next_full),
-                                            Mux(s7.fwd[1:].any(), Cat(s7.early, s7.early_full),
-                                                Cat(*plus_one(s7.count, s7.full))))),
+                s7.fwd[1:], [r1_next_full] + [r.next_full for r in results[1:WINDOW - 1]])),
+            Cat(new_count, new_full).eq(Mux(s8.fwd[0], Cat(r1_next, r1_next_full),
+                                            Mux(s8.fwd[1:].any(), Cat(s8.early, s8.early_full),
+                                                Cat(*plus_one(s8.count, s8.full))))),
         ]
         r1, r2 = results[0], results[1]
-        m.d.comb += [self.ahead.valid.eq(Cat(s7.valid, r1.valid, r2.valid)),
-                     *(b.eq(s.bucket) for b, s in zip(self.ahead.bucket, (s7, r1, r2))),
-                     self.busy.eq(s7.valid | r1.valid)]
-        self._write_back(m, s7, new_lanes, new_count)
+        m.d.comb += [self.ahead.valid.eq(Cat(s8.valid, r1.valid, r2.valid)),
+                     *(b.eq(s.bucket) for b, s in zip(self.ahead.bucket, (s8, r1, r2))),
+                     self.busy.eq(s8.valid | r1.valid)]
+        self._write_back(m, s8, new_lanes, new_count)
         return m
 
-    def _write_back(self, m, s7, new_lanes, new_count):
-        """t+8: write-back. A clear cancels every key in flight, so the wipe owns the port. The
+    def _write_back(self, m, s8, new_lanes, new_count):
+        """t+9: write-back. A clear cancels every key in flight, so the wipe owns the port. The
         write address, enables and data are chosen a cycle ahead and the wipe's zero entry is
         a reset of the data register: the block RAMs (8 x ways of them, spread out) get the
         write port straight from flip-flops. The data register is a copy of r1's key and count
@@ -374,15 +382,15 @@ class LearnerUpdate(wiring.Component):
             with m.If(wipe_last):
                 m.d.sync += self.clearing.eq(0)
         wiping = clear | (self.clearing & ~wipe_last)   # clearing in the next cycle
-        write_key = replica(len(s7.key), "write_key")
+        write_key = replica(len(s8.key), "write_key")
         write_count = replica(self.count_bits, "write_count")
-        m.d.sync += [write_key.eq(s7.key), write_count.eq(new_count)]
+        m.d.sync += [write_key.eq(s8.key), write_count.eq(new_count)]
         with m.If(wiping):
             m.d.sync += [write_key.eq(0), write_count.eq(0)]
         write_addr = [replica(len(wipe_addr), f"write_addr{w}") for w in range(self.ways)]
         m.d.sync += [
-            *(a.eq(Mux(wiping, Mux(clear, 0, wipe_addr + 1), s7.bucket)) for a in write_addr),
-            self.write_en.eq(Mux(wiping, 2**self.ways - 1, Mux(s7.valid & ~clear, new_lanes, 0))),
+            *(a.eq(Mux(wiping, Mux(clear, 0, wipe_addr + 1), s8.bucket)) for a in write_addr),
+            self.write_en.eq(Mux(wiping, 2**self.ways - 1, Mux(s8.valid & ~clear, new_lanes, 0))),
         ]
         written_valid = Signal()
         m.d.sync += written_valid.eq(~wiping)  # every count written is >= 1
@@ -446,28 +454,28 @@ class AccessLearner(wiring.Component):
         pipeline empty: the state is final and readout is valid.
     counted, dropped : Out(32)
         Keys counted since the last clear, and those of them the hazard rule dropped (both
-        wrap at 2**32; ``dropped`` lags ``counted`` by up to 3 cycles).
+        wrap at 2**32; ``counted`` lags the transfers by a cycle, ``dropped`` lags ``counted``
+        by up to 2 cycles).
     read_addr : In(range(buckets * ways)), read_data : Out(readout_layout)
         Readout, latency 5: ``read_data`` in cycle t+5 is entry ``read_addr`` of cycle t
         (``valid``, ``key``, ``count``), provided ``idle`` was 1 in cycle t (otherwise the
         read port serves the pipeline and ``read_data`` is undefined).
 
-    Timing: one key per cycle, 8 cycles from transfer to write-back. A key transferred in
+    Timing: one key per cycle, 9 cycles from transfer to write-back. A key transferred in
     cycle t is hashed in t+1, addresses its bucket in t+2 (and is checked against the hazard
     window), gets its verdict and finds the in-flight updates of its bucket in t+3, has the
     bucket word in t+5 (block RAM, its output register, a fabric register), compares key
-    bytes and count halves in t+4 (from the output register) and completes the compares in
-    t+5, finds the minimum and picks its way in t+6, computes count + 1 in t+7 and writes in
-    t+8.
-    The updates of the 6 keys ahead of it reach the block RAM too late for its read; under
+    bytes and count halves in t+5 and completes the compares in t+6, finds the minimum and
+    picks its way in t+7, computes count + 1 in t+8 and writes in t+9.
+    The updates of the 7 keys ahead of it reach the block RAM too late for its read; under
     the hazard rule those of its bucket carry its own key, so it takes the youngest one's way
-    and count + 1 (a forward from the write stage or the 5 result registers after it): the
+    and count + 1 (a forward from the write stage or the 6 result registers after it): the
     only one-cycle loop is that increment and select.
 
     Stages (``STAGES``, each a ``wiring.Component`` whose docstring states its latency,
     throughput and ports): `LearnerFront` (s1..s3: count, hash, read address, hazard
-    verdict), `LearnerCompare` (s4..s6: key and count compares, the forward choice),
-    `LearnerUpdate` (s7, r1..r6 and the write-back: way, count + 1, forwards, the clear's
+    verdict), `LearnerCompare` (s4..s7: key and count compares, the forward choice),
+    `LearnerUpdate` (s8, r1..r7 and the write-back: way, count + 1, forwards, the clear's
     wipe), `LearnerReadout` (the host's entry select). This block owns the tables and the
     profiling window.
     """
@@ -519,7 +527,6 @@ class AccessLearner(wiring.Component):
                          lane.write_addr.eq(update.write_bucket[w]),
                          lane.write_en.eq(update.write_en[w]), lane.write_data.eq(update.write_data)]
         word = data.ArrayLayout(self.entry, ways)(Cat(lane.read_data for lane in lanes))
-        early = data.ArrayLayout(self.entry, ways)(Cat(lane.read_early for lane in lanes))
 
         window = Signal()
         with m.If(self.stop):
@@ -537,7 +544,6 @@ class AccessLearner(wiring.Component):
             self.active.eq(window & ~self.clearing),
             front.active.eq(self.active),
             front.host_bucket.eq(self.read_addr[way_bits:]),
-            compare.early.eq(early),
             compare.word.eq(word),
             self.counted.eq(front.counted),
             self.dropped.eq(front.dropped),

@@ -32,8 +32,6 @@ class BucketTable(Elaboratable):
     ``read_data`` in cycle t+LATENCY is word ``read_addr`` of cycle t, from a register. A
     read of the word being written in cycle t returns undefined data in the written lanes
     (with ``primitive="ecp5"`` the other lanes are separate block RAMs and read correctly).
-    ``read_early`` is ``read_data`` a cycle early, straight from the first register (the block
-    RAM's output register with ``primitive="ecp5"``), for logic that needs the word sooner.
     The second read port, ``read2_addr`` -> ``read2_data``, has the same latency; it reads
     while nothing is written: a cycle with any ``write_en`` lane set reads ``write_addr``
     there instead (only in the written lanes with ``primitive="ecp5"``), so its data is then
@@ -60,7 +58,6 @@ class BucketTable(Elaboratable):
         self.write_data = Signal(width)
         self.read_addr = Signal(range(depth))
         self.read_data = Signal(ways * width, reset_less=True)
-        self.read_early = Signal(ways * width)
         if read_ports == 2:
             self.read2_addr = Signal(range(depth))
             self.read2_data = Signal(ways * width, reset_less=True)
@@ -85,9 +82,9 @@ class BucketTable(Elaboratable):
             # The widest port that is deep enough: a shallow table needs half the blocks. The
             # 36-bit width takes both ports (A writes, B reads DOA:DOB), so not with two reads.
             block = (36 if self.depth <= 512 and not dual else 18 if self.depth <= 1024 else 9)
-            reads = [("B", self.read_data, "dout", self.read_early)]
+            reads = [("B", self.read_data, "dout")]
             if dual:
-                reads.append(("A", self.read2_data, "dout_a", None))
+                reads.append(("A", self.read2_data, "dout_a"))
             for lane in range(self.ways):
                 # Selected by the lane's own write enable, a register: one LUT level in front
                 # of the block RAM.
@@ -96,14 +93,12 @@ class BucketTable(Elaboratable):
                 for lsb in range(0, self.width, block):
                     bits = min(block, self.width - lsb)
                     outputs = {}
-                    for port, data, name, early in reads:
+                    for port, data, name in reads:
                         dout = Signal(block, name=f"{name}_{lane}_{lsb}")
                         pins = ([f"o_DO{p}{i}" for p in "AB" for i in range(18)] if block == 36
                                 else [f"o_DO{port}{i}" for i in range(block)])
                         outputs.update(zip(pins, dout))
                         m.d.sync += data[lane * self.width + lsb:][:bits].eq(dout)
-                        if early is not None:
-                            m.d.comb += early[lane * self.width + lsb:][:bits].eq(dout)
                     din = [self.write_data[lsb + i] if i < bits else 0 for i in range(36)]
                     m.submodules[f"bram_{lane}_{lsb}"] = self.dp16kd(
                         p_DATA_WIDTH_A=block, p_DATA_WIDTH_B=block,
@@ -144,6 +139,4 @@ class BucketTable(Elaboratable):
                 array_out = Signal.like(rd.data, reset_less=True)
                 m.d.comb += rd.addr.eq(addr)
                 m.d.sync += [array_out.eq(rd.data), data.eq(array_out)]
-                if data is self.read_data:
-                    m.d.comb += self.read_early.eq(array_out)
         return m

@@ -41,7 +41,7 @@ def lowest_bit(value):
 def test_front_against_hazard_rule_and_latency():
     """`LearnerFront`: the verdict of each key is the model's hazard rule (clear forgets the
     history), ``o`` 3 cycles after the key, the read port the key's bucket 2 cycles after it
-    (else the host's bucket of the cycle before), ``counted`` / ``dropped`` per cycle."""
+    (else the host's bucket of the cycle before), ``counted`` a cycle after each key (in s1), ``dropped`` after its verdict."""
     h = bucket_hash(3, KEY_BITS, 3)
     dut = LearnerFront(h, ways=2)
     rng = random.Random(1)
@@ -83,7 +83,7 @@ def test_front_against_hazard_rule_and_latency():
         assert g["busy"] == (s1 or s2 or valid), t
         assert (g["counted"], g["dropped"]) == (counted, dropped), t
         c = cyc[t]
-        counted = 0 if c["clear"] else counted + (c["valid"] & c["active"])
+        counted = 0 if c["clear"] else counted + s1   # counted from s1
         dropped = 0 if c["clear"] else dropped + (valid and g["drop"])
     assert min(seen.values()) > 50, seen
 
@@ -104,11 +104,16 @@ def pack(entries, count_bits):
     return word
 
 
+def least_way(counts):
+    """One-hot of the lowest way holding the least count (Space-Saving's victim)."""
+    return 1 << counts.index(min(counts))
+
+
 def test_compare_against_reference():
-    """`LearnerCompare`: a key on ``i`` (not dropped) is on ``o`` 3 cycles later with the hits
-    and pairwise count compares of the bucket word (``early`` a cycle after the key, ``word``
-    two), the counts and full flags of ``word``, and ``fwd`` one-hot of the youngest key ahead
-    in its bucket (in s4..s6, or ``ahead``, when it was on ``i``); ``clear`` cancels."""
+    """`LearnerCompare`: a key on ``i`` (not dropped) is on ``o`` 4 cycles later with the hits,
+    pairwise count compares, counts and full flags of the bucket word (on ``word`` two cycles
+    after the key), and ``fwd`` one-hot of the youngest key ahead in its bucket (in s4..s7, or
+    ``ahead``, when it was on ``i``); ``clear`` cancels."""
     ways, count_bits = 4, 6
     dut = LearnerCompare(ways, KEY_BITS, count_bits, 3)
     rng = random.Random(2)
@@ -121,39 +126,36 @@ def test_compare_against_reference():
                         key=rng.choice(pool), bucket=rng.randrange(BUCKETS),
                         clear=int(rng.random() < 0.02),
                         ahead=[(rng.getrandbits(1), rng.randrange(BUCKETS)) for _ in range(3)],
-                        early=[random_entry(rng, pool, count_bits) for _ in range(ways)],
                         word=[random_entry(rng, pool, count_bits) for _ in range(ways)]))
     ins = [[(dut.i.valid, c["valid"]), (dut.i.drop, c["drop"]), (dut.i.key, c["key"]),
             (dut.i.bucket, c["bucket"]), (dut.clear, c["clear"]),
             (dut.ahead.valid, sum(v << j for j, (v, _) in enumerate(c["ahead"]))),
             *((dut.ahead.bucket[j], b) for j, (_, b) in enumerate(c["ahead"])),
-            (dut.early.as_value(), pack(c["early"], count_bits)),
             (dut.word.as_value(), pack(c["word"], count_bits))] for c in cyc]
     o = dut.o
     got = run(dut, ins, dict(valid=o.valid, key=o.key, bucket=o.bucket, fwd=o.fwd, hits=o.hits,
-                             lower=o.lower, counts=o.counts, full=o.full, busy=dut.busy))
-    pairs = [(w, v) for w in range(ways) for v in range(w)]
-    def alive(u, t):   # the key on i in cycle u is in s4..s6 in cycle t (no clear between)
+                             minimum=o.minimum, counts=o.counts, full=o.full, busy=dut.busy))
+    def alive(u, t):   # the key on i in cycle u is in s4..s7 in cycle t (no clear between)
         return (u >= 0 and cyc[u]["valid"] and not cyc[u]["drop"]
                 and not any(cyc[c]["clear"] for c in range(u, t)))
     hits_seen = fwd_seen = 0
-    for t in range(3, n):
-        g, u = got[t], t - 3
+    for t in range(4, n):
+        g, u = got[t], t - 4
         assert g["valid"] == alive(u, t), t
-        assert g["busy"] == any(alive(t - d, t) for d in (1, 2, 3)), t
+        assert g["busy"] == any(alive(t - d, t) for d in (1, 2, 3, 4)), t
         if not alive(u, t):
             continue
         c = cyc[u]
-        ahead = [alive(u - d, u) and cyc[u - d]["bucket"] == c["bucket"] for d in (1, 2, 3)]
+        ahead = [alive(u - d, u) and cyc[u - d]["bucket"] == c["bucket"] for d in (1, 2, 3, 4)]
         ahead += [bool(v) and b == c["bucket"] for v, b in c["ahead"]]
         fwd = lowest_bit(sum(a << j for j, a in enumerate(ahead)))
-        early, word = cyc[u + 1]["early"], cyc[u + 2]["word"]
-        hits = sum((word[w][2] and early[w][0] == c["key"]) << w for w in range(ways))
-        lower = sum((early[w][1] < early[v][1]) << p for p, (w, v) in enumerate(pairs))
+        word = cyc[u + 2]["word"]
+        hits = sum((word[w][2] and word[w][0] == c["key"]) << w for w in range(ways))
+        minimum = least_way([word[w][1] for w in range(ways)])
         counts = sum(word[w][1] << (w * count_bits) for w in range(ways))
         full = sum((word[w][1] == 2**count_bits - 1) << w for w in range(ways))
-        assert (g["key"], g["bucket"], g["fwd"], g["hits"], g["lower"], g["counts"],
-                g["full"]) == (c["key"], c["bucket"], fwd, hits, lower, counts, full), t
+        assert (g["key"], g["bucket"], g["fwd"], g["hits"], g["minimum"], g["counts"],
+                g["full"]) == (c["key"], c["bucket"], fwd, hits, minimum, counts, full), t
         hits_seen += hits != 0
         fwd_seen += fwd != 0
     assert hits_seen > 100 and fwd_seen > 100, (hits_seen, fwd_seen)
@@ -174,11 +176,10 @@ def test_update_against_model():
     cap = 2**count_bits - 1
     history = np.zeros((2, 0), np.uint64)
     keys_of = {b: [rng.getrandbits(KEY_BITS) for _ in range(6)] for b in range(BUCKETS)}
-    pairs = [(w, v) for w in range(ways) for v in range(w)]
     n, cyc, slots, want = 2500, [], [], {}   # slots: (key, bucket) on i per cycle, or None
     quiet_until, clears, next_clear = -1, [], -1
     for t in range(n):
-        c = dict(clear=0, valid=0, key=0, bucket=0, fwd=0, hits=0, lower=0, counts=0, full=0)
+        c = dict(clear=0, valid=0, key=0, bucket=0, fwd=0, hits=0, minimum=0, counts=0, full=0)
         if t == next_clear:   # with no key in the 2 cycles before and the wipe's
             c["clear"] = 1
             clears.append(t)
@@ -198,8 +199,7 @@ def test_update_against_model():
                 entries = [(int(tk[b, w]), int(tc[b, w])) for w in range(ways)]
             c.update(valid=1, key=key, bucket=b,
                      hits=sum((cnt != 0 and k == key) << w for w, (k, cnt) in enumerate(entries)),
-                     lower=sum((entries[w][1] < entries[v][1]) << p
-                               for p, (w, v) in enumerate(pairs)),
+                     minimum=least_way([cnt for _, cnt in entries]),
                      counts=sum(cnt << (w * count_bits) for w, (_, cnt) in enumerate(entries)),
                      full=sum((cnt == cap) << w for w, (_, cnt) in enumerate(entries)))
             _count(np.array([key], np.uint64), np.array([b]), tk, tc, history,

@@ -232,7 +232,7 @@ PRODUCT = AcceleratorConfig()
 # Hazard window: a counted key is dropped when one of the LEARNER_WINDOW keys counted just
 # before it has the same bucket and another key. In the RTL these are the keys in flight
 # between a key's bucket read and its write-back (the window may not be shorter).
-LEARNER_WINDOW = 6
+LEARNER_WINDOW = 7
 
 # Sizing (measured on every shared file, ``hotline.sim.bench_access_learner``): a hashed,
 # bucketized Space-Saving table must hold several times K on flat streams, because a key
