@@ -24,7 +24,7 @@ costs <= 0.001 of that ratio at the sized geometry on the shared files (`python 
 hotline.bench --only learner`); with few buckets (<= 32) it drops most keys. A count-min
 sketch admission filter in front helps only when the table is smaller than about 2x K; at
 the default size its collision noise made the ranking worse, so it is not used. On LFE5U-85F-6
-with ``primitive="ecp5"`` the learner alone places and routes at 125.05 / 129.58 / 142.19 MHz
+with ``primitive="ecp5"`` the learner alone places and routes at 132.86 / 146.80 / 133.98 MHz
 at nextpnr seeds 1 / 2 / 3.
 """
 from types import SimpleNamespace
