@@ -23,9 +23,9 @@ distinct keys): the gap is capacity, not the hash or the hazard rule (see
 costs <= 0.001 of that ratio at the sized geometry on the shared files (`python -m
 hotline.bench --only learner`); with few buckets (<= 32) it drops most keys. A count-min
 sketch admission filter in front helps only when the table is smaller than about 2x K; at
-the default size its collision noise made the ranking worse, so it is not used. On LFE5U-85F-6
-with ``primitive="ecp5"`` the learner alone places and routes at 132.86 / 146.80 / 133.98 MHz
-at nextpnr seeds 1 / 2 / 3.
+the default size its collision noise made the ranking worse, so it is not used. On
+LFE5U-85F-6 with ``primitive="ecp5"`` the learner alone places and routes at 132.86 / 146.80
+/ 133.98 MHz at nextpnr seeds 1 / 2 / 3.
 """
 from types import SimpleNamespace
 
@@ -112,7 +112,8 @@ class LearnerFront(wiring.Component):
 
     Latency: a key transferred in cycle t is hashed in t+1, its bucket is on ``read_bucket``
     in t+2 (and compared with the last WINDOW keys then), and it is on ``o`` with its verdict
-    in t+3; ``counted`` counts it in t+2, ``dropped`` in t+4. Throughput: one key per cycle; no backpressure.
+    in t+3; ``counted`` counts it in t+2, ``dropped`` in t+4. Throughput: one key per cycle;
+    no backpressure.
     """
 
     def __init__(self, hash, ways):
@@ -268,14 +269,15 @@ class LearnerCompare(wiring.Component):
         ahead = ([(s.valid, s.bucket) for s in (s4, s5, s6, s7)]
                  + list(zip(self.ahead.valid, self.ahead.bucket)))
         m.d.comb += in_flight.eq(lowest_one_hot([v & (b == i.bucket) for v, b in ahead]))
-        m.d.comb += [getattr(self.o, name).eq(getattr(s7, name)) for name in self.o.signature.members]
+        m.d.comb += [getattr(self.o, name).eq(getattr(s7, name))
+                     for name in self.o.signature.members]
         m.d.comb += self.busy.eq(Cat(s4.valid, s5.valid, s6.valid, s7.valid).any())
         return m
 
 
 class LearnerUpdate(wiring.Component):
-    """Stages s8 and r1..r7 (r1..rWINDOW) and the write-back: the way chosen and its count + 1 (or the
-    forwarded count + 1), written to the tables; and the wipe of a clear.
+    """Stages s8 and r1..r7 (r1..rWINDOW) and the write-back: the way chosen and its count + 1
+    (or the forwarded count + 1), written to the tables; and the wipe of a clear.
 
     Ports: ``i`` In(`compared_signature`): the key in s7; ``clear`` In: cancels the keys in
     s8..r7 and wipes the tables; ``write_bucket`` Out, one register per way, ``write_en``
@@ -465,7 +467,7 @@ class AccessLearner(wiring.Component):
     cycle t is hashed in t+1, addresses its bucket in t+2 (and is checked against the hazard
     window), gets its verdict and finds the in-flight updates of its bucket in t+3, has the
     bucket word in t+5 (block RAM, its output register, a fabric register), compares key
-    bytes and count halves in t+5 and completes the compares in t+6, finds the minimum and
+    bytes and count halves in t+5, completes the compares and finds the minimum in t+6,
     picks its way in t+7, computes count + 1 in t+8 and writes in t+9.
     The updates of the 7 keys ahead of it reach the block RAM too late for its read; under
     the hazard rule those of its bucket carry its own key, so it takes the youngest one's way

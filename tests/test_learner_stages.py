@@ -41,7 +41,8 @@ def lowest_bit(value):
 def test_front_against_hazard_rule_and_latency():
     """`LearnerFront`: the verdict of each key is the model's hazard rule (clear forgets the
     history), ``o`` 3 cycles after the key, the read port the key's bucket 2 cycles after it
-    (else the host's bucket of the cycle before), ``counted`` a cycle after each key (in s1), ``dropped`` after its verdict."""
+    (else the host's bucket of the cycle before), ``counted`` a cycle after each key (in s1),
+    ``dropped`` after its verdict."""
     h = bucket_hash(3, KEY_BITS, 3)
     dut = LearnerFront(h, ways=2)
     rng = random.Random(1)
@@ -111,7 +112,7 @@ def least_way(counts):
 
 def test_compare_against_reference():
     """`LearnerCompare`: a key on ``i`` (not dropped) is on ``o`` 4 cycles later with the hits,
-    pairwise count compares, counts and full flags of the bucket word (on ``word`` two cycles
+    minimum way, counts and full flags of the bucket word (on ``word`` two cycles
     after the key), and ``fwd`` one-hot of the youngest key ahead in its bucket (in s4..s7, or
     ``ahead``, when it was on ``i``); ``clear`` cancels."""
     ways, count_bits = 4, 6
