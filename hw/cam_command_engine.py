@@ -397,7 +397,7 @@ class CAMKickWalk(wiring.Component):
     mover's), ``restart`` empties it; ``length`` entries, ``more`` when more than one.
     ``kicks`` counts victims from reset or ``clear``.
 
-    Latency after ``start``: ``found`` 12 x victims cycles, ``full`` 12 x victims + 3.
+    Latency after ``start``: ``found`` 13 x victims cycles, ``full`` 13 x victims + 4.
     Throughput: one search at a time. Backpressure: none."""
 
     def __init__(self, g):
@@ -417,7 +417,7 @@ class CAMKickWalk(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         g, tables, ways, kmax = self.g, (0, 1), self.g.ways, self.g.max_kicks
-        st = _States(m, ["MASK", "MASK_WAYS", "CHOOSE", "SELECT", "PUSH", "VICTIM_HASH",
+        st = _States(m, ["MASK", "MASK_WAYS", "MASK_OR", "CHOOSE", "SELECT", "PUSH", "VICTIM_HASH",
                          "WALK_ADDR", "WALK_READ",
                          *(f"WALK_WAIT{i}" for i in range(BucketTable.LATENCY)), "WALK_EVAL"])
         st.enter("MASK", self.start)
@@ -444,9 +444,19 @@ class CAMKickWalk(wiring.Component):
                 for j in range(kmax)))
             st.goto("MASK_WAYS")
 
+        # The ways on the path in two steps: per group of 8 entries, then across the groups
+        # (timing: one OR over all 64 entries per way was 4 LUT levels of spread routing).
+        groups = [range(lo, min(lo + 8, kmax)) for lo in range(0, kmax, 8)]
+        on_path_parts = Signal(len(groups) * ways)
         with st("MASK_WAYS"):
+            m.d.sync += on_path_parts.eq(Cat(
+                Cat(same_bucket[j] & (path[j].way == w) for j in group).any()
+                for group in groups for w in range(ways)))
+            st.goto("MASK_OR")
+
+        with st("MASK_OR"):
             m.d.sync += on_path_r.eq(Cat(
-                (same_bucket & Cat(path[j].way == w for j in range(kmax))).any()
+                Cat(on_path_parts[k * ways + w] for k in range(len(groups))).any()
                 for w in range(ways)))
             st.goto("CHOOSE")
 

@@ -308,7 +308,7 @@ def reference_walk(model, key, kicks):
                          ids=["k3", "k1"])
 def test_walk_against_model(params):
     """Absent keys with both home buckets full, over a nearly full table: the path (popped
-    newest first), the free place that ends it, or ``full``, at 12 cycles per victim, and
+    newest first), the free place that ends it, or ``full``, at 13 cycles per victim, and
     the running kick count, as `reference_walk` finds them."""
     g = geometry(**params)
     model = model_of(g)
@@ -346,14 +346,14 @@ def test_walk_against_model(params):
                 await cycle(restart=1)
             ctx.set(dut.home, model._bucket(0, key))
             await cycle(prepare=1, start=1)
-            for n in range(1, 12 * g.max_kicks + 4):
+            for n in range(1, 13 * g.max_kicks + 5):
                 out = await cycle()
                 if out["found"] or out["full"]:
                     break
             if end is None:
-                assert out["full"] and n == 3 + 12 * len(path)
+                assert out["full"] and n == 4 + 13 * len(path)
             else:
-                assert out["found"] and out["target_load"] and n == 12 * len(path)
+                assert out["found"] and out["target_load"] and n == 13 * len(path)
                 assert place_of(g, out["target"]) == end
                 got = []
                 for _ in path:
