@@ -313,7 +313,11 @@ class HotlineAccelerator(wiring.Component):
             m.d.comb += [merge.keys.valid.eq(keys.valid), keys.ready.eq(merge.keys.ready),
                          merge.keys.payload.key.eq(keys.payload.key[0])]
         wiring.connect(m, frag.batches, merge.batches)
-        wiring.connect(m, merge.o, fork.i)
+        # A register slice between the merge and the fork (timing: the merge's key count
+        # compare, through the fork's handshake, reached the gather slice's enables, 9.7 ns).
+        m.submodules.merged = merged = RegisterSlice(merge.out_layout)
+        wiring.connect(m, merge.o, merged.i)
+        wiring.connect(m, merged.o, fork.i)
         wiring.connect(m, fork.o0, wiring.flipped(self.batch_keys))
         # CONFIG.gather_enable is latched per batch: sampled while no beat of a batch is at
         # the fork (between an end beat and the next batch's first beat), so a write mid-batch
@@ -410,9 +414,12 @@ class HotlineAccelerator(wiring.Component):
         # A batch's direction is written when its command is taken, dozens of cycles before its
         # done record (RowDMA.CMD_TO_KEY + KEY_TO_AR at least), so it is always there to read:
         # done is not gated by the FIFO's r_rdy (timing: the level reached done's payload).
+        # Written a cycle after the command is taken (timing: the command handshake, behind
+        # the room register and the engine's ready, reached the FIFO's write logic, 9.7 ns);
+        # `fifo_room` leaves two entries for the writes its register has not seen.
+        m.d.sync += [directions.w_en.eq(dma.cmd.valid & dma.cmd.ready),
+                     directions.w_data.eq(dma.cmd.payload.scatter)]
         m.d.comb += [
-            directions.w_en.eq(dma.cmd.valid & dma.cmd.ready),
-            directions.w_data.eq(dma.cmd.payload.scatter),
             self.dma_done.valid.eq(dma.done.valid),
             dma.done.ready.eq(self.dma_done.ready),
             directions.r_en.eq(dma.done.valid & self.dma_done.ready),

@@ -25,7 +25,7 @@ one command at a time through them:
 
 - `CAMCommandFront`: accept, clear, home probe and decision (``EVAL_LATENCY`` = 9 cycles
   from the handshake to the decision); it answers CLEAR, DELETE and EXISTS itself.
-- `CAMKickWalk`: the relocation path of an insert that found no free way at home, 12
+- `CAMKickWalk`: the relocation path of an insert that found no free way at home, 13
   cycles per victim.
 - `CAMMover`: the moves along the path (5 cycles each) and the write of the key (PLACE).
 - `CAMStash`: the stash entries, their compare (2 cycles) and the stash insert (1 cycle).
@@ -386,9 +386,9 @@ class CAMKickWalk(wiring.Component):
     """The cuckoo relocation walk: searches a path of victims for an insert that found no free
     way at home, without touching the tables, and holds it for `CAMMover`.
 
-    ``prepare`` starts at way 0 of ``home`` in table 0; ``start`` searches. Per victim, 12
+    ``prepare`` starts at way 0 of ``home`` in table 0; ``start`` searches. Per victim, 13
     cycles: the ways of the bucket already on the path are masked (every key moves at most
-    once), the victim is the first other way from ``kicks`` on, its key comes from the key
+    once; two cycles, per group of 8 path entries then across the groups), the victim is the first other way from ``kicks`` on, its key comes from the key
     select (``select``; `CAMTableWriter.selected` is ``victim`` a cycle later), it is pushed
     on the path and its bucket in the other table is read (``read``). A free way there ends
     the walk: ``found``, with ``target`` (loaded by the mover with ``target_load``, in every

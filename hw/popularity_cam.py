@@ -44,7 +44,7 @@ without its effect, lookups accepted after it with it.
   written at the head of the path: OK + slot, ``moves`` = number of relocations. Otherwise the
   key goes to the first free stash entry (OK, no moves) or, with the stash full, the table is
   left unchanged and the response is FULL. A key is never lost.
-  Cost: 11 cycles without relocation, plus 12 per victim searched and 5 per move.
+  Cost: 11 cycles without relocation, plus 13 per victim searched and 5 per move.
 - DELETE: OK + freed slot, or NOT_FOUND.
 - CLEAR: empties table and stash and zeroes ``kicks``; takes ``entries // (2 * ways)`` cycles.
   Reset runs the same pass (no response); ``lookup`` and ``cmd`` are not ready meanwhile.

@@ -29,7 +29,7 @@ from amaranth.utils import exact_log2
 from hotline.contract.dma import PAGE
 
 from .lib.buffered_fifo import BufferedFIFO
-from .lib.fifo_room import fifo_room
+from .lib.fifo_room import fifo_has_room, fifo_room
 from .row_dma_layouts import RowEvent, burst_layout, row_op_layout
 
 __all__ = ["RowChunker"]
@@ -123,11 +123,25 @@ class RowChunker(wiring.Component):
         # one register for the four: the AND of four rooms was two gates of the critical path
         issue_ok = fifo_room(m, [ar_fifo, aw_fifo, wlen_fifo, ev_fifo], "issue")
         issue_row = cur_valid & cur.row & decided & issue_ok
-        issue_mark = cur_valid & ~cur.row & ev_room
-        finished = issue_mark | (issue_row & last)
+        # ``cur`` is done with in this cycle (its mark, or its row's last chunk, issued): a
+        # register, computed with the two rooms' next values (timing: from ``cur_valid``,
+        # ``decided``, ``last`` and the rooms, ``load`` reached the enables of all of ``cur``,
+        # 9.9 ns). ``mark``: ``cur`` is a mark; ``row_last``: a row whose last chunk is decided.
+        mark, row_last, finished = Signal(), Signal(), Signal()
+        issue_mark = mark & ev_room
         load = op_fifo.r_rdy & (~cur_valid | finished)
         m.d.comb += op_fifo.r_en.eq(load)
         head_pick = compare(head)
+        mark_next, row_last_next = Signal(), Signal()
+        m.d.comb += [mark_next.eq(mark & ~finished), row_last_next.eq(row_last & ~finished)]
+        with m.If(load):
+            m.d.comb += [mark_next.eq(~head.row), row_last_next.eq(head.row & head_pick.last)]
+        with m.Elif(cur_valid & ~decided & compared):
+            m.d.comb += row_last_next.eq(picked.last)
+        m.d.sync += [mark.eq(mark_next), row_last.eq(row_last_next),
+                     finished.eq((mark_next & fifo_has_room(ev_fifo))
+                                 | (row_last_next & fifo_has_room([ar_fifo, aw_fifo, wlen_fifo,
+                                                                   ev_fifo])))]
 
         def room_after(room):
             return Mux(room == chunk, PAGE, room - chunk)
