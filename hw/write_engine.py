@@ -14,7 +14,7 @@ Ports:
   saturates at 65535 (a batch closed by an ``end`` beat has no length limit; the counters
   count every refused row); ``rows`` cannot exceed 65535 (one per staging slot < 2**16 - 1).
 - ``started`` In(1): a batch began (`RowCommandFront.started`). ``busy``: a batch began whose
-  ``done`` was not taken. ``drained``: every batch begun has completed its last event (a
+  ``done`` was not taken (from the cycle after ``started``). ``drained``: every batch begun has completed its last event (a
   register: one cycle late).
 - ``row_done``, ``refused`` (with ``cause``), ``write_ok`` (a W beat with strobes),
   ``write_err`` (an error write response), ``rlast_err`` (a read beat whose ``rlast`` is not
@@ -162,7 +162,12 @@ class WriteEngine(wiring.Component):
         # ---- batches in flight ---------------------------------------------------------------
         pending = Signal(16)   # batches begun whose done was not taken yet
         inflight = Signal(16)  # batches begun whose last event has not completed
-        m.d.sync += [pending.eq(pending + self.started - done_fire),
+        # pending takes ``started`` a cycle late (timing: the command handshake, behind the
+        # top's direction check, reached pending's carry chain, 9.7 ns); a batch's done comes
+        # dozens of cycles after it starts, so pending never goes below 0. ``inflight`` takes
+        # it at once: ``drained`` must see a batch before its first event.
+        started = Signal()
+        m.d.sync += [started.eq(self.started), pending.eq(pending + started - done_fire),
                      inflight.eq(inflight + self.started - batch_end)]
         # inflight == 0, a cycle late (timing: the compare was in the loop through cmd.ready
         # and the top's command FIFOs). It only delays a change of direction by that cycle:
