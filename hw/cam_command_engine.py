@@ -388,9 +388,10 @@ class CAMKickWalk(wiring.Component):
 
     ``prepare`` starts at way 0 of ``home`` in table 0; ``start`` searches. Per victim, 13
     cycles: the ways of the bucket already on the path are masked (every key moves at most
-    once; two cycles, per group of 8 path entries then across the groups), the victim is the first other way from ``kicks`` on, its key comes from the key
-    select (``select``; `CAMTableWriter.selected` is ``victim`` a cycle later), it is pushed
-    on the path and its bucket in the other table is read (``read``). A free way there ends
+    once; per group of 8 path entries, then across the groups), the victim is the first
+    other way from ``kicks`` on, its key comes from the key select (``select``;
+    `CAMTableWriter.selected` is ``victim`` a cycle later), it is pushed on the path and its
+    bucket in the other table is read (``read``). A free way there ends
     the walk: ``found``, with ``target`` (loaded by the mover with ``target_load``, in every
     evaluation). A full path or a bucket with every way on it ends it with ``full`` (the
     stash's turn). The path is a stack, newest on ``head``: ``pop`` drops the head (the

@@ -14,8 +14,8 @@ Ports:
   saturates at 65535 (a batch closed by an ``end`` beat has no length limit; the counters
   count every refused row); ``rows`` cannot exceed 65535 (one per staging slot < 2**16 - 1).
 - ``started`` In(1): a batch began (`RowCommandFront.started`). ``busy``: a batch began whose
-  ``done`` was not taken (from the cycle after ``started``). ``drained``: every batch begun has completed its last event (a
-  register: one cycle late).
+  ``done`` was not taken (from the cycle after ``started``). ``drained``: every batch begun
+  has completed its last event (a register: one cycle late).
 - ``row_done``, ``refused`` (with ``cause``), ``write_ok`` (a W beat with strobes),
   ``write_err`` (an error write response), ``rlast_err`` (a read beat whose ``rlast`` is not
   where the engine's own count ends the burst: early or late): strobes for the counters.
