@@ -113,6 +113,7 @@ class AXI4Quiesce(wiring.Component):
         stale_r_d, stale_b_d = Signal.like(stale_r), Signal.like(stale_b)   # their D inputs
         m.d.comb += [stale_r_d.eq(stale_r_next), stale_b_d.eq(stale_b_next)]
         expired_next = C(0)
+        owed_r, owed_b = stale_r_next != 0, stale_b_next != 0   # stale_r_d / stale_b_d != 0
         if self.timeout is not None:
             expired_next = self._watchdog(m, requests_done & ((reads != 0) | (writes != 0)),
                                           r_beat | (slv.bvalid & slv.bready))
@@ -122,9 +123,13 @@ class AXI4Quiesce(wiring.Component):
                 m.d.sync += [reads.eq(0), writes.eq(0)]
                 m.d.comb += [stale_r_d.eq(stale_r_next + reads_next),
                              stale_b_d.eq(stale_b_next + writes_next)]
+            # A sum of two counts is nonzero when either is: the drops without the adders
+            # (timing: ``writes`` through writes_next and the sum into drop_b, 9.69 ns at
+            # seed 3 of the 1-lane top asked for 106 MHz)
+            owed_r = owed_r | (self.expired & (reads_next != 0))
+            owed_b = owed_b | (self.expired & (writes_next != 0))
         m.d.sync += [stale_r.eq(stale_r_d), stale_b.eq(stale_b_d),
-                     drop_r.eq((stale_r_d != 0) | expired_next),
-                     drop_b.eq((stale_b_d != 0) | expired_next)]
+                     drop_r.eq(owed_r | expired_next), drop_b.eq(owed_b | expired_next)]
 
         # A channel may close where the slave is not mid-offer. W never closes inside a burst,
         # and stays open while a taken AW owes its data; AW stays open while a W burst has no
