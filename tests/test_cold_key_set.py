@@ -77,39 +77,53 @@ def test_fast_path_equals_replay():
             np.testing.assert_array_equal(a, b)
 
 
-def placed_one_by_one(model, keys):
-    """The set's rule, key by key, for distinct ``keys`` into an empty set (written from the
-    module docstring): overflow at ``max_keys`` keys; else the emptier of the key's two
-    buckets (table 1 only when strictly emptier), else its partition's stash, else overflow."""
+def inserted_one_by_one(model, keys, window=0):
+    """The set's rule, key by key, into an empty set (written from the module docstring), as
+    (slot, first, overflow) lists: a key equal to one of the ``window`` keys before it takes
+    the latest one's slot; a stored key its slot; else it is new and takes the next slot:
+    overflow at ``max_keys`` slots, else the emptier of its two buckets (table 1 only when
+    strictly emptier), else its partition's stash, else overflow (not stored: new again
+    later)."""
     h0, h1 = model.buckets_of(keys)
     part = model.partition_of(keys)
-    fill, stash, out = {}, {}, []
-    for i in range(len(keys)):
-        if i >= model.max_keys:
-            out.append("overflow")
+    fill, stash, stored, count = {}, {}, {}, 0
+    slot, first, over = [], [], []
+    for i, k in enumerate(keys.tolist()):
+        near = [j for j in range(max(0, i - window), i) if keys[j] == k]
+        if near or k in stored:
+            slot.append(slot[near[-1]] if near else stored[k])
+            first.append(False)
+            over.append(False)
             continue
+        first.append(True)
+        if count >= model.max_keys:
+            slot.append(0)
+            over.append(True)
+            continue
+        slot.append(count)
         free = [model.ways - fill.get((0, h0[i]), 0), model.ways - fill.get((1, h1[i]), 0)]
         if max(free) > 0:
             t = 1 if free[1] > free[0] else 0
             fill[(t, (h0[i], h1[i])[t])] = model.ways - free[t] + 1
-            out.append(t)
+            over.append(False)
         elif stash.get(part[i], 0) < model.stash:
             stash[part[i]] = stash.get(part[i], 0) + 1
-            out.append("stash")
+            over.append(False)
         else:
-            out.append("overflow")
-    return out
+            over.append(True)
+        if not over[-1]:
+            stored[k] = count
+        count += 1
+    return slot, first, over
 
 
 @pytest.mark.parametrize("capacity, ways, stash, partitions, max_keys", [
     (64, 4, 2, 1, 64), (256, 2, 0, 1, 200), (256, 1, 4, 4, 256), (1024, 4, 4, 8, 900)])
-def test_distinct_keys_placed_as_one_by_one(capacity, ways, stash, partitions, max_keys,
-                                            monkeypatch):
-    """A batch of distinct keys (what a batch pushed as its unique keys gives the set) is placed
-    by iterating every key's placement to its fixed point (`placements`): the same slots,
-    first flags and overflows as the rule key by key, at loads from a quarter of the capacity
-    to beyond it, on random keys, dense rows of one table and of many (structured keys), and
-    when the iteration is cut short (the key-by-key loop)."""
+def test_replay_inserts_one_by_one(capacity, ways, stash, partitions, max_keys):
+    """`replay` (a compiled loop) gives the slots, first flags and overflows of the rule key by
+    key, at loads from a quarter of the capacity to beyond it: on distinct keys (a batch pushed
+    as its unique keys) random, dense rows of one table and of many (structured keys); on keys
+    with repeats (overflowed keys come back new), with no repeat window and with one."""
     from hotline.contract.keys import make_keys
     model = ColdKeySetModel(capacity, ways=ways, stash=stash, max_keys=max_keys,
                             partitions=partitions)
@@ -118,19 +132,18 @@ def test_distinct_keys_placed_as_one_by_one(capacity, ways, stash, partitions, m
     for n in (capacity // 4, capacity // 2, capacity * 3 // 4, capacity, capacity * 5 // 4):
         families += [rng.choice(1 << 32, n, replace=False).astype(np.uint64),
                      make_keys(np.zeros(n, np.int64), np.arange(n)).astype(np.uint64),
-                     make_keys(np.arange(n) % 26, np.arange(n) // 26).astype(np.uint64)]
-    overflowed, default = 0, ColdKeySetModel.FIXED_POINT_PASSES
-    for keys in families:
-        want = placed_one_by_one(model, keys)
-        assert model.placements(keys[:max_keys]) is not None
-        for passes in (1, default):   # cut short: the loop; then the iteration
-            monkeypatch.setattr(ColdKeySetModel, "FIXED_POINT_PASSES", passes)
-            slot, first, over = model.replay(keys)
-            assert first.all() and np.array_equal(over, [w == "overflow" for w in want])
-            m = min(len(keys), max_keys)
-            assert np.array_equal(slot[:m], np.arange(m)) and not slot[m:].any()
-        overflowed += over.any()
-    assert overflowed >= 4   # the loads reach overflow
+                     make_keys(np.arange(n) % 26, np.arange(n) // 26).astype(np.uint64),
+                     rng.choice(1 << 32, n, replace=False).astype(np.uint64)[
+                         rng.integers(0, n, 2 * n)]]
+    overflowed = 0
+    for i, keys in enumerate(families):
+        for window in (0, 3) if i % 4 == 3 else (0,):
+            want = inserted_one_by_one(model, keys, window)
+            got = model.replay(keys, window)
+            for w, g in zip(want, got):
+                np.testing.assert_array_equal(g, w)
+            overflowed += got[2].any()
+    assert overflowed >= 6   # the loads reach overflow
 
 
 @pytest.mark.parametrize("busy", [dict(), dict(busy_in=0.3, busy_out=0.3), dict(busy_out=0.7)])

@@ -121,3 +121,24 @@ def test_dense_index_device_equals_binary_search_device(monkeypatch):
         assert r.popular.tolist() == ref["popular"]
     assert want[0][4].hot[:200].sum() == want[0][5].hot[:200].sum() == 67   # rows 0, 3, .. 198
     assert want[2]["window_errors"] > 0   # the outside rows were refused by the DMA
+
+
+def test_distinct_keys_equal_a_sort():
+    """`HotIndex.distinct_keys` (a bitmap over the tables' rows) gives ``np.unique``'s keys on
+    structured keys: dense rows of one table, of 26 tables and of tables with empty ones
+    between, the first and last row of each table, a repeated row, one key, and again on the
+    same index (its bitmap cleared after each call)."""
+    from hotline.model.device_model import HotIndex
+    rng = np.random.default_rng(5)
+    for sizes in ([1000], [37] * 26, [5, 0, 0, 300, 0, 7, 1]):
+        index = HotIndex(np.zeros(0, np.uint32), np.zeros(0, np.int64), sizes)
+        tables = np.flatnonzero(sizes)
+        ends = np.concatenate([make_keys(np.full(2, t), [0, sizes[t] - 1]) for t in tables])
+        every = np.concatenate([make_keys(np.full(n, t), np.arange(n))
+                                for t, n in enumerate(sizes) if n])
+        for keys in (ends, every, every[rng.integers(0, len(every), 3 * len(every))],
+                     every[:1], np.repeat(ends[-1:], 4), rng.permutation(every)[:10]):
+            keys = keys.astype(np.uint32)
+            got = index.distinct_keys(index.dense_rows(keys))
+            assert got.dtype == np.uint32
+            np.testing.assert_array_equal(got, np.unique(keys))

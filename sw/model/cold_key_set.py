@@ -6,12 +6,12 @@ slots already used. An overflowed key is not stored, so each later beat of it is
 With ``partitions`` P > 1 a key belongs to one partition (`partition_of`: hash
 ``COLD_PARTITION_SEED``), each with its own two tables of ``capacity // (2 * ways * P)``
 buckets and its own stash; the slots (and ``max_keys``) stay global, in order of first
-appearance. Placement never changes a slot, so `batch` answers from the vectorised first-appearance ranks
-whenever overflow is impossible (every key has a bucket that at most ``ways`` of the batch's
-keys hash to) and replays the exact insertion sequence otherwise: for distinct keys (a batch
-pushed as its unique keys) vectorised, by iterating every key's placement to its fixed point
-(`placements`), else key by key.
+appearance. Placement never changes a slot, so `batch` answers from the vectorised
+first-appearance ranks whenever overflow is impossible (every key has a bucket that at most
+``ways`` of the batch's keys hash to) and replays the exact insertion sequence otherwise, key
+by key in a loop compiled by numba (`replay`).
 """
+import functools
 import math
 
 import numpy as np
@@ -28,27 +28,6 @@ def first_appearance(keys):
     rank = np.empty(len(uniq), np.int64)
     rank[order] = np.arange(len(uniq))
     return rank[inverse], uniq[order]
-
-
-def _earlier_in_group(order, first_of_group, mask):
-    """For each element: how many elements before it in its group have ``mask`` set, where
-    ``order`` sorts the elements by group, stably, and ``first_of_group[j]`` is the position
-    in that order of the group start of its j-th element."""
-    ms = mask[order].astype(np.int32)
-    before = np.cumsum(ms, dtype=np.int32) - ms
-    out = np.empty(len(mask), np.int32)
-    out[order] = before - before[first_of_group]
-    return out
-
-
-def _grouping(groups):
-    """(`_earlier_in_group`'s ``order`` and ``first_of_group``) for ``groups``."""
-    # numpy sorts 16-bit and narrower integers by radix: bucket and partition numbers fit
-    small = np.min_scalar_type(int(groups.max())) if len(groups) else np.uint8
-    order = np.argsort(groups.astype(small, copy=False), kind="stable")
-    g = groups[order]
-    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-    return order, np.repeat(starts, np.diff(np.r_[starts, len(g)]))
 
 
 def latest_copy(keys, window):
@@ -112,85 +91,73 @@ class ColdKeySetModel:
 
     def replay(self, keys, window=0):
         """The exact insertion sequence of one batch (what `batch` does when overflow is
-        possible). A key equal to one of the ``window`` keys before it (the Fragmenter's
-        `hotline.contract.config.repeat_window`) takes the latest one's slot and is neither
-        new nor overflowed: it never reaches the set. That differs from a lookup in the set
-        only after an overflow, which stores nothing."""
-        s = np.sort(keys)
-        if not (s[1:] == s[:-1]).any():   # distinct keys: each is inserted once
-            placed = self.placements(keys[:self.max_keys])
-            if placed is not None:
-                n, m = len(keys), len(placed)
-                slot, overflow = np.zeros(n, np.int64), np.ones(n, bool)
-                slot[:m], overflow[:m] = np.arange(m), placed == self.OVERFLOW
-                return slot, np.ones(n, bool), overflow
-        # Python lists and ints throughout: the loop is the model's cost (numpy scalars
-        # cost several times more per key)
-        h0, h1 = (h.tolist() for h in self.buckets_of(keys))
-        part = self.partition_of(keys).tolist()
-        ways, stash, max_keys = self.ways, self.stash, self.max_keys
-        buckets = self.buckets * self.partitions
-        fill0, fill1 = [0] * buckets, [0] * buckets
-        stash_used = [0] * self.partitions
-        stored, count = {}, 0
+        possible), key by key (`_replay`, compiled). A key equal to one of the ``window`` keys
+        before it (the Fragmenter's `hotline.contract.config.repeat_window`) takes the latest
+        one's slot and is neither new nor overflowed: it never reaches the set. That differs
+        from a lookup in the set only after an overflow, which stores nothing."""
+        keys = np.ascontiguousarray(keys, np.uint64)
         n = len(keys)
-        slot, first, overflow = [0] * n, [False] * n, [False] * n
-        copy = latest_copy(keys, window).tolist()
-        for i, k in enumerate(keys.tolist()):
-            if copy[i] >= 0:
-                slot[i] = slot[copy[i]]
-                continue
-            s = stored.get(k)
-            if s is not None:
-                slot[i] = s
-                continue
-            first[i] = True
-            if count >= max_keys:
-                overflow[i] = True
-                continue
-            slot[i] = count
-            a, b = h0[i], h1[i]
-            free0, free1 = ways - fill0[a], ways - fill1[b]
-            if free0 or free1:
-                if free1 > free0:
-                    fill1[b] += 1
-                else:
-                    fill0[a] += 1
-            elif stash_used[part[i]] < stash:
-                stash_used[part[i]] += 1
-            else:
-                overflow[i] = True
-            if not overflow[i]:
-                stored[k] = count
-            count += 1
-        slot, first, overflow = (np.array(slot, np.int64), np.array(first, bool),
-                                 np.array(overflow, bool))
+        slot, first, overflow = np.zeros(n, np.int64), np.zeros(n, bool), np.zeros(n, bool)
+        if n:
+            h0, h1 = self.buckets_of(keys)
+            _replay_kernel()(keys, h0.astype(np.int64), h1.astype(np.int64),
+                             self.partition_of(keys), latest_copy(keys, window), self.ways,
+                             self.stash, self.max_keys, self.buckets * self.partitions,
+                             self.partitions, slot, first, overflow)
         return slot, first, overflow
 
-    TABLE0, TABLE1, STASH, OVERFLOW = range(4)
-    FIXED_POINT_PASSES = 64   # then the key-by-key loop (a real batch settles in about 5)
 
-    def placements(self, keys):
-        """Where each of distinct ``keys`` (at most ``max_keys``), inserted in order into an
-        empty set, lands: `TABLE0`, `TABLE1`, `STASH` or `OVERFLOW` (int8), as `replay`'s loop
-        places them; None if the iteration did not settle. A key's place depends only on the
-        keys before it (its buckets' fills, its partition's stash), so the iteration "each
-        key placed by the places of the keys before it in the last pass" has exactly one
-        fixed point, the sequential placement, and reaches it within len(keys) + 1 passes."""
-        keys = np.ascontiguousarray(keys, np.uint64)
-        if not len(keys):
-            return np.zeros(0, np.int8)
-        h0, h1 = self.buckets_of(keys)
-        g0, g1, gp = _grouping(h0), _grouping(h1), _grouping(self.partition_of(keys))
-        place = np.zeros(len(keys), np.int8)
-        for _ in range(self.FIXED_POINT_PASSES):
-            free0 = self.ways - _earlier_in_group(*g0, place == self.TABLE0)
-            free1 = self.ways - _earlier_in_group(*g1, place == self.TABLE1)
-            stashed = _earlier_in_group(*gp, place == self.STASH)
-            new = np.where((free0 > 0) | (free1 > 0),
-                           np.where(free1 > free0, self.TABLE1, self.TABLE0),
-                           np.where(stashed < self.stash, self.STASH, self.OVERFLOW)).astype(np.int8)
-            if np.array_equal(new, place):
-                return place
-            place = new
-        return None
+def _replay(keys, h0, h1, part, copy, ways, stash, max_keys, buckets, partitions, slot, first,
+            overflow):
+    """`ColdKeySetModel.replay`'s loop (compiled by `_replay_kernel`): fills ``slot``,
+    ``first`` and ``overflow`` per key. The keys stored so far are looked up in an open-address
+    table of twice the keys' count (a key's own hash, not the set's buckets: the set stores
+    what the batch's keys are, this table only finds them again)."""
+    n = keys.shape[0]
+    bits = 1
+    while (1 << bits) < 2 * n:
+        bits += 1
+    mask = (1 << bits) - 1
+    table_key = np.zeros(1 << bits, np.uint64)
+    table_slot = np.full(1 << bits, -1, np.int64)   # -1: empty
+    fill0, fill1 = np.zeros(buckets, np.int64), np.zeros(buckets, np.int64)
+    stash_used = np.zeros(partitions, np.int64)
+    count = 0
+    for i in range(n):
+        if copy[i] >= 0:
+            slot[i] = slot[copy[i]]
+            continue
+        k = keys[i]
+        at = np.int64((k * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(64 - bits))
+        while table_slot[at] >= 0 and table_key[at] != k:
+            at = (at + 1) & mask
+        if table_slot[at] >= 0:
+            slot[i] = table_slot[at]
+            continue
+        first[i] = True
+        if count >= max_keys:
+            overflow[i] = True
+            continue
+        slot[i] = count
+        a, b = h0[i], h1[i]
+        free0, free1 = ways - fill0[a], ways - fill1[b]
+        if free0 > 0 or free1 > 0:
+            if free1 > free0:
+                fill1[b] += 1
+            else:
+                fill0[a] += 1
+        elif stash_used[part[i]] < stash:
+            stash_used[part[i]] += 1
+        else:
+            overflow[i] = True
+        if not overflow[i]:
+            table_key[at], table_slot[at] = k, count
+        count += 1
+
+
+@functools.cache
+def _replay_kernel():
+    """`_replay` compiled by numba (imported on first use: the vectorised `batch` path needs
+    none)."""
+    import numba  # lazy: numba takes a second to import
+    return numba.njit(cache=True, nogil=True)(_replay)

@@ -61,6 +61,7 @@ class HotIndex:
             # written now (np.full writes, np.empty/zeros map lazily): no batch pays for the
             # first touch of its pages
             self.scratch = np.full(int(self.offsets[-1]), 0, np.int32)
+            self._seen = None   # `distinct_keys`' bitmap, made on first use
             rows, inside = self._rows(keys)
             self.dense[rows[inside]] = slots[inside]
         else:
@@ -79,6 +80,19 @@ class HotIndex:
             return None
         rows, inside = self._rows(keys)
         return rows if inside.all() else None
+
+    def distinct_keys(self, rows):
+        """The distinct keys of global ``rows`` (`dense_rows`), ascending (uint32): marked in a
+        bitmap of the tables' rows and collected, O(rows + table rows); at 1.75M lookups in
+        5.6M rows 3-7x the speed of a sort."""
+        if self._seen is None:
+            self._seen = np.full(int(self.offsets[-1]), False)   # written now (see scratch)
+        self._seen[rows] = True
+        d = np.flatnonzero(self._seen)
+        self._seen[d] = False
+        # each table's run of the ascending rows: one shift per run, not a search per row
+        runs = np.diff(np.searchsorted(d, self.offsets))
+        return (d - np.repeat(self.delta, runs)).astype(np.uint32)
 
     def lookup(self, keys):
         return self.lookup_rows(keys)[0]
