@@ -91,15 +91,16 @@ class Config:
     timed: int = 5
 
 
-# Timed batches: as many as a path's few seconds allow (5 batches of about 3 ms gave ratios
-# 0.2-0.3 apart from run to run at B = 1024).
+# Timed batches: about a quarter of a second or more of each path (5 batches of about 3 ms
+# gave ratios 0.2-0.3 apart from run to run at B = 1024; 40 still 1.6x-2.9x apart, as this
+# VM's slow spells last longer than a path's whole run).
 CONFIGS = [
-    Config("criteo-d16-b1024", 16, 1024, 500_000, 1_000_000, warmup=3, timed=40),
-    Config("criteo-d16-b8192", 16, 8192, 500_000, 1_000_000, warmup=2, timed=8),
-    Config("criteo-d128-b1024", 128, 1024, 500_000, 1_000_000, warmup=3, timed=24),
-    Config("criteo-d128-b8192", 128, 8192, 500_000, 1_000_000, warmup=1, timed=3),
-    Config("multihot-d128-b1024", 128, 1024, 500_000, 1_000_000, MULTI_HOT_SIZES, 1, 3),
-    Config("multihot-d128-b8192", 128, 8192, 500_000, 1_000_000, MULTI_HOT_SIZES, 1, 2),
+    Config("criteo-d16-b1024", 16, 1024, 500_000, 1_000_000, warmup=5, timed=200),
+    Config("criteo-d16-b8192", 16, 8192, 500_000, 1_000_000, warmup=2, timed=24),
+    Config("criteo-d128-b1024", 128, 1024, 500_000, 1_000_000, warmup=3, timed=60),
+    Config("criteo-d128-b8192", 128, 8192, 500_000, 1_000_000, warmup=2, timed=8),
+    Config("multihot-d128-b1024", 128, 1024, 500_000, 1_000_000, MULTI_HOT_SIZES, 2, 10),
+    Config("multihot-d128-b8192", 128, 8192, 500_000, 1_000_000, MULTI_HOT_SIZES, 1, 4),
 ]
 QUICK_CONFIGS = [
     Config("criteo-d16-b256", 16, 256, 4_000, 10_000, warmup=1, timed=2),

@@ -555,7 +555,7 @@ class EmbeddingBagCollection(nn.Module):
             # backward through a wrapping Function cost about 0.1 ms per batch)
             b = self._pending = _InPlace()
             bags = self._kernel(indices, offsets, weights)
-            bags.grad_fn.register_prehook(lambda grads: self._claim(b))
+            bags.grad_fn.register_prehook(lambda grads: self._claim_in_place(b))
             bags.grad_fn.register_hook(lambda grads_in, grads_out: self._kernel_updated())
         else:
             bags = self._kernel(indices, offsets, weights)
@@ -568,6 +568,12 @@ class EmbeddingBagCollection(nn.Module):
             raise HotlineError("backward of a batch whose rows are gone: a later forward ran "
                                "first, or backward ran twice (one forward per backward)")
         self._pending = None
+
+    def _claim_in_place(self, b) -> None:
+        """Backward of in-place batch ``b`` begins: it must be the forward pending, and the
+        store readies its rows for the kernel's update."""
+        self._claim(b)
+        self.store.update_lookups()
 
     def _kernel_updated(self) -> None:
         """FBGEMM's fused update of an in-place batch's rows is done: the store takes the

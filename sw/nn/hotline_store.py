@@ -53,6 +53,13 @@ def refresh_stale(rows, keys, prev) -> None:
     the updated rows of the batch before, in place: ``prev``, a list of parts (sorted keys,
     rows) or (sorted keys, rows, at: the row of each key in ``rows``) with disjoint keys. (The
     hardware gathers ahead in the same way.)"""
+    for m, updated in stale_rows(keys, prev):
+        rows[m] = updated
+
+
+def stale_rows(keys, prev):
+    """Per part of ``prev`` (`refresh_stale`'s) holding some of ``keys``: (which keys it
+    holds, their rows in it)."""
     if prev is None or not len(keys):
         return
     for pk, prow, *at in prev:
@@ -60,7 +67,7 @@ def refresh_stale(rows, keys, prev) -> None:
             pos = np.minimum(np.searchsorted(pk, keys), len(pk) - 1)
             m = pk[pos] == keys
             if m.any():
-                rows[m] = prow[pos[m] if not at else at[0][pos[m]]]
+                yield m, prow[pos[m] if not at else at[0][pos[m]]]
 
 
 def sorted_unique(keys) -> np.ndarray:
@@ -704,8 +711,13 @@ class HotlineStore(RowStore):
             index, host_keys, host_ids = self._unique_rows(b, index)
         if grid is not None:
             index = index.reshape(grid[::-1]).T.ravel()
-        if len(host_keys):   # updated in their tables: the batch before's scatter first
-            self.dev.wait_scatters()
+        if len(host_keys):
+            # updated in their tables, which the batch before's scatter (not waited for) is
+            # writing too: the rows it left in staging are copied there now, the same bytes
+            # the scatter writes, and the update waits for it (`update_lookups`)
+            staged = [p for p in self.prev or () if p[1] is not self.host_rows]
+            for m, updated in stale_rows(host_keys, staged):
+                self.host_rows[host_ids[m]] = updated
         self.totals["bytes_h2d"] += (n + len(host_keys)) * self.layout.nbytes
         self._cur = _Fused(r.bank, keys, canon, unique + len(host_keys), counts, r.popular,
                            host_keys, host_ids)
@@ -726,6 +738,16 @@ class HotlineStore(RowStore):
         index = self._hot_index()   # its scratch, a row per table row: one scatter, one gather
         index.scratch[index.dense_rows(b.unique)] = row
         return index.scratch.take(dense), host_keys, host_ids
+
+    def update_lookups(self) -> None:
+        """The kernel is about to update the batch of `gather_lookups` in place: its keys
+        beyond the staging slots are updated in their tables, where the batch before's
+        scatter may still be writing; it finishes first."""
+        g = self._cur
+        if not isinstance(g, _Fused):
+            raise HotlineError("update_lookups: no batch gathered by gather_lookups")
+        if len(g.host_keys):
+            self.dev.wait_scatters()
 
     def scatter_lookups(self) -> None:
         """The batch of `gather_lookups` is done (its rows updated in place, or not): the

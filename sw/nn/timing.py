@@ -9,7 +9,8 @@ class HostClock:
     collection's key checks, sample order, announcements and unique keys (numpy and torch on
     the CPU, which a GPU node's CPU would do too); wrapped on the instances."""
 
-    STORE = ("gather", "scatter", "prefetch", "gather_lookups", "scatter_lookups")
+    STORE = ("gather", "scatter", "prefetch", "gather_lookups", "update_lookups",
+             "scatter_lookups")
     COLLECTION = ("_keys", "_sample_order", "_announce", "_unique")
 
     def __init__(self, store, collection=None):
