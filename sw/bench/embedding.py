@@ -54,9 +54,9 @@ MULTI_HOT_SIZES = (3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 
 LR = 0.05
 HOT_FRACTION = 0.1
 # The 1-lane accelerator's Fmax on LFE5U-85F-6, its worst of seeds 1-3 (docs/hardware.md:
-# 103.08 / 102.49 / 103.37 MHz since the DMA's done leaves through a register slice), and
-# the width of the model:// device's DMA bus.
-RTL_FMAX_MHZ = 102.49
+# 106.18 / 108.62 / 107.96 MHz, `hotline fpga report accelerator --device ecp5-85f --freq 106
+# --seed S`, 2026-12-07), and the width of the model:// device's DMA bus.
+RTL_FMAX_MHZ = 106.18
 # The hotline placement's accelerator: the model on a thread of this process, and in a process
 # of its own (docs/device-api.md), measured side by side.
 MODEL_URL, PROCESS_URL = "model://", "model://?agent=process"
