@@ -82,6 +82,26 @@ def test_time_path_catches_a_double_counting_clock():
         embedding.time_path(_FakePath(2.0), [None] * 4, grad, 1, 2)   # counted twice
 
 
+def test_time_paired_runs_the_paths_in_turn():
+    """Batch by batch, each path in turn, the order reversed every other batch; each path's
+    median of its timed batches."""
+    calls = []
+
+    class Sleeper(embedding.Path):
+        def __init__(self, name, seconds):
+            self.name, self.seconds = name, seconds
+
+        def step(self, batch, grad, next_batch):
+            calls.append((self.name, batch))
+            time.sleep(self.seconds)
+
+    fast, slow = Sleeper("fast", 0.002), Sleeper("slow", 0.006)
+    tf, ts = embedding.time_paired([fast, slow], list(range(6)), torch.zeros(1), 1, 4)
+    assert calls == [("fast", 0), ("slow", 0), ("slow", 1), ("fast", 1), ("fast", 2),
+                     ("slow", 2), ("slow", 3), ("fast", 3), ("fast", 4), ("slow", 4)]
+    assert 0.002 <= tf < 0.006 <= ts
+
+
 def test_embedding_section_on_tiny_tables():
     out, rows = embedding.bench_embedding(False, [TINY, TINY_MULTI])
     json.dumps(out)
@@ -116,6 +136,11 @@ def test_embedding_section_on_tiny_tables():
             assert pa["hot_share"] == hl["hot_share"]
             assert res["ratios"]["hotline_vs_tbe"] == pytest.approx(
                 hl["total_ms"] / res["paths"]["fbgemm-tbe"]["total_ms"])
+            # TBE and the hotline path again, batch by batch in turn
+            paired = res["paired"]
+            assert paired["paths"] == list(embedding.PAIRED) and min(paired["median_ms"]) > 0
+            assert res["ratios"]["hotline_vs_tbe_paired"] == pytest.approx(
+                paired["median_ms"][1] / paired["median_ms"][0])
             assert res["ratios"]["hotline_host_vs_host_path"] == pytest.approx(
                 hl["host_ms"] / res["paths"]["hotline.nn host"]["total_ms"])
             g = hl["gpu_node_projection"]

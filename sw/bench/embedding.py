@@ -24,7 +24,9 @@ gathers and put-backs in host memory, the hotline store's main-thread work besid
 the accelerator: `HostClock`), ``device`` (tensor compute on the torch
 device: pooling, gradients, the optimizer, the device placements' row moves), and
 ``accelerator`` (the caller's wait for the model:// agent); the agent's own busy time and the
-RTL's cycles at its Fmax for the same batch (`rtl_estimate`) stand beside it. `project_gpu_step`
+RTL's cycles at its Fmax for the same batch (`rtl_estimate`) stand beside it. TBE and the
+hotline path are also timed batch by batch in turn (`time_paired`): the issue's ratio from the
+same moments of the machine. `project_gpu_step`
 turns the split into a labelled *projection* of a GPU node's step (`PROJECTION`: its
 assumptions).
 """
@@ -358,6 +360,28 @@ def time_path(path, batches, grad, warmup, timed) -> TimeSplit:
     return split
 
 
+# The issue's ratio's two paths, also timed batch by batch in turn (`time_paired`).
+PAIRED = ("fbgemm-tbe", "hotline.nn hotline")
+
+
+def time_paired(paths, batches, grad, warmup, timed) -> list[float]:
+    """Seconds per batch of each of ``paths``, run batch by batch in turn (the order reversed
+    every other batch), so that a slow spell of the machine falls on all of them: each one's
+    median over the ``timed`` batches after ``warmup``. (`time_path` runs one path's batches
+    back to back: on this VM a slow spell can cover a whole path.)"""
+    import torch  # lazy: (see make_batches)
+    sync = torch.cuda.synchronize if grad.is_cuda else (lambda: None)
+    times = [[] for _ in paths]
+    for i in range(warmup + timed):
+        for k in (range(len(paths)) if i % 2 == 0 else reversed(range(len(paths)))):
+            t0 = time.perf_counter()
+            paths[k].step(batches[i], grad, batches[i + 1])
+            sync()
+            if i >= warmup:
+                times[k].append(time.perf_counter() - t0)
+    return [float(np.median(t)) for t in times]
+
+
 # -- the accelerator's RTL estimate and the projection ------------------------------------------
 
 def rtl_estimate(batch, hot_keys, table_sizes, dim) -> dict:
@@ -493,8 +517,9 @@ def _bench_embedding(quick, configs, torch_device, projection):
         rtl = res["accelerator_rtl"] = (
             rtl_estimate(batches[cfg.warmup], hot.keys, data.table_sizes, cfg.dim)
             if projection else None)
-        for name, make in paths_for(sizes, cfg.dim, hot.keys, placements, torch_device,
-                                    cfg.batch_size, max(b.lookups for b in batches)):
+        factories = paths_for(sizes, cfg.dim, hot.keys, placements, torch_device,
+                              cfg.batch_size, max(b.lookups for b in batches))
+        for name, make in factories:
             print(f"bench: embedding {cfg.name} {name} ...", file=sys.stderr, flush=True)
             path = make()
             try:
@@ -510,16 +535,33 @@ def _bench_embedding(quick, configs, torch_device, projection):
                 entry["gpu_node_projection"] = project_gpu_step(
                     p, ms, batches[cfg.warmup], cfg.dim, rtl["cold_unique_rows"], rtl["ms"])
             res["paths"][name] = entry
-        res["ratios"] = ratios(res["paths"])
+        pair = [make for name in PAIRED for n, make in factories if n == name]
+        if len(pair) == len(PAIRED):
+            print(f"bench: embedding {cfg.name} paired ...", file=sys.stderr, flush=True)
+            made = []
+            try:
+                made = [make() for make in pair]
+                ms = time_paired(made, batches, grad, cfg.warmup, cfg.timed)
+            finally:
+                for path in made:
+                    path.close()
+            del made
+            res["paired"] = {"paths": list(PAIRED), "median_ms": [1e3 * t for t in ms]}
+        res["ratios"] = ratios(res["paths"], res.get("paired"))
         out["configs"][cfg.name] = res
         rows += table_rows(cfg.name, res)
     return out, rows
 
 
-def ratios(paths) -> dict:
-    """The issue's targets where both sides ran: hotline path / TBE (<= 1.2) and hotline's
-    host work / the host placement's whole path (<= 0.3)."""
+def ratios(paths, paired=None) -> dict:
+    """The issue's targets where both sides ran: hotline path / TBE (<= 1.2; also of the
+    ``paired`` medians, where given) and hotline's host work / the host placement's whole
+    path (<= 0.3)."""
     r = {}
+    if paired is not None:
+        tbe_ms, hotline_ms = paired["median_ms"]
+        r["hotline_vs_tbe_paired"] = hotline_ms / tbe_ms
+        r["hotline_vs_tbe_paired_met"] = r["hotline_vs_tbe_paired"] <= 1.2
     tbe, hl, host = (paths.get(k) for k in ("fbgemm-tbe", "hotline.nn hotline",
                                             "hotline.nn host"))
     if tbe and hl:
@@ -547,6 +589,11 @@ def table_rows(name, res) -> list[list]:
         split += f", acc {e['accelerator_ms']:.2f})" if e["accelerator_busy_ms"] else ")"
         rows.append([f"embedding path ({p})", name, split,
                      f"{ref['total_ms']:.2f} ms {ref_name}", ref["total_ms"] / e["total_ms"]])
+    if "paired" in res:
+        tbe_ms, hotline_ms = res["paired"]["median_ms"]
+        rows.append(["embedding path, paired (hotline.nn hotline)", name,
+                     f"{hotline_ms:.2f} ms/batch (median, batch by batch in turn with TBE)",
+                     f"{tbe_ms:.2f} ms fbgemm-tbe", tbe_ms / hotline_ms])
     rtl = res["accelerator_rtl"]
     if rtl is not None:
         wide = rtl["at_bus_bits"][8 * WIDE_BUS_BYTES[-1]]
