@@ -16,8 +16,9 @@ The store owns every rule of that pipeline, so `gather` and `scatter` give exact
 - when the device's cold-key set overflows, a key sits in several staging slots: every slot
   gets its updated row;
 - a batch with more cold lookups than the staging slots is pushed as its unique keys; the
-  cold keys beyond the slots are read and written in host memory by the host (after the
-  batch before's scatter);
+  cold keys beyond the slots are read and written in host memory by the host (the rows
+  the batch before's scatter may be writing: their write after it; in place, read from that
+  batch's staging rows and updated after it);
 - the hot set changes only with nothing in flight (`move_hot_rows` moves the rows): a scheduled
   change is not prefetched across, and a prefetched batch is pulled back and pushed again
   after a change the caller makes (`load`, `refresh`, `write_table`);
@@ -672,8 +673,10 @@ class HotlineStore(RowStore):
         (one process on the CPU: `in_place`): hot rows at their slots of the hot table, cold
         rows at their staging slots (stale rows fixed; after a cold-key set overflow every
         lookup of a key gets the key's first slot), the cold keys beyond the staging slots at
-        their table rows (after the batch before's scatter). Nothing is copied. The kernel
-        updates `rows`; `scatter_lookups` hands the cold rows back to the device.
+        their table rows (those the batch before's scatter, not waited for, may be writing
+        are first copied there from that batch's staging rows; `update_lookups` waits for
+        it). Nothing else is copied. The kernel updates `rows`; `scatter_lookups` hands the
+        cold rows back to the device.
 
         ``grid`` (n, m): the lookups announced are an m x n matrix, row-major (e.g. m samples
         of n single-hot features); they come back transposed (FBGEMM's feature-major order),
