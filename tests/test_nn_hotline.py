@@ -46,8 +46,9 @@ def run(ref, store, batches, prefetch="none", events=None, seed=1, in_place=Fals
     ``in_place``: the store's batches that fit (`fuses`) go through `gather_lookups` (every
     lookup's row checked; odd batches of an even size as a transposed grid), are updated in
     its ``rows`` through each key's first lookup (a key whose lookups had several rows would
-    keep an old one), and `scatter_lookups`. Returns the store's counters and ``fused``:
-    whether each batch went in place."""
+    keep an old one), and `scatter_lookups`; ``"deferred"``: the same with
+    ``gather_lookups(deferred=True)`` and `update_lookups` before the update. Returns the
+    store's counters and ``fused``: whether each batch went in place."""
     rng = np.random.default_rng(seed)
     events = events or {}
     announced, fused_batches = False, []
@@ -57,16 +58,18 @@ def run(ref, store, batches, prefetch="none", events=None, seed=1, in_place=Fals
             announced = False
         keys, inverse = torch.unique(lookups, return_inverse=True)
         want = ref.gather(keys)
-        fused = in_place
+        fused = bool(in_place)
         fused_batches.append(fused)
         if fused:
             if not announced:
                 store.prefetch(lookups, lengths)
             n = len(lookups)
+            deferred = in_place == "deferred"
             if i % 2 and n and n % 2 == 0:   # as a (n / 2) x 2 grid, transposed: back here
-                at = store.gather_lookups(grid=(2, n // 2)).view(2, n // 2).T.reshape(-1)
+                at = store.gather_lookups(grid=(2, n // 2), deferred=deferred).view(
+                    2, n // 2).T.reshape(-1)
             else:
-                at = store.gather_lookups()
+                at = store.gather_lookups(deferred=deferred)
             assert torch.equal(store.rows[at], want[inverse]), f"batch {i}: lookup rows differ"
         else:
             got = store.gather(keys)
@@ -81,6 +84,8 @@ def run(ref, store, batches, prefetch="none", events=None, seed=1, in_place=Fals
         if fused:
             first = torch.full((len(keys),), len(lookups)).scatter_reduce_(
                 0, inverse, torch.arange(len(lookups)), "amin")
+            if deferred:
+                store.update_lookups()
             store.rows[at[first]] = new
             store.scatter_lookups()
         else:
@@ -178,12 +183,17 @@ def test_every_row_cold(in_place):
 
 
 @pytest.mark.parametrize("prefetch", ["none", "early", "late"])
-@pytest.mark.parametrize("in_place", [False, True])
+@pytest.mark.parametrize("in_place", [False, True, "deferred"])
 def test_batches_beyond_the_staging_slots(prefetch, in_place):
     """16 staging slots, batches of 120 lookups over ~100 distinct cold keys: the device
-    stages 16 of them, the host reads and writes the rest."""
+    stages 16 of them, the host reads and writes the rest. Deferred: every device scatter
+    lands 10 ms late, so the rows it writes are read from its staging rows by the host and
+    updated only after it (`update_lookups`)."""
     sizes = [300, 300]
     ref, store = stores(sizes, hot_keys=make_keys([0] * 5, np.arange(5)), batch_lookups=16)
+    if in_place == "deferred":
+        scatter = store.dev._scatter
+        store.dev._scatter = lambda bank, keys: (time.sleep(0.01), scatter(bank, keys))[1]
     with store:
         c = run(ref, store, random_batches(sizes, 12, 120, alpha=1.1), prefetch, in_place=in_place)
     assert store.slots == 16 and c["host_rows"] > 0

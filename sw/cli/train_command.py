@@ -221,14 +221,19 @@ def rank_main(args) -> int:
     except HotlineError as e:
         msg = str(e)
         record_error(msg if msg.startswith("rank ") else f"rank {os.environ['RANK']}: {msg}")
-        sys.exit(2)
+        _exit_at_once(2)
     except KeyboardInterrupt:  # Ctrl-C reaches every rank: the launcher says it, once
-        # os._exit: an interrupt can leave a c10d/gloo thread joinable, and the interpreter's
-        # teardown would then abort in C++ ("terminate called without an active exception")
-        # with a fatal-error dump on the shared stderr
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(130)
+        _exit_at_once(130)
+
+
+def _exit_at_once(code):
+    """A failed rank's exit without the interpreter's teardown: an error or an interrupt can
+    leave a c10d/gloo thread joinable, and the teardown would then abort in C++ ("terminate
+    called without an active exception") with a fatal-error dump on the shared stderr (seen
+    once under load after a rank's one-line error)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _interrupt_once(signum, frame):

@@ -544,10 +544,12 @@ class EmbeddingBagCollection(nn.Module):
         """The `_Checked` batch through `TBEKernel` on the store's rows: [B, F * dim]."""
         offsets = checked.offsets
         order = announced.order if announced is not None else self._announce(checked, None)
+        # deferred: the backward's pre-hook calls update_lookups (no update, no call)
         if order.grid is not None:   # single-hot: transposed by the store as it makes them
-            indices = self.store.gather_lookups(grid=order.grid)
+            indices = self.store.gather_lookups(grid=order.grid, deferred=True)
         else:   # each announced lookup's row, sample by sample
-            indices = torch.from_numpy(order.to_features(self.store.gather_lookups().numpy()))
+            indices = torch.from_numpy(order.to_features(
+                self.store.gather_lookups(deferred=True).numpy()))
         self._kernel.set_lr(self.optimizer.lr)
         if torch.is_grad_enabled():
             # FBGEMM's own autograd node updates the rows; hooks on it check the batch is

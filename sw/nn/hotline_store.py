@@ -667,16 +667,18 @@ class HotlineStore(RowStore):
             self._index = HotIndex(self.placement.keys, self.placement.slots, self.table_rows)
         return self._index
 
-    def gather_lookups(self, grid=None) -> torch.Tensor:
+    def gather_lookups(self, grid=None, *, deferred=False) -> torch.Tensor:
         """The prefetched batch for a kernel that updates rows in place (FBGEMM's TBE): each
         lookup, in the order announced, as its row of `rows`, which is host memory itself
         (one process on the CPU: `in_place`): hot rows at their slots of the hot table, cold
         rows at their staging slots (stale rows fixed; after a cold-key set overflow every
         lookup of a key gets the key's first slot), the cold keys beyond the staging slots at
-        their table rows (those the batch before's scatter, not waited for, may be writing
-        are first copied there from that batch's staging rows; `update_lookups` waits for
-        it). Nothing else is copied. The kernel updates `rows`; `scatter_lookups` hands the
-        cold rows back to the device.
+        their table rows, after the batch before's scatter, which may write them. With
+        ``deferred`` the caller promises to call `update_lookups` before it updates the rows:
+        the rows that scatter may be writing are copied to their tables from that batch's
+        staging rows instead (the same bytes), and `update_lookups` waits for it. Nothing else
+        is copied. The kernel updates `rows`; `scatter_lookups` hands the cold rows back to
+        the device.
 
         ``grid`` (n, m): the lookups announced are an m x n matrix, row-major (e.g. m samples
         of n single-hot features); they come back transposed (FBGEMM's feature-major order),
@@ -714,10 +716,11 @@ class HotlineStore(RowStore):
             index, host_keys, host_ids = self._unique_rows(b, index)
         if grid is not None:
             index = index.reshape(grid[::-1]).T.ravel()
-        if len(host_keys):
-            # updated in their tables, which the batch before's scatter (not waited for) is
-            # writing too: the rows it left in staging are copied there now, the same bytes
-            # the scatter writes, and the update waits for it (`update_lookups`)
+        if len(host_keys) and not deferred:
+            self.dev.wait_scatters()
+        elif len(host_keys):
+            # updated in their tables, which the batch before's scatter (not waited for) may be
+            # writing: the rows it left in staging are copied there now, the bytes it writes
             staged = [p for p in self.prev or () if p[1] is not self.host_rows]
             for m, updated in stale_rows(host_keys, staged):
                 self.host_rows[host_ids[m]] = updated
@@ -743,9 +746,9 @@ class HotlineStore(RowStore):
         return index.scratch.take(dense), host_keys, host_ids
 
     def update_lookups(self) -> None:
-        """The kernel is about to update the batch of `gather_lookups` in place: its keys
+        """The caller is about to update the batch of `gather_lookups` in place: its keys
         beyond the staging slots are updated in their tables, where the batch before's
-        scatter may still be writing; it finishes first."""
+        scatter may still be writing (``deferred``); it finishes first."""
         g = self._cur
         if not isinstance(g, _Fused):
             raise HotlineError("update_lookups: no batch gathered by gather_lookups")
