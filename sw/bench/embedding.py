@@ -535,12 +535,12 @@ def _bench_embedding(quick, configs, torch_device, projection):
                 entry["gpu_node_projection"] = project_gpu_step(
                     p, ms, batches[cfg.warmup], cfg.dim, rtl["cold_unique_rows"], rtl["ms"])
             res["paths"][name] = entry
-        pair = [make for name in PAIRED for n, make in factories if n == name]
-        if len(pair) == len(PAIRED):
+        makers = dict(factories)
+        if all(name in makers for name in PAIRED):
             print(f"bench: embedding {cfg.name} paired ...", file=sys.stderr, flush=True)
             made = []
             try:
-                made = [make() for make in pair]
+                made = [makers[name]() for name in PAIRED]
                 ms = time_paired(made, batches, grad, cfg.warmup, cfg.timed)
             finally:
                 for path in made:

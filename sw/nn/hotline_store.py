@@ -716,14 +716,14 @@ class HotlineStore(RowStore):
             index, host_keys, host_ids = self._unique_rows(b, index)
         if grid is not None:
             index = index.reshape(grid[::-1]).T.ravel()
-        if len(host_keys) and not deferred:
-            self.dev.wait_scatters()
-        elif len(host_keys):
+        if len(host_keys) and deferred:
             # updated in their tables, which the batch before's scatter (not waited for) may be
             # writing: the rows it left in staging are copied there now, the bytes it writes
             staged = [p for p in self.prev or () if p[1] is not self.host_rows]
             for m, updated in stale_rows(host_keys, staged):
                 self.host_rows[host_ids[m]] = updated
+        elif len(host_keys):
+            self.dev.wait_scatters()
         self.totals["bytes_h2d"] += (n + len(host_keys)) * self.layout.nbytes
         self._cur = _Fused(r.bank, keys, canon, unique + len(host_keys), counts, r.popular,
                            host_keys, host_ids)
