@@ -318,7 +318,7 @@ class EmbeddingBagCollection(nn.Module):
             if kernel == "fbgemm":
                 raise HotlineError(f"kernel 'fbgemm': {why}")
             return None
-        return TBEKernel(self.store.rows, len(self.features), self.optimizer.lr,
+        return TBEKernel(self.store.rows, self._feature_table, self.optimizer.lr,
                          mean=poolings == {"MEAN"})
 
     def _init_tables(self) -> None:
