@@ -142,3 +142,40 @@ def test_distinct_keys_equal_a_sort():
             got = index.distinct_keys(index.dense_rows(keys))
             assert got.dtype == np.uint32
             np.testing.assert_array_equal(got, np.unique(keys))
+
+
+def test_cold_lookups_count_the_misses():
+    """`HotIndex.cold_lookups` (a compiled pass over a bitmap of the hot rows) counts the keys
+    outside the hot set (a Python set here) and gives `dense_rows`' rows, on structured keys: dense rows
+    of one table, of 26 tables and of tables with empty ones between, with real hot sets (the
+    most frequent rows of a Zipf stream, every row, none), the first and last row of each table
+    (the bitmap's byte edges), and a key beyond its table or in a table beyond them (no rows:
+    the binary search counts)."""
+    from hotline.model.device_model import HotIndex
+    rng = np.random.default_rng(6)
+    for sizes in ([1000], [37] * 26, [5, 0, 0, 300, 0, 7, 1]):
+        tables = np.flatnonzero(sizes)
+        every = np.concatenate([make_keys(np.full(n, t), np.arange(n))
+                                for t, n in enumerate(sizes) if n]).astype(np.uint32)
+        ends = np.concatenate([make_keys(np.full(2, t), [0, sizes[t] - 1])
+                               for t in tables]).astype(np.uint32)
+        stream = every[np.minimum(rng.zipf(1.3, 4 * len(every)) - 1, len(every) - 1)]
+        ranked, counts = np.unique(stream, return_counts=True)
+        hot_sets = (ranked[np.argsort(-counts, kind="stable")][:len(every) // 10], every,
+                    every[:0], ends[::2])
+        for hot in hot_sets:
+            slots = rng.permutation(len(hot) * 3)[:len(hot)]
+            index, hot_set = HotIndex(hot, slots, sizes), set(hot.tolist())
+            misses = lambda keys: sum(k not in hot_set for k in keys.tolist())
+            for keys in (stream, every, ends, every[:1], np.repeat(ends[-1:], 9), every[:0]):
+                cold, rows = index.cold_lookups(keys)
+                assert cold == misses(keys)
+                want = index.dense_rows(keys)
+                assert (rows is None) == (want is None)
+                if want is not None:
+                    np.testing.assert_array_equal(rows, want)
+            outside = [make_keys([tables[-1]], [sizes[tables[-1]]]), make_keys([len(sizes)], [0])]
+            for extra in outside:
+                keys = np.concatenate([every, extra]).astype(np.uint32)
+                cold, rows = index.cold_lookups(keys)
+                assert cold == misses(keys) and rows is None

@@ -7,12 +7,13 @@ Hazard rule: a key is dropped (no update) when one of the ``window`` keys counte
 it, dropped or not, has the same bucket and a different key; ``clear`` forgets that history.
 Entry address = bucket * ways + way, as in the hardware readout.
 """
-import functools
 
 import numpy as np
 
 from hotline.contract.config import LEARNER_WINDOW
 from hotline.contract.hashing import bucket_hash
+
+from .compiled import compiled
 
 __all__ = ["AccessLearnerModel", "top_k"]
 
@@ -63,7 +64,7 @@ class AccessLearnerModel:
         if keys.size and int(keys.max()) >> self.key_bits:
             raise ValueError(f"keys must fit in {self.key_bits} bits")
         buckets = self.hash.np(keys).astype(np.int64)
-        dropped = _count_kernel()(keys, buckets, self._keys, self._counts, self._history,
+        dropped = _count_kernel(keys, buckets, self._keys, self._counts, self._history,
                                   self._ring, np.uint64(self._max))
         self.counted = (self.counted + keys.size) % 2**32
         self.dropped = (self.dropped + int(dropped)) % 2**32
@@ -110,9 +111,4 @@ def _count(keys, buckets, table_keys, table_counts, history, ring, cap):
     return dropped
 
 
-@functools.cache
-def _count_kernel():
-    """`_count` compiled by numba (50-100x the interpreter; imported on first use, so the CLI
-    does not pay for it)."""
-    import numba  # lazy: numba takes a second to import; only counting needs it
-    return numba.njit(cache=True, nogil=True)(_count)
+_count_kernel = compiled(_count)

@@ -11,13 +11,14 @@ first-appearance ranks whenever overflow is impossible (every key has a bucket t
 ``ways`` of the batch's keys hash to) and replays the exact insertion sequence otherwise, key
 by key in a loop compiled by numba (`replay`).
 """
-import functools
 import math
 
 import numpy as np
 
 from hotline.contract.config import COLD_PARTITION_SEED, COLD_SEEDS, PRODUCT
 from hotline.contract.hashing import bucket_hash
+
+from .compiled import compiled
 
 
 def first_appearance(keys):
@@ -100,7 +101,7 @@ class ColdKeySetModel:
         slot, first, overflow = np.zeros(n, np.int64), np.zeros(n, bool), np.zeros(n, bool)
         if n:
             h0, h1 = self.buckets_of(keys)
-            _replay_kernel()(keys, h0.astype(np.int64), h1.astype(np.int64),
+            _replay_kernel(keys, h0.astype(np.int64), h1.astype(np.int64),
                              self.partition_of(keys), latest_copy(keys, window), self.ways,
                              self.stash, self.max_keys, self.buckets * self.partitions,
                              self.partitions, slot, first, overflow)
@@ -155,9 +156,4 @@ def _replay(keys, h0, h1, part, copy, ways, stash, max_keys, buckets, partitions
         count += 1
 
 
-@functools.cache
-def _replay_kernel():
-    """`_replay` compiled by numba (imported on first use: the vectorised `batch` path needs
-    none)."""
-    import numba  # lazy: numba takes a second to import
-    return numba.njit(cache=True, nogil=True)(_replay)
+_replay_kernel = compiled(_replay)

@@ -4,7 +4,6 @@ Same hashes (``hotline.contract.hashing.bucket_hash``), placement, relocation de
 statuses (`hotline.contract.cam.CAMStatus`) as the RTL; the RTL docstring states the rules. Written from that specification, not
 from the RTL code.
 """
-import functools
 from typing import NamedTuple
 
 import numpy as np
@@ -12,6 +11,8 @@ import numpy as np
 from hotline.contract.cam import CAMStatus
 from hotline.contract.config import PRODUCT
 from hotline.contract.hashing import bucket_hash
+
+from .compiled import compiled
 
 __all__ = ["Placement", "PopularityCAMModel"]
 
@@ -125,7 +126,7 @@ class PopularityCAMModel:
         out = np.zeros((len(keys), 3), np.int64)          # status, slot, moves
         moves = np.zeros((len(keys) * self.max_kicks, 2), np.int64)
         state = np.array([self.kicks], np.int64)
-        _insert_kernel()(keys, homes, self.keys, self.valid, self.other, self.stash_keys,
+        _insert_kernel(keys, homes, self.keys, self.valid, self.other, self.stash_keys,
                          self.stash_valid, state, self.max_kicks, out, moves)
         self.kicks = int(state[0])
         responses, m = [], 0
@@ -227,8 +228,4 @@ def _insert(keys, homes, table_keys, valid, other, stash_keys, stash_valid, stat
         m += n
 
 
-@functools.cache
-def _insert_kernel():
-    """`_insert` compiled by numba (imported on first use)."""
-    import numba  # lazy: numba takes a second to import; only inserts need it
-    return numba.njit(cache=True, nogil=True)(_insert)
+_insert_kernel = compiled(_insert)

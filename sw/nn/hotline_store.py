@@ -247,7 +247,7 @@ class HotlineStore(RowStore):
         self._cur = None               # the gathered batch not scattered yet (`_Gathered`)
         self._learning = False
         self._index = None             # HotIndex of the placement (`_hot_index`)
-        self._looked_up = None         # (lookups, their hot slots, dense rows): `_lookup_slots`
+        self._looked_up = None         # (lookups, cold lookups, dense rows): `_cold_lookups`
         self._profile = [] if self.profile_batches else None
         self.schedule = schedule
         if schedule is None and hot_set == "learn":
@@ -497,11 +497,11 @@ class HotlineStore(RowStore):
         pushed, lengths = b.lookups, b.lengths
         b.host_key = None   # a batch pushed again (after a hot-set change) is split anew
         if len(pushed) > self.slots and \
-                np.count_nonzero(self._lookup_slots(pushed)[0] < 0) > self.slots:
+                self._cold_lookups(pushed)[0] > self.slots:
             # more cold lookups than staging slots: the unique keys, and the host's beyond
             # the slots
-            if b.unique is None:   # the lookups' rows are known (`_lookup_slots` above)
-                rows = self._lookup_slots(pushed)[1]
+            if b.unique is None:   # the lookups' rows are known (`_cold_lookups` above)
+                rows = self._cold_lookups(pushed)[1]
                 b.unique = sorted_unique(pushed) if rows is None else \
                     self._hot_index().distinct_keys(rows)
             pushed = b.unique
@@ -653,12 +653,12 @@ class HotlineStore(RowStore):
         rows[far] = self.ranks.fetch(g[far], self.host.read_rows).numpy()
 
     # -- batches for an in-place kernel ---------------------------------------------------
-    def _lookup_slots(self, lookups) -> tuple[np.ndarray, np.ndarray | None]:
-        """(each of a batch's ``lookups``' hot slot or -1, their dense rows or None), one pass
-        over the dense hot index per batch: the push and `gather_lookups` share it."""
+    def _cold_lookups(self, lookups) -> tuple[int, np.ndarray | None]:
+        """(how many of a batch's ``lookups`` are cold, their dense rows or None), one pass
+        per batch (`HotIndex.cold_lookups`): the push and `gather_lookups` share it."""
         c = self._looked_up
         if c is None or c[0] is not lookups:
-            self._looked_up = c = (lookups, *self._hot_index().lookup_rows(lookups))
+            self._looked_up = c = (lookups, *self._hot_index().cold_lookups(lookups))
         return c[1], c[2]
 
     def _hot_index(self) -> HotIndex:
@@ -738,7 +738,7 @@ class HotlineStore(RowStore):
         row = np.empty(len(b.unique), np.int64)
         row[~host] = pushed_rows
         row[host] = host_ids = self._rows_of(host_keys)
-        _, dense = self._lookup_slots(b.lookups)
+        _, dense = self._cold_lookups(b.lookups)
         if dense is None:
             return row[np.searchsorted(b.unique, b.lookups)], host_keys, host_ids
         index = self._hot_index()   # its scratch, a row per table row: one scatter, one gather
