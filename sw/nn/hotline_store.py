@@ -39,6 +39,7 @@ from hotline.contract.errors import HotlineError
 from hotline.contract.keys import MAX_ROWS, ROW_BITS
 from hotline.host.device import LearnerReadout
 from hotline.host.device import open as open_device
+from hotline.model.compiled import compiled
 from hotline.model.device_model import HotIndex
 from hotline.model.planner import exact_hot_set
 
@@ -69,6 +70,22 @@ def stale_rows(keys, prev):
             m = pk[pos] == keys
             if m.any():
                 yield m, prow[pos[m] if not at else at[0][pos[m]]]
+
+
+def _lookup_rows(hot, slot, cold_base, hot_base, n, out):
+    """`HotlineStore.gather_lookups`' rows (compiled: `_lookup_rows_kernel`): each lookup's
+    row of `HotlineStore.rows` into ``out``, ``hot_base`` + its slot where ``hot``, else
+    ``cold_base`` + its slot. The lookups are an m x n matrix, row-major, written transposed
+    (n = 1: in order). One pass in the output's order: at B = 8192 x 26 lookups 0.4 ms,
+    against 2-2.7 for numpy's gather of the bases, add and transposing copy."""
+    m = len(slot) // n
+    for f in range(n):
+        for s in range(m):
+            i = s * n + f
+            out[f * m + s] = (hot_base if hot[i] else cold_base) + slot[i]
+
+
+_lookup_rows_kernel = compiled(_lookup_rows)
 
 
 def sorted_unique(keys) -> np.ndarray:
@@ -706,16 +723,18 @@ class HotlineStore(RowStore):
             cold = np.flatnonzero(~r.hot)
             slot = slot.copy()
             slot[cold] = canon[slot[cold]]
-        # each lookup's row: its table's base (int64: host memory may pass 2**31 rows) + slot
-        base = np.array([self.staging_row0 + r.bank * self.slots, self.hot_row0], np.int64)
-        # (a gather of the two bases and an add in int64, then one transposing copy: 3x as
-        # fast as adding in place under a ``where`` mask on the transposed view)
-        index = base.take(np.asarray(r.hot, bool).view(np.uint8)) + slot
+        # each lookup's row (int64: host memory may pass 2**31 rows), transposed in the same
+        # pass where the lookups are
+        pushed_whole = b.pushed is b.lookups
+        index = np.empty(len(slot), np.int64)
+        _lookup_rows_kernel(np.asarray(r.hot, bool), slot, self.staging_row0 + r.bank * self.slots,
+                            self.hot_row0, grid[0] if grid is not None and pushed_whole else 1,
+                            index)
         host_keys, host_ids = none, no_ids
-        if b.pushed is not b.lookups:   # its unique keys: each lookup through its key
+        if not pushed_whole:   # its unique keys: each lookup through its key
             index, host_keys, host_ids = self._unique_rows(b, index)
-        if grid is not None:
-            index = index.reshape(grid[::-1]).T.ravel()
+            if grid is not None:
+                index = index.reshape(grid[::-1]).T.ravel()
         if len(host_keys) and deferred:
             # updated in their tables, which the batch before's scatter (not waited for) may be
             # writing: the rows it left in staging are copied there now, the bytes it writes
