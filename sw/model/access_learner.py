@@ -65,7 +65,7 @@ class AccessLearnerModel:
             raise ValueError(f"keys must fit in {self.key_bits} bits")
         buckets = self.hash.np(keys).astype(np.int64)
         dropped = _count_kernel(keys, buckets, self._keys, self._counts, self._history,
-                                  self._ring, np.uint64(self._max))
+                                self._ring, np.uint64(self._max))
         self.counted = (self.counted + keys.size) % 2**32
         self.dropped = (self.dropped + int(dropped)) % 2**32
 

@@ -102,9 +102,9 @@ class ColdKeySetModel:
         if n:
             h0, h1 = self.buckets_of(keys)
             _replay_kernel(keys, h0.astype(np.int64), h1.astype(np.int64),
-                             self.partition_of(keys), latest_copy(keys, window), self.ways,
-                             self.stash, self.max_keys, self.buckets * self.partitions,
-                             self.partitions, slot, first, overflow)
+                           self.partition_of(keys), latest_copy(keys, window), self.ways,
+                           self.stash, self.max_keys, self.buckets * self.partitions,
+                           self.partitions, slot, first, overflow)
         return slot, first, overflow
 
 

@@ -127,7 +127,7 @@ class PopularityCAMModel:
         moves = np.zeros((len(keys) * self.max_kicks, 2), np.int64)
         state = np.array([self.kicks], np.int64)
         _insert_kernel(keys, homes, self.keys, self.valid, self.other, self.stash_keys,
-                         self.stash_valid, state, self.max_kicks, out, moves)
+                       self.stash_valid, state, self.max_kicks, out, moves)
         self.kicks = int(state[0])
         responses, m = [], 0
         for status, slot, n in out.tolist():
