@@ -749,3 +749,43 @@ def test_sim_device_equals_host(tmp_path, simulator_or_skip):
     with store:
         c = run(ref, store, random_batches(sizes, 12, 24), "mixed")
     assert [r["source"] for r in c["loads"]] == ["learned"] * 3 and c["hot_share"] > 0
+
+
+def test_refresh_stale_takes_each_key_from_its_part():
+    """`refresh_stale` (a compiled hash match) gives every key held by a part of ``prev`` that
+    part's row, and leaves the others, against a dict: structured keys (dense rows of one and
+    of 26 tables, the real hot set of a Zipf stream), parts in any order, a part given with
+    ``at`` (each key's row elsewhere), a key twice in a part (after a cold-key overflow: the
+    same row), empty parts, no key in common, and more keys than the part by far."""
+    from hotline.nn.hotline_store import refresh_stale
+    rng = np.random.default_rng(11)
+    one = make_keys(np.zeros(5000, int), np.arange(5000))
+    many = make_keys(np.repeat(np.arange(26), 300), np.tile(np.arange(300), 26))
+    zipf = np.unique(many[np.minimum(rng.zipf(1.2, 20000) - 1, len(many) - 1)])
+    for universe in (one, many, zipf):
+        universe = universe.astype(np.uint32)
+        for n_parts, share in ((1, 0.5), (2, 0.3), (2, 0.0), (1, 1.0)):
+            pool = rng.permutation(universe)
+            parts, want, at_used = [], {}, False
+            cut = np.array_split(pool[:len(pool) // 2], n_parts)
+            for p, keys in enumerate(cut):
+                rows = rng.standard_normal((len(keys), 3)).astype(np.float32)
+                if p == 1 and len(keys):   # given through ``at``: rows elsewhere, reversed
+                    at = np.arange(len(keys))[::-1].copy()
+                    parts.append((keys, rows[::-1].copy(), at))
+                    at_used = True
+                elif len(keys) > 1:   # a key twice, with the same row
+                    keys, rows = np.r_[keys, keys[:1]], np.r_[rows, rows[:1]]
+                    parts.append((keys, rows))
+                else:
+                    parts.append((keys, rows))
+                want.update({int(k): r for k, r in zip(keys, rows)})
+            held = pool[:int(share * len(pool) / 2)]
+            other = pool[len(pool) // 2:]
+            keys = rng.permutation(np.r_[held, other[:len(other) // 3]]).astype(np.uint32)
+            before = rng.standard_normal((len(keys), 3)).astype(np.float32)
+            got = before.copy()
+            refresh_stale(got, keys, parts + [(np.zeros(0, np.uint32), np.zeros((0, 3)))])
+            for i, k in enumerate(keys.tolist()):
+                np.testing.assert_array_equal(got[i], want.get(k, before[i]), err_msg=str(k))
+            assert at_used == (n_parts == 2)
