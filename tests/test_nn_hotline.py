@@ -269,7 +269,8 @@ def test_cold_key_set_overflow_beside_hot_keys(in_place):
 def test_in_place_rows_past_2_to_31(grid):
     """Each lookup's row of `rows` is int64 arithmetic: with the hot table and the staging
     banks moved past 2**31 rows (for the row numbers only, after the gather), every hot and
-    cold lookup's row is past 2**31 too, not wrapped."""
+    cold lookup's row is past 2**31 too, not wrapped. A grid that does not cover the batch
+    is refused before anything is taken (the batch is gathered after)."""
     sizes = [50]
     ref, store = stores(sizes, hot_keys=make_keys(0, [1, 2, 3]), batch_lookups=32)
     lookups = as_keys(make_keys(0, [1, 5, 2, 7, 5, 9, 3, 11, 1, 12, 13, 2, 14, 15, 3, 16]))
@@ -284,6 +285,8 @@ def test_in_place_rows_past_2_to_31(grid):
 
     with store:
         store.prefetch(lookups)
+        with pytest.raises(HotlineError, match=r"grid \(3, 5\) does not cover the batch's 16"):
+            store.gather_lookups(grid=(3, 5))
         store._pull_result = pull_then_move
         try:
             at = store.gather_lookups(grid=grid)

@@ -743,6 +743,10 @@ class HotlineStore(RowStore):
             raise HotlineError("gather_lookups: in-place batches need one process on the CPU "
                                "(data parallel sums each row's gradient over the ranks first; "
                                "another torch device holds copies): use gather")
+        if grid is not None and grid[0] * grid[1] != len(b.lookups):
+            # (the kernel would leave rows unwritten, which FBGEMM would then read unchecked)
+            raise HotlineError(f"gather_lookups: grid {tuple(grid)} does not cover the batch's "
+                               f"{len(b.lookups)} lookups")
         self._take(b)
         r, counts = self._pull_result(b)
         none, no_ids = np.zeros(0, np.uint32), np.zeros(0, np.int64)
@@ -761,9 +765,9 @@ class HotlineStore(RowStore):
         # pass where the lookups are
         pushed_whole = b.pushed is b.lookups
         index = np.empty(len(slot), np.int64)
-        _lookup_rows_kernel(np.asarray(r.hot, bool), slot, self.staging_row0 + r.bank * self.slots,
-                            self.hot_row0, grid[0] if grid is not None and pushed_whole else 1,
-                            index)
+        _lookup_rows_kernel(np.asarray(r.hot, bool), slot,
+                            self.staging_row0 + r.bank * self.slots, self.hot_row0,
+                            grid[0] if grid is not None and pushed_whole else 1, index)
         host_keys, host_ids = none, no_ids
         if not pushed_whole:   # its unique keys: each lookup through its key
             index, host_keys, host_ids = self._unique_rows(b, index)
