@@ -11,6 +11,7 @@ from torch import nn
 
 from helpers import TABLE_RTOL, real_file
 from hotline.contract.errors import HotlineError
+from hotline.contract.keys import ROW_BITS
 from hotline.data import load_dataset, open_data
 from hotline.data.readers import Dataset
 from hotline.nn import EmbeddingBagCollection, collection
@@ -386,6 +387,37 @@ def test_bad_input_raises_one_line(call, message):
     assert message in str(e.value) and "\n" not in str(e.value)
     for k, v in m.state_dict().items():
         assert torch.equal(v, before[k]), k
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_single_hot_check_writes_the_keys_sample_by_sample(dtype):
+    """The single-hot pass (`_single_hot_keys`) against a reference: the keys of dense ids
+    (each table's every row, in turn, and its last row) sample by sample, the first id beyond
+    its table feature by feature, and a batch of one lookup per bag on average (an empty and a
+    double bag) handed to the general check."""
+    sizes, batch = [7, 1, 300, 64], 75
+    m = EmbeddingBagCollection(configs(sizes), device="cpu")
+    ids = np.stack([np.arange(batch) % n if f % 2 else (n - 1 - np.arange(batch) % n)
+                    for f, n in enumerate(sizes)])          # [F, B], each table's dense rows
+    ref = (np.arange(len(sizes))[None, :] << ROW_BITS | ids.T).ravel()   # sample-major keys
+    off = torch.arange(ids.size + 1)
+    c = m._keys(torch.from_numpy(ids.ravel()).to(dtype), off)
+    assert c.single_hot and c.by_sample.dtype == np.uint32
+    assert np.array_equal(c.by_sample, ref)
+    assert np.array_equal(c.keys_by_sample(m._sample_order(c)[0]), ref)
+    for f, s, v in [(2, 74, 300), (0, 0, -1), (3, 5, 64), (1, 40, 1)]:
+        bad = ids.copy()
+        bad[f, s] = v
+        bad[3, 70] = 99    # a later one: the first, feature by feature, is named
+        with pytest.raises(HotlineError, match=f"feature 'f{f}': id {v} is beyond table 't{f}' "
+                           f"\\({sizes[f]} rows\\)"):
+            m._keys(torch.from_numpy(bad.ravel()).to(dtype), off)
+    uneven = off.clone()
+    uneven[1:3] = torch.tensor([0, 2])   # bag 0 empty, bag 1 holds two lookups
+    c = m._keys(torch.from_numpy(ids.ravel()).to(dtype), uneven)
+    assert not c.single_hot and c.by_sample is None
+    assert np.array_equal(c.keys.numpy(), (np.repeat(np.arange(4), batch) << ROW_BITS)
+                          | ids.ravel())
 
 
 @pytest.mark.parametrize("kw,message", [
