@@ -448,13 +448,14 @@ def train_alike(a, b, batches, head, prefetch, weights=None):
         assert losses[0] == losses[1], f"step {i}: losses differ"
 
 
-def fbgemm_batches(sizes, steps, batch, seed=5):
-    """(indices, offsets) in FBGEMM's layout (feature-major bags of 0-3 ids) over tables
-    ``sizes``, their popular ids drifting by a few rows a step."""
+def fbgemm_batches(sizes, steps, batch, seed=5, single=False):
+    """(indices, offsets) in FBGEMM's layout (feature-major bags of 0-3 ids; ``single``: one
+    each) over tables ``sizes``, their popular ids drifting by a few rows a step."""
     rng = np.random.default_rng(seed)
     out = []
     for s in range(steps):
-        lengths = rng.integers(0, 4, (len(sizes), batch))
+        lengths = np.ones((len(sizes), batch), np.int64) if single else \
+            rng.integers(0, 4, (len(sizes), batch))
         ids = [(rng.zipf(1.3, int(n.sum())) - 1 + s // 4) % rows for n, rows in zip(lengths, sizes)]
         offsets = np.r_[0, np.cumsum(lengths.ravel())]
         out.append((torch.from_numpy(np.concatenate(ids).astype(np.int64)),
@@ -511,12 +512,14 @@ def tbe_reference(configs, features, lr, pooling):
         pooling_mode=PoolingMode.MEAN if pooling == "MEAN" else PoolingMode.SUM)
 
 
-@pytest.mark.parametrize("pooling, weighted, prefetch, slots, banks, late", [
-    ("SUM", False, True, 192, 2, False), ("SUM", False, False, 192, 2, False),
-    ("MEAN", False, True, 192, 2, False), ("SUM", True, True, 192, 2, False),
-    ("SUM", False, True, 24, 2, False), ("SUM", False, False, 24, 2, False),
-    ("SUM", False, True, 24, 2, True), ("SUM", False, False, 192, 1, False)])
-def test_collection_in_place_equals_fbgemm_tbe(pooling, weighted, prefetch, slots, banks, late):
+@pytest.mark.parametrize("pooling, weighted, prefetch, slots, banks, late, single", [
+    ("SUM", False, True, 192, 2, False, False), ("SUM", False, False, 192, 2, False, False),
+    ("MEAN", False, True, 192, 2, False, False), ("SUM", True, True, 192, 2, False, False),
+    ("SUM", False, True, 24, 2, False, False), ("SUM", False, False, 24, 2, False, False),
+    ("SUM", False, True, 24, 2, True, False), ("SUM", False, False, 192, 1, False, False),
+    ("SUM", False, True, 192, 2, False, True), ("SUM", False, False, 24, 2, False, True)])
+def test_collection_in_place_equals_fbgemm_tbe(pooling, weighted, prefetch, slots, banks, late,
+                                               single):
     """kernel="fbgemm" (FBGEMM's kernels in place on the hot table and the batch's cold rows,
     each lookup given its row by the device) trains as FBGEMM's TBE over the whole tables:
     the same losses and final tables, bit for bit, over 80 multi-hot steps with empty bags,
@@ -525,6 +528,7 @@ def test_collection_in_place_equals_fbgemm_tbe(pooling, weighted, prefetch, slot
     staging ``slots`` most batches have more cold keys: those beyond the slots are updated in
     their tables (the kernel's rows are host memory itself, never copied nor grown). With one
     staging bank each batch is gathered into the bank the batch before was updated in.
+    ``single``: one id per bag, where the backward is the kernel's own (`_sgd_rows`).
     ``late``: every device scatter lands 20 ms late (the keys beyond the slots are trained in
     their tables only after the batch before's scatter, which may write them)."""
     from hotline.nn import EmbeddingBagCollection  # lazy: (see above)
@@ -545,7 +549,7 @@ def test_collection_in_place_equals_fbgemm_tbe(pooling, weighted, prefetch, slot
         for t, w in enumerate(ref.split_embedding_weights()):
             w.copy_(hot.state_dict()[f"embedding_bags.t{t}.weight"])
     head = torch.from_numpy(np.random.default_rng(9).standard_normal(4 * 8).astype(np.float32))
-    batches = fbgemm_batches(sizes[:1] + sizes[1:2] * 2 + sizes[2:], 80, 16)
+    batches = fbgemm_batches(sizes[:1] + sizes[1:2] * 2 + sizes[2:], 80, 16, single=single)
     rng = np.random.default_rng(4)
     try:
         train_alike(ref, hot, batches, head, prefetch, weights=(
@@ -561,6 +565,46 @@ def test_collection_in_place_equals_fbgemm_tbe(pooling, weighted, prefetch, slot
         assert (c["host_rows"] > 0) == (slots < 192)
     finally:
         hot.close()
+
+
+@pytest.mark.parametrize("batch", [16, 1])
+def test_sort_free_backward_equals_fbgemm(batch):
+    """`TBEKernel`'s own SGD backward (no sort: `_sgd_rows`, taken at no more lookups than
+    bags) against FBGEMM's EXACT_SGD backward on a copy of the same rows, bit for bit: rows
+    and outputs over 12 steps of empty bags, bags of one and of two lookups (a row twice in
+    a bag), two features on one table, each table's rows a dense hot range and a staging
+    range as `HotlineStore` lays them out, for B = 16 and a one-sample batch; an empty batch
+    updates nothing; more lookups than bags go to FBGEMM's backward."""
+    from hotline.nn.kernels import TBEKernel, _sgd_rows   # lazy: fbgemm_gpu (seconds)
+    rng = np.random.default_rng(11)
+    rows = torch.from_numpy(rng.standard_normal((5000, 8)).astype(np.float32))
+    start, tables = rows.clone(), np.array([0, 1, 1, 2])
+    ours, theirs = TBEKernel(rows, tables, 0.05), TBEKernel(rows.clone(), tables, 0.05)
+    for step in range(12):
+        lengths = rng.permutation(np.r_[[0, 2] * (batch // 2 + 1), [1] * (4 * batch)][:4 * batch])
+        lengths[-1] += 4 * batch - lengths.sum()   # as many lookups as bags
+        table = np.repeat(tables, batch).repeat(lengths)
+        hot = 3000 + 300 * table + rng.zipf(1.4, len(table)) % 300    # each table's hot rows
+        staged = 4500 + 100 * table + rng.integers(0, 60, len(table))  # and staging slots
+        indices = torch.from_numpy(np.where(rng.random(len(table)) < 0.7, hot, staged))
+        offsets = torch.from_numpy(np.r_[0, np.cumsum(lengths)])
+        grad = torch.from_numpy(rng.standard_normal((batch, 4 * 8)).astype(np.float32))
+        a, b = ours(indices, offsets), theirs.tbe(indices, offsets)
+        assert torch.equal(a, b) and "SortFree" in type(a.grad_fn).__name__
+        a.backward(grad)
+        b.backward(grad)
+        assert torch.equal(ours.rows, theirs.rows), step
+    assert not torch.equal(ours.rows, start)
+    before = ours.rows.clone()
+    empty = torch.zeros(0, dtype=torch.int64)
+    ours(empty, torch.zeros(4 * batch + 1, dtype=torch.int64)).backward(torch.ones(batch, 32))
+    assert torch.equal(ours.rows, before)
+    more = ours(torch.arange(8 * batch) + 3000, torch.arange(4 * batch + 1) * 2)
+    assert "SortFree" not in type(more.grad_fn).__name__
+    r = np.ones((4, 2), np.float32)   # a row twice: one update with the sum
+    assert _sgd_rows(np.array([2, 0, 2]), np.array([0, 2, 3]), np.array([[1, 2, 4, 8]], np.float32),
+                     2, 0.5, r, np.empty(3, np.int64)) == 2
+    assert r.tolist() == [[0.5, 0.0], [1, 1], [-1.5, -4.0], [1, 1]]
 
 
 @pytest.mark.parametrize("kernel", ["fbgemm", "torch"])
