@@ -1,5 +1,8 @@
 """The synthesis flow's guards (`hotline.fpga.synth`): a place and route over its time limit is
 an error naming nextpnr and its log, not a hang."""
+import subprocess
+import sys
+
 import pytest
 
 from hotline.fpga.synth import synth_report
@@ -181,6 +184,18 @@ def test_accelerator_flow_asks_nextpnr_for_margin(monkeypatch, tmp_path):
     assert lanes2["pnr_timeout"] > default["pnr_timeout"]
     assert "floorplan" not in lanes4 and lanes4["freq_mhz"] == 100
     assert lanes4["pnr_freq_mhz"] == 40 and lanes4["pnr_timeout"] >= 30 * 60
+
+
+def test_report_help_states_the_flow_limits():
+    """`hotline fpga report --help` states each lane count's clock and time limit from the
+    flow's own tables (it said 54 MHz for two lanes after the flow had moved to 65)."""
+    from hotline.fpga.targets import BLOCK_PNR_MHZ, BLOCK_PNR_TIMEOUT
+    out = subprocess.run([sys.executable, "-m", "hotline.cli", "fpga", "report", "--help"],
+                         capture_output=True, text=True, check=True).stdout
+    text = " ".join(out.split())
+    for (block, device, lanes), mhz in BLOCK_PNR_MHZ.items():
+        said = f"{mhz} MHz, {BLOCK_PNR_TIMEOUT[block, device, lanes] // 60} min"
+        assert (said if lanes == 1 else f"--lanes {lanes}, {said}") in text
 
 
 # nextpnr's log of a run stopped by its time limit: placement done, router2 in its loop

@@ -23,6 +23,7 @@ from hotline.data.shards import DEFAULT_SHARD_SAMPLES, MIN_SHARD_SAMPLES, write_
 from hotline.data.report import plot_stream, table, write_json
 from hotline.data.spec import SYNTH_PREFIX, open_chunks, open_data, parse_drift
 from hotline.fpga.boards import BOARDS, buildable
+from hotline.fpga.targets import limits_text as fpga_limits_text
 from hotline.host.simulators import simulator_available
 
 from . import commands, train_command
@@ -182,9 +183,8 @@ def _add_fpga_parser(sub):
                         "whole top). The ECP5 configuration is the product one (16384-entry "
                         "CAM) at 125 MHz (the whole accelerator: 100 MHz); iCE40 UP5K gets a "
                         "reduced one (1024 entries) at 30 MHz. A place and route that fails or "
-                        "does not finish in its time limit (the whole accelerator: routed for 103 "
-                        "MHz, 45 min; with "
-                        "--lanes 2, routed for 54 MHz, 120 min; with --lanes 4, 40 MHz, 30 min) "
+                        f"does not finish in its time limit (the whole accelerator: "
+                        f"{fpga_limits_text()}) "
                         "is an error that says how far nextpnr got (its Fmax estimate after "
                         "placement, router2's wires still overused and the blocks whose nets use "
                         "most of them; router2's last congestion heatmaps stay in BUILD_DIR/"
