@@ -425,7 +425,7 @@ class CAMKickWalk(wiring.Component):
         # from_kicks (below) follows kicks a cycle late: kicks changes in PUSH and on clear
         # only, several cycles before the next CHOOSE.
         kicks = Signal(ceil_log2(ways))
-        path, path_valid, path_len = self._path(m)
+        path, path_valid, push = self._path(m)
         cur = Signal(g.place_layout, reset_less=True)
         victim_key = Signal(g.key_width, reset_less=True)
         same_bucket = Signal(kmax)
@@ -484,14 +484,8 @@ class CAMKickWalk(wiring.Component):
             st.goto("PUSH")
 
         with st("PUSH"):
-            m.d.sync += [
-                path[0].eq(cur),
-                *(path[j].eq(path[j - 1]) for j in range(1, kmax)),
-                path_valid.eq(Cat(C(1, 1), path_valid)),
-                path_len.eq(path_len + 1),
-                kicks.eq(kicks + 1),
-                victim_key.eq(self.victim),
-            ]
+            push(cur)
+            m.d.sync += [kicks.eq(kicks + 1), victim_key.eq(self.victim)]
             st.goto("VICTIM_HASH")
 
         # Both of the victim's buckets are registered, then the other table's one is selected
@@ -522,7 +516,7 @@ class CAMKickWalk(wiring.Component):
             m.d.comb += [self.target_load.eq(1),
                          self.target.eq(Cat(free_way, cur.bucket, cur.table)),
                          self.read.en.eq(1), self.read.load.eq(free),
-                         *(self.read.addr[t].eq(path[0].bucket) for t in tables)]
+                         *(self.read.addr[t].eq(self.head.bucket) for t in tables)]
             with m.If(free):
                 m.d.comb += self.found.eq(1)
                 st.goto()
@@ -531,22 +525,39 @@ class CAMKickWalk(wiring.Component):
         return m
 
     def _path(self, m):
-        """The path as a stack of victim slots, newest in path[0]: the search pushes (PUSH),
-        the moves pop (newest first), so no entry is ever addressed by a dynamic index."""
-        kmax = self.g.max_kicks
-        path = [Signal(self.g.place_layout, name=f"path{j}", reset_less=True)
-                for j in range(kmax)]
+        """The path as a stack of victim slots: entry j holds the (j+1)-th victim pushed and
+        keeps it until ``restart``; ``path_valid`` marks the entries still on the stack. The
+        head and the entry below it are registers of their own, shifted on a pop, which reads
+        the entry under them at the registered ``depth``: ``pop`` enables about 100
+        flip-flops, not every entry (timing: shifting the 64 entries, about 900 flip-flops,
+        was the 2-lane top's critical path). Returns (entries, path_valid, push), where
+        ``push(place)`` adds the statements of a push (only entry ``depth`` is written)."""
+        g, kmax = self.g, self.g.max_kicks
+        path = [Signal(g.place_layout, name=f"path{j}", reset_less=True) for j in range(kmax)]
         path_valid = Signal(kmax)
-        path_len = Signal(range(kmax + 1))
-        m.d.comb += [self.head.eq(path[0]), self.length.eq(path_len)]
+        length = Signal(range(kmax + 1))     # the path found: the moves answered
+        depth = Signal(range(kmax + 1))      # entries still on the stack
+        head = Signal(g.place_layout, reset_less=True)
+        below = Signal(g.place_layout, reset_less=True)
+        m.d.comb += [self.head.eq(head), self.length.eq(length),
+                     self.next_bucket.eq(below.bucket)]
         if kmax > 1:  # with one kick the path never holds a second entry
-            m.d.comb += [self.next_bucket.eq(path[1].bucket), self.more.eq(path_valid[1])]
+            m.d.comb += self.more.eq(path_valid[1])
         with m.If(self.restart):
-            m.d.sync += [path_len.eq(0), path_valid.eq(0)]
+            m.d.sync += [length.eq(0), depth.eq(0), path_valid.eq(0)]
         with m.If(self.pop):
-            m.d.sync += [*(path[j].eq(path[j + 1]) for j in range(kmax - 1)),
-                         path_valid.eq(path_valid[1:])]
-        return path, path_valid, path_len
+            third = Array(path)[(depth - 3)[:max(1, ceil_log2(kmax))]]
+            m.d.sync += [head.eq(below), below.eq(third),
+                         path_valid.eq(path_valid[1:]), depth.eq(depth - 1)]
+
+        def push(place):
+            for j in range(kmax):
+                with m.If(depth == j):
+                    m.d.sync += path[j].eq(place)
+            m.d.sync += [head.eq(place), below.eq(head),
+                         path_valid.eq(Cat(C(1, 1), path_valid)),
+                         length.eq(length + 1), depth.eq(depth + 1)]
+        return path, path_valid, push
 
 class CAMMover(wiring.Component):
     """Moves the keys along a found path and writes the command's key: an insert's last stage
