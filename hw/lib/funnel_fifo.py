@@ -14,6 +14,11 @@ class FunnelFIFO(wiring.Component):
     ``lanes`` entries); ``r`` gives them one per cycle, in order, from the cycle after their
     write (first-word fall-through; ``r.payload`` comes straight from the storage, LUT RAM).
     ``depth`` and ``lanes`` are powers of two, ``depth >= 2 * lanes``.
+
+    Timing: ``w_count`` and ``r.ready`` come from the neighbours' logic, so the next level
+    and room are computed for every (written, taken) pair from the ``level`` register and
+    then selected by them: they meet a multiplexer, not the adder and compare (the room's
+    carry chain from both handshakes was a 2-lane top's late path, 11.7 ns).
     """
 
     def __init__(self, shape, depth, lanes):
@@ -35,10 +40,15 @@ class FunnelFIFO(wiring.Component):
         level = self.level
         taken = self.r.valid & self.r.ready
         written = Mux(self.w_room, self.w_count, 0)
-        after = level + written - taken
         m.d.comb += [ring.w_count.eq(written), ring.w_data.eq(self.w_data),
                      ring.r_pos[0].eq(rp), self.r.payload.eq(ring.r_data[0]),
                      self.r.valid.eq(level != 0)]
-        m.d.sync += [level.eq(after), self.w_room.eq(after <= self.depth - self.lanes),
-                     rp.eq(rp + taken)]
+        with m.Switch(Cat(taken, written)):
+            for w in range(self.lanes + 1):
+                for t in (0, 1):
+                    with m.Case(t | w << 1):
+                        after = level + w - t
+                        m.d.sync += [level.eq(after),
+                                     self.w_room.eq(after <= self.depth - self.lanes)]
+        m.d.sync += rp.eq(rp + taken)
         return m
