@@ -323,18 +323,15 @@ def test_walk_against_model(params):
     found = []
 
     async def bench(ctx):
-        reads, sel, kicks = Reads(g, tables), Select(g), 0
+        reads, kicks = Reads(g, tables), 0
 
         async def cycle(**inputs):
             for name in ("prepare", "start", "restart", "pop"):
                 ctx.set(getattr(dut, name), inputs.get(name, 0))
             reads.drive(ctx, dut)
             await ctx.delay(1e-9)
-            ctx.set(dut.victim, sel.key(reads.pipe.word(), 0))
-            await ctx.delay(1e-9)
             out = {name: ctx.get(getattr(dut, name)) for name in ("found", "full", "target_load")}
             out["target"] = ctx.get(dut.target.as_value())
-            sel.clock(ctx, dut.select)
             reads.clock(ctx, dut.read)
             await ctx.tick()
             return out
