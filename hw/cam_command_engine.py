@@ -48,7 +48,7 @@ from hotline.contract.streams import cam_cmd_layout
 
 from .bram import BucketTable
 from .cam_lookup_pipeline import CAMEngineSignature, CAMLookupPipeline
-from .lib.onehot import lowest_index, one_hot_select
+from .lib.onehot import binary_select, lowest_index, one_hot_select
 from .lib.replica import replica
 
 __all__ = ["CAMCommandEngine", "CAMCommandFront", "CAMKickWalk", "CAMMover", "CAMStash",
@@ -529,15 +529,18 @@ class CAMKickWalk(wiring.Component):
         """The path as a stack of victim slots: entry j holds the (j+1)-th victim pushed and
         keeps it until ``restart``; ``path_valid`` marks the entries still on the stack. The
         head and the entry below it are registers of their own, shifted on a pop, which reads
-        the entry under them at the registered ``depth``: ``pop`` enables about 100
-        flip-flops, not every entry (timing: shifting the 64 entries, about 900 flip-flops,
-        was the 2-lane top's critical path). Returns (entries, path_valid, push), where
+        the entry under them through a mux tree indexed by a register: ``pop`` enables about
+        100 flip-flops, not every entry (timing: shifting the 64 entries, about 900
+        flip-flops, was the 2-lane top's critical path). Returns (entries, path_valid, push), where
         ``push(place)`` adds the statements of a push (only entry ``depth`` is written)."""
         g, kmax = self.g, self.g.max_kicks
         path = [Signal(g.place_layout, name=f"path{j}", reset_less=True) for j in range(kmax)]
         path_valid = Signal(kmax)
         length = Signal(range(kmax + 1))     # the path found: the moves answered
         depth = Signal(range(kmax + 1))      # entries still on the stack
+        # depth - 3 (mod a power of two), the entry under the two registers: kept beside
+        # depth so that the pop's read is a mux tree behind a register, no subtraction
+        third_at = Signal(max(1, ceil_log2(kmax)))
         head = Signal(g.place_layout, reset_less=True)
         below = Signal(g.place_layout, reset_less=True)
         m.d.comb += [self.head.eq(head), self.length.eq(length),
@@ -545,11 +548,11 @@ class CAMKickWalk(wiring.Component):
         if kmax > 1:  # with one kick the path never holds a second entry
             m.d.comb += self.more.eq(path_valid[1])
         with m.If(self.restart):
-            m.d.sync += [length.eq(0), depth.eq(0), path_valid.eq(0)]
+            m.d.sync += [length.eq(0), depth.eq(0), third_at.eq(-3), path_valid.eq(0)]
         with m.If(self.pop):
-            third = Array(path)[(depth - 3)[:max(1, ceil_log2(kmax))]]
-            m.d.sync += [head.eq(below), below.eq(third),
-                         path_valid.eq(path_valid[1:]), depth.eq(depth - 1)]
+            m.d.sync += [head.eq(below), below.eq(binary_select(path, third_at)),
+                         path_valid.eq(path_valid[1:]), depth.eq(depth - 1),
+                         third_at.eq(third_at - 1)]
 
         def push(place):
             for j in range(kmax):
@@ -557,7 +560,7 @@ class CAMKickWalk(wiring.Component):
                     m.d.sync += path[j].eq(place)
             m.d.sync += [head.eq(place), below.eq(head),
                          path_valid.eq(Cat(C(1, 1), path_valid)),
-                         length.eq(length + 1), depth.eq(depth + 1)]
+                         length.eq(length + 1), depth.eq(depth + 1), third_at.eq(third_at + 1)]
         return path, path_valid, push
 
 class CAMMover(wiring.Component):

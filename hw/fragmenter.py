@@ -72,7 +72,7 @@ from .lib.banked_ring import BankedRing
 from .lib.buffered_fifo import BufferedFIFO
 from .lib.fifo_room import fifo_has_room, fifo_room
 from .lib.lagged_counter import lagged_count
-from .lib.onehot import compact, popcount, shift_in
+from .lib.onehot import binary_select, compact, popcount, shift_in
 from .lib.register_slice import RegisterSlice
 from .lib.replica import replica
 from .popularity_cam import PopularityCAM
@@ -414,10 +414,10 @@ class AnswerRing(wiring.Component):
             m.d.comb += [slots.r_pos[k].eq(rp + k), tallies.r_pos[k].eq(rp + k)]
         m.d.comb += take.slot[0].eq(slots.r_data[0])
         for j in range(1, L):
-            m.d.comb += take.slot[j].eq(Array(slots.r_data[k] for k in range(L))[
-                popcount(take.cold[:j])])
-        tally = Array(tallies.r_data[k].as_value() for k in range(L))
-        m.d.comb += take.tally.eq(tally[0] if L == 1 else tally[(take.need - 1)[:ceil_log2(L)]])
+            m.d.comb += take.slot[j].eq(binary_select([slots.r_data[k] for k in range(L)],
+                                                      popcount(take.cold[:j])))
+        m.d.comb += take.tally.eq(binary_select([tallies.r_data[k].as_value() for k in range(L)],
+                                                (take.need - 1)[:ceil_log2(L)]))
         held_next = Signal.like(held)
         m.d.comb += held_next.eq(held + written - Mux(take.take, take.need, 0))
         # held >= k for k = 1..L, registered (from held's next value): the head's test is then

@@ -9,8 +9,8 @@ from amaranth.hdl import C, Module, Signal
 from amaranth.sim import Simulator
 
 from hotline.hw.lib.lagged_counter import lagged_count
-from hotline.hw.lib.onehot import (compact, lowest_index, lowest_one_hot, one_hot_select,
-                                   popcount, shift_in)
+from hotline.hw.lib.onehot import (binary_select, compact, lowest_index, lowest_one_hot,
+                                   one_hot_select, popcount, shift_in)
 from hotline.hw.lib.up_down import up_down
 from helpers import simulate
 
@@ -82,6 +82,19 @@ def test_one_hot_select_and_compact(n):
             assert one == (chosen[0] if chosen else 0), (n, v)
         assert total == len(chosen), (n, v)
         assert packed == chosen + [0] * (n - len(chosen)), (n, v)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8, 64])
+def test_binary_select_reads_every_index(n):
+    """``binary_select`` at every index of 1..64 values (odd counts too): the value there;
+    with an index past the last (a 3-bit index over 5 values), one of the values."""
+    rng = random.Random(n)
+    values = [rng.getrandbits(14) for _ in range(n)]
+    index = Signal(max(1, (n - 1).bit_length()))
+    got = comb_table([index], lambda m: [binary_select([C(v, 14) for v in values], index)],
+                     [(i,) for i in range(1 << len(index))])
+    assert [g for g, in got[:n]] == values
+    assert all(g in values for g, in got[n:])
 
 
 def test_up_down_is_value_plus_up_minus_down():

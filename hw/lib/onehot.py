@@ -1,10 +1,11 @@
-"""One-hot selects built as AND-OR trees (no binary decode in front of the data), the
-lowest-set-bit (priority) encoders, popcount, and the lane compaction built on them."""
+"""One-hot selects built as AND-OR trees (no binary decode in front of the data), binary
+selects built as 2:1 mux trees, the lowest-set-bit (priority) encoders, popcount, and the lane
+compaction built on them."""
 from amaranth.hdl import C, Cat, Const, Mux, Signal, Value
 from amaranth.utils import bits_for, ceil_log2
 
-__all__ = ["one_hot_select", "lowest_one_hot", "lowest_index", "popcount", "compact",
-           "shift_in"]
+__all__ = ["one_hot_select", "binary_select", "lowest_one_hot", "lowest_index", "popcount",
+           "compact", "shift_in"]
 
 
 def one_hot_select(select, values):
@@ -13,6 +14,21 @@ def one_hot_select(select, values):
     for i, value in enumerate(values):
         out = out | Mux(select[i], value, 0)
     return out
+
+
+def binary_select(values, index):
+    """``values[index]`` (equal-width values; an index past the last gives one of them) as a
+    tree of 2:1 multiplexers, one level per bit of ``index``, lowest bit first. An `Array`
+    indexed by a signal becomes a case per entry: a decode of the index, then an OR over
+    every entry (with a 64-entry one in the CAM walk's pop, the 1-lane top's estimate after
+    placement fell from 96.6 to 68.1 MHz)."""
+    level = [Value.cast(v) for v in values]
+    for bit in Value.cast(index):
+        if len(level) == 1:
+            break
+        level = [Mux(bit, level[i + 1], level[i]) if i + 1 < len(level) else level[i]
+                 for i in range(0, len(level), 2)]
+    return level[0]
 
 
 def _bits(bits):
