@@ -60,7 +60,7 @@ from hotline.contract.config import COLD_PARTITION_SEED, COLD_SEEDS, PRODUCT, co
 from hotline.contract.hashing import bucket_hash
 
 from .bram import BucketTable
-from .lib.onehot import lowest_index, one_hot_select, popcount
+from .lib.onehot import binary_select, lowest_index, one_hot_select, popcount
 from .lib.output_queue import OutputQueue
 from .lib.replica import replica
 
@@ -617,22 +617,36 @@ class ColdKeySet(wiring.Component):
             early = Signal(range(window), name=f"taken_early{t}{sfx}", reset_less=True)
             m.d.sync += early.eq(popcount([s[-3].same_bucket[2 + j][t] & hist[j].wrote[t]
                                            for j in range(window - 2)]))
-            n = early + (sm.same_bucket[1][t] & hist[0].wrote[t])
-            avail_t = []
-            for e in (0, 1):
-                used = n + e
+            # Ways used = early + late + e, late the beat 2 ahead's: the outcomes for
+            # early + 0, 1, 2 come from registers and ``late`` selects among them (timing:
+            # late through the adders and the compares into ``mr`` was the 1-lane top's
+            # critical path at seed 1, 9.5 ns).
+            late = sm.same_bucket[1][t] & hist[0].wrote[t]
+            index_k, any_k, avail_k = [], [], []
+            for k in range(3):
+                used = early + k
                 # the way taken next: the lowest free way with ``used`` free ways below it
                 index = C(0, way_bits)
                 for w in reversed(range(ways)):
                     below = popcount(free[:w]) if w else C(0, 1)
                     index = Mux(free[w] & (below == used), w, index)
-                a_e = Signal(bits_for(ways), name=f"avail{t}_{e}{sfx}")
-                m.d.comb += a_e.eq(Mux(free_count > used, free_count - used, 0))
-                avail_t.append(a_e)
-                m.d.sync += [mr.any[t][e].eq(free_count > used), mr.way[t][e].eq(index)]
-            avail.append(avail_t)
-        m.d.sync += mr.use1.eq(Cat(avail[1][0] > avail[0][0], avail[1][0] > avail[0][1],
-                                   avail[1][1] > avail[0][0]))
+                a_k = Signal(bits_for(ways), name=f"avail{t}_{k}{sfx}")
+                m.d.comb += a_k.eq(Mux(free_count > used, free_count - used, 0))
+                index_k.append(index)
+                any_k.append(free_count > used)
+                avail_k.append(a_k)
+            for e in (0, 1):
+                m.d.sync += [mr.any[t][e].eq(Mux(late, any_k[e + 1], any_k[e])),
+                             mr.way[t][e].eq(Mux(late, index_k[e + 1], index_k[e]))]
+            avail.append((late, avail_k))
+        # use1's compares for every pair of outcomes, then selected by both tables' late bits
+        (late0, a0), (late1, a1) = avail
+
+        def more1(e1, e0):
+            """Table 1 has more ways left than table 0 after e1 / e0 more taken."""
+            return binary_select([a1[x1 + e1] > a0[x0 + e0] for x0 in (0, 1) for x1 in (0, 1)],
+                                 Cat(late1, late0))
+        m.d.sync += mr.use1.eq(Cat(more1(0, 0), more1(0, 1), more1(1, 0)))
         # The stash is compared a stage early, at sc (timing: its key compares made the match
         # stage too deep), then it holds the inserts of the beats 3 and more ahead: those of
         # the beat 2 ahead come from hist[0] below. It is emptied at a batch's end, so its
