@@ -395,7 +395,7 @@ class CAMKickWalk(wiring.Component):
     the walk: ``found``, with ``target`` (loaded by the mover with ``target_load``, in every
     evaluation). A full path or a bucket with every way on it ends it with ``full`` (the
     stash's turn). The path is a stack, newest on ``head``: ``pop`` drops the head (the
-    mover's), ``restart`` empties it; ``length`` entries, ``more`` when more than one.
+    mover's; pops at least 2 cycles apart, the mover's are 5), ``restart`` empties it; ``length`` entries, ``more`` when more than one.
     ``kicks`` counts victims from reset or ``clear``.
 
     Latency after ``start``: ``found`` 13 x victims cycles, ``full`` 13 x victims + 4.
@@ -539,18 +539,23 @@ class CAMKickWalk(wiring.Component):
         length = Signal(range(kmax + 1))     # the path found: the moves answered
         depth = Signal(range(kmax + 1))      # entries still on the stack
         # depth - 3 (mod a power of two), the entry under the two registers: kept beside
-        # depth so that the pop's read is a mux tree behind a register, no subtraction
+        # depth so that the pop's read is a mux tree behind a register, no subtraction; the
+        # tree's output is registered too (``third``, a cycle behind third_at: pops come at
+        # least 2 cycles apart; timing: the tree into ``below`` was the 1-lane top's
+        # second-latest path at seed 1, 9.49 ns)
         third_at = Signal(max(1, ceil_log2(kmax)))
+        third = Signal(g.place_layout, reset_less=True)
         head = Signal(g.place_layout, reset_less=True)
         below = Signal(g.place_layout, reset_less=True)
         m.d.comb += [self.head.eq(head), self.length.eq(length),
                      self.next_bucket.eq(below.bucket)]
         if kmax > 1:  # with one kick the path never holds a second entry
             m.d.comb += self.more.eq(path_valid[1])
+        m.d.sync += third.eq(binary_select(path, third_at))
         with m.If(self.restart):
             m.d.sync += [length.eq(0), depth.eq(0), third_at.eq(-3), path_valid.eq(0)]
         with m.If(self.pop):
-            m.d.sync += [head.eq(below), below.eq(binary_select(path, third_at)),
+            m.d.sync += [head.eq(below), below.eq(third),
                          path_valid.eq(path_valid[1:]), depth.eq(depth - 1),
                          third_at.eq(third_at - 1)]
 
