@@ -209,28 +209,37 @@ class CSRBank(wiring.Component):
         # number decoded in front of the mux was a critical path).
         reading, read_group, read_err = Signal(), Signal(len(groups)), Signal()
         m.d.comb += do_read.eq(ar_got & ~rvalid & ~reading)
-        # Only the addressed group's register loads (timing: clearing them all made a
-        # 640-flip-flop reset net of the read strobe); an error reads 0 at the second level.
         with m.If(do_read):
             m.d.sync += [ar_got.eq(0), reading.eq(1), read_err.eq(~ar_hit.any()),
                          read_group.eq(Cat(Cat(ar_hit[hit[w]] for w in readable
                                                if w >> self.READ_GROUP_BITS == g).any()
                                            for g in groups))]
-            for w, (r, i) in readable.items():
-                with m.If(ar_hit[hit[w]]):
-                    dst = level1[w >> self.READ_GROUP_BITS]
-                    if r.access in ("ro", "rc") and i == 0:
-                        m.d.sync += dst.eq(value[r.name][:32])
-                        if r.words == 2:
-                            m.d.sync += snapshot[r.name].eq(value[r.name][32:])
-                        if r.access == "rc":
-                            m.d.comb += getattr(self, f"{r.port_name}_rstb").eq(1)
-                    elif r.access == "ro":
-                        m.d.sync += dst.eq(snapshot[r.name])
-                    elif r.access == "rw":
-                        m.d.sync += dst.eq(getattr(self, r.port_name))
-                    else:  # wo: reads 0
-                        m.d.sync += dst.eq(0)
+        # The first level loads every cycle, selected by the held address (a register): the
+        # word it loads in cycle t is the one the second level takes in t+1 (timing: an
+        # enable from do_read and the address into each group's 32 flip-flops, and their
+        # resets for the words that read 0, was the 1-lane top's critical path at seed 1,
+        # 9.63 ns).
+        words = {g: ([], []) for g in groups}
+        for w, (r, i) in readable.items():
+            if r.access in ("ro", "rc") and i == 0:
+                shown = value[r.name][:32]
+                with m.If(do_read & ar_hit[hit[w]]):
+                    if r.words == 2:
+                        m.d.sync += snapshot[r.name].eq(value[r.name][32:])
+                    if r.access == "rc":
+                        m.d.comb += getattr(self, f"{r.port_name}_rstb").eq(1)
+            elif r.access == "ro":
+                shown = snapshot[r.name]
+            elif r.access == "rw":
+                shown = getattr(self, r.port_name)
+            else:  # wo: reads 0
+                continue
+            select, values = words[w >> self.READ_GROUP_BITS]
+            select.append(ar_hit[hit[w]])
+            values.append(shown)
+        for g, (select, values) in words.items():
+            if values:  # a group of wo registers only stays 0
+                m.d.sync += level1[g].eq(one_hot_select(Cat(select), values))
         with m.If(reading):
             m.d.sync += [reading.eq(0), rvalid.eq(1), rresp.eq(Mux(read_err, SLVERR, OKAY)),
                          rdata.eq(one_hot_select(read_group, list(level1.values())))]
